@@ -1,0 +1,183 @@
+//! Who is the client? Client address resolution (`X-Forwarded-For` from trusted proxies only)
+//! and the bucket key a request is counted under.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use http::HeaderMap;
+use ipnet::IpNet;
+
+use crate::config::KeySpec;
+
+/// Header values longer than this, or with bytes outside [`is_plain`], are replaced by a hash so
+/// that key material stays bounded whatever a client sends.
+pub const MAX_PLAIN_KEY_LEN: usize = 64;
+
+/// Resolves the client address of a request.
+#[derive(Debug, Clone, Default)]
+pub struct ClientIpResolver {
+    trusted: Vec<IpNet>,
+}
+
+impl ClientIpResolver {
+    /// A resolver that believes `X-Forwarded-For` only from peers inside `trusted`.
+    pub fn new(trusted: Vec<IpNet>) -> Self {
+        ClientIpResolver { trusted }
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client address. When the socket peer is a trusted proxy, walk `X-Forwarded-For`
+    /// from the right and return the first address that is not trusted: entries to its left
+    /// were written by the client itself and prove nothing. If every hop is trusted, the
+    /// left-most one is the client; an unparsable entry ends the walk at the last good hop.
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if self.trusted.is_empty() || !self.is_trusted(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        // Several X-Forwarded-For lines are one list, in order.
+        let values: Vec<&[u8]> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        for value in values.iter().rev() {
+            for hop in value.rsplit(|b| *b == b',') {
+                let Some(ip) = parse_hop(hop) else {
+                    return client;
+                };
+                client = ip;
+                if !self.is_trusted(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+}
+
+/// One `X-Forwarded-For` element: an IP, optionally `[v6]` or with a `:port`.
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(hop).ok()?.trim();
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    s.rsplit_once(':').and_then(|(ip, _port)| ip.parse().ok())
+}
+
+/// Bytes kept verbatim in a key; anything else (including `{`, `}` which would break Redis
+/// Cluster hash tags, and `#` which marks hashed values) forces hashing.
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'@' | b'=' | b'+' | b'/')
+}
+
+/// Write the bucket key for a request into `out` (cleared first): `<route>:<kind>:<value>`.
+///
+/// `ip:<addr>` for client addresses (also the fallback when a header key is missing, so those
+/// requests are never pooled into one shared bucket nor left unlimited), `h:<value>` for header
+/// values, `h:#<xxh3-128 hex>` for header values that are long or contain unusual bytes, and
+/// `global` for the route-wide bucket. The result is at most route name + ~40 bytes.
+pub fn bucket_key(
+    out: &mut String,
+    route: &str,
+    spec: &KeySpec,
+    headers: &HeaderMap,
+    client: IpAddr,
+) {
+    out.clear();
+    out.push_str(route);
+    match spec {
+        KeySpec::Global => out.push_str(":global"),
+        KeySpec::Header(name) => match headers.get(name) {
+            Some(v) if !v.is_empty() => {
+                let bytes = v.as_bytes();
+                out.push_str(":h:");
+                if bytes.len() <= MAX_PLAIN_KEY_LEN && bytes.iter().all(|b| is_plain(*b)) {
+                    // Plain bytes are ASCII, so this cannot fail.
+                    out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+                } else {
+                    let _ = write!(out, "#{:032x}", xxhash_rust::xxh3::xxh3_128(bytes));
+                }
+            }
+            _ => {
+                let _ = write!(out, ":ip:{client}");
+            }
+        },
+        KeySpec::ClientIp => {
+            let _ = write!(out, ":ip:{client}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(xff: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in xff {
+            h.append("x-forwarded-for", v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn untrusted_peer_ignores_xff() {
+        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let peer: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(r.resolve(peer, &headers(&["1.2.3.4"])), peer);
+    }
+
+    #[test]
+    fn trusted_peer_takes_rightmost_untrusted() {
+        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        // The client forged 6.6.6.6 on the left; 203.0.113.9 is what our proxy saw.
+        let got = r.resolve(peer, &headers(&["6.6.6.6, 203.0.113.9", "10.1.1.1"]));
+        assert_eq!(got, "203.0.113.9".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn garbage_hop_stops_at_last_good() {
+        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let got = r.resolve(peer, &headers(&["nonsense, 10.2.2.2"]));
+        assert_eq!(got, "10.2.2.2".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn long_header_values_are_hashed_and_bounded() {
+        let spec = KeySpec::Header(http::HeaderName::from_static("x-api-key"));
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "a".repeat(10_000).parse().unwrap());
+        let mut out = String::new();
+        bucket_key(&mut out, "api", &spec, &h, "127.0.0.1".parse().unwrap());
+        assert!(
+            out.starts_with("api:h:#") && out.len() == "api:h:#".len() + 32,
+            "{out}"
+        );
+        h.insert("x-api-key", "{tag}".parse().unwrap());
+        bucket_key(&mut out, "api", &spec, &h, "127.0.0.1".parse().unwrap());
+        assert!(!out.contains('{'), "{out}");
+    }
+
+    #[test]
+    fn missing_header_falls_back_to_client_ip() {
+        let spec = KeySpec::Header(http::HeaderName::from_static("x-api-key"));
+        let mut out = String::new();
+        bucket_key(
+            &mut out,
+            "api",
+            &spec,
+            &HeaderMap::new(),
+            "192.0.2.7".parse().unwrap(),
+        );
+        assert_eq!(out, "api:ip:192.0.2.7");
+    }
+}

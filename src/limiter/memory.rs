@@ -1,0 +1,166 @@
+//! In-process store: exact within one process, sharded (no global lock on the hot path), and
+//! bounded (buckets whose every log has slid out of its window are swept away).
+//!
+//! It has exactly the semantics of the Redis script, so the conformance suite runs against
+//! both; it is the default store for single-instance deployments and tests.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+
+use super::{Limit, LimitState, Store, StoreError, Verdict};
+
+/// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
+/// oldest first.
+#[derive(Debug, Default)]
+struct WindowLog {
+    window_us: u64,
+    entries: VecDeque<u64>,
+}
+
+impl WindowLog {
+    /// Drop entries that are `window` or more old: an entry recorded at `t` frees its slot at
+    /// exactly `t + window` (the same rule as the Lua script).
+    fn evict(&mut self, now: u64) {
+        let cutoff = now.saturating_sub(self.window_us);
+        while self.entries.front().is_some_and(|&t| t <= cutoff) {
+            self.entries.pop_front();
+        }
+    }
+}
+
+/// All logs of one bucket (route + client), keyed by window length so that a reload that only
+/// changes `requests` keeps the recorded entries.
+#[derive(Debug, Default)]
+struct Bucket {
+    logs: Vec<WindowLog>,
+}
+
+impl Bucket {
+    fn log_index(&mut self, window_us: u64) -> usize {
+        match self.logs.iter().position(|l| l.window_us == window_us) {
+            Some(i) => i,
+            None => {
+                self.logs.push(WindowLog {
+                    window_us,
+                    entries: VecDeque::new(),
+                });
+                self.logs.len() - 1
+            }
+        }
+    }
+}
+
+/// The in-process sliding-window-log store.
+pub struct MemoryStore {
+    buckets: DashMap<Box<str>, Bucket>,
+    epoch: Instant,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore {
+            buckets: DashMap::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Microseconds on a monotonic clock; offset by one so that 0 never is a valid timestamp.
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64 + 1
+    }
+
+    /// Number of buckets currently held.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// True when no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Total recorded entries over all buckets and limits.
+    pub fn entries(&self) -> usize {
+        self.buckets
+            .iter()
+            .map(|b| b.logs.iter().map(|l| l.entries.len()).sum::<usize>())
+            .sum()
+    }
+
+    /// Evict expired entries everywhere and drop buckets with nothing left, so a million
+    /// one-off clients do not stay in memory. Each shard is locked only while it is swept.
+    pub fn sweep(&self) {
+        let now = self.now_us();
+        self.buckets.retain(|_, bucket| {
+            bucket.logs.retain_mut(|log| {
+                log.evict(now);
+                !log.entries.is_empty()
+            });
+            !bucket.logs.is_empty()
+        });
+        self.buckets.shrink_to_fit();
+    }
+
+    fn decide(bucket: &mut Bucket, limits: &[Limit], now: u64) -> Verdict {
+        // Pass 1: evict and count every limit; admitted only if all have room.
+        let mut admitted = true;
+        for limit in limits {
+            let i = bucket.log_index(limit.window.as_micros() as u64);
+            let log = &mut bucket.logs[i];
+            log.evict(now);
+            admitted &= log.entries.len() < limit.requests as usize;
+        }
+        // Pass 2: record in all or none, and report each limit's state.
+        let states = limits
+            .iter()
+            .map(|limit| {
+                let i = bucket.log_index(limit.window.as_micros() as u64);
+                let log = &mut bucket.logs[i];
+                if admitted {
+                    log.entries.push_back(now);
+                }
+                let reset_us = match log.entries.front() {
+                    Some(&oldest) => oldest + log.window_us - now,
+                    None => log.window_us,
+                };
+                LimitState {
+                    remaining: u64::from(limit.requests).saturating_sub(log.entries.len() as u64)
+                        as u32,
+                    reset: Duration::from_micros(reset_us),
+                }
+            })
+            .collect();
+        Verdict { admitted, states }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        let now = self.now_us();
+        // Look up first so the common case (known bucket) does not allocate the key.
+        if let Some(mut b) = self.buckets.get_mut(bucket) {
+            return Ok(Self::decide(&mut b, limits, now));
+        }
+        let mut b = self.buckets.entry(bucket.into()).or_default();
+        Ok(Self::decide(&mut b, limits, now))
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn maintain(&self) {
+        self.sweep();
+    }
+}

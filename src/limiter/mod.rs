@@ -1,0 +1,118 @@
+//! The rate limiter: a [`Store`] decides, atomically, whether one request fits every sliding-window
+//! limit of its route, and records it in all of them or in none.
+//!
+//! The algorithm is a sliding-window **log**: each limit keeps the timestamps of the requests it
+//! admitted. A decision evicts the timestamps older than `now - window`, counts what is left, and
+//! admits only if every limit has `count < requests`. Denied requests are never recorded, so a
+//! flood does not eat the quota of the legitimate traffic that follows it.
+//!
+//! Two stores implement the same contract and pass the same conformance suite
+//! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
+//! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
+
+pub mod memory;
+pub mod redis;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+/// One sliding-window limit: at most `requests` admitted requests in any `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// Maximum number of requests admitted in any window (≥ 1).
+    pub requests: u32,
+    /// Window length (≥ 1 ms).
+    pub window: Duration,
+}
+
+/// The state of one limit after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitState {
+    /// Requests still admissible in the current window, after this decision.
+    pub remaining: u32,
+    /// Time until the oldest entry in the window leaves it, i.e. until one more slot frees.
+    /// When the log is empty this is the full window.
+    pub reset: Duration,
+}
+
+/// The outcome of one decision over all limits of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// True when every limit admitted the request (and it was recorded in every limit).
+    pub admitted: bool,
+    /// One state per limit, in the order the limits were given.
+    pub states: Vec<LimitState>,
+}
+
+impl Verdict {
+    /// How long a denied client should wait: the largest `reset` among the limits that are
+    /// full. `None` when the request was admitted.
+    pub fn retry_after(&self) -> Option<Duration> {
+        if self.admitted {
+            return None;
+        }
+        self.states
+            .iter()
+            .filter(|s| s.remaining == 0)
+            .map(|s| s.reset)
+            .max()
+    }
+
+    /// Indexes of the limits that denied this request (empty when admitted).
+    pub fn violated(&self) -> impl Iterator<Item = usize> + '_ {
+        let admitted = self.admitted;
+        self.states
+            .iter()
+            .enumerate()
+            .filter(move |(_, s)| !admitted && s.remaining == 0)
+            .map(|(i, _)| i)
+    }
+}
+
+/// Why a store could not decide. The proxy then applies the route's `on_error` policy.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The decision did not complete within `store.timeout`.
+    #[error("store timed out after {0:?}")]
+    Timeout(Duration),
+    /// The store is not connected (never was, or the connection is being re-established).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with an error (script error, wrong type, cluster error, ...).
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// A short, bounded label for the `slidegate_store_errors_total{kind}` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Backend(_) => "backend",
+        }
+    }
+}
+
+/// A limit store. `check` must be atomic per bucket: concurrent calls for the same bucket,
+/// from any number of tasks (or, for shared stores, processes), never admit more than
+/// `requests` in any window.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Decide one request for `bucket` (route and client, already bounded in size and free of
+    /// `{`, `}`) against `limits`; record it in every limit if and only if all admit.
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError>;
+
+    /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`).
+    fn backend(&self) -> &'static str;
+
+    /// Called about once a second on Pingora's runtime: connect or reconnect, sweep idle
+    /// buckets, refresh readiness. Must return quickly.
+    async fn maintain(&self) {}
+
+    /// True when the store can currently answer (used by `/readyz`).
+    fn is_ready(&self) -> bool {
+        true
+    }
+}

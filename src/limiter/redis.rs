@@ -1,0 +1,1 @@
+//! Redis store (placeholder until the Redis store lands).

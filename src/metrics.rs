@@ -1,0 +1,135 @@
+//! Prometheus metrics, registered in the default registry that `pingora-prometheus` and the
+//! admin endpoint gather from (both use prometheus 0.14; another version would hide them).
+//!
+//! Labels are bounded: route names come from the config, never from requests.
+
+use once_cell::sync::Lazy;
+use prometheus::{
+    register_histogram_vec, register_int_counter, register_int_counter_vec, HistogramVec,
+    IntCounter, IntCounterVec,
+};
+
+/// All slidegate metrics.
+pub struct Metrics {
+    /// `slidegate_requests_total{route,decision}`.
+    pub requests: IntCounterVec,
+    /// `slidegate_no_route_total`: requests answered 404 because no route matched.
+    pub no_route: IntCounter,
+    /// `slidegate_limiter_duration_seconds{backend}`.
+    pub limiter_duration: HistogramVec,
+    /// `slidegate_upstream_responses_total{route,class}`.
+    pub upstream_responses: IntCounterVec,
+    /// `slidegate_store_errors_total{kind}`.
+    pub store_errors: IntCounterVec,
+    /// `slidegate_config_reloads_total{result}`.
+    pub config_reloads: IntCounterVec,
+}
+
+/// The process-wide metrics.
+pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
+    requests: register_int_counter_vec!(
+        "slidegate_requests_total",
+        "Requests matched to a route, by limiter decision",
+        &["route", "decision"]
+    )
+    .expect("register slidegate_requests_total"),
+    no_route: register_int_counter!(
+        "slidegate_no_route_total",
+        "Requests that matched no route (answered 404)"
+    )
+    .expect("register slidegate_no_route_total"),
+    limiter_duration: register_histogram_vec!(
+        "slidegate_limiter_duration_seconds",
+        "Time to reach a limiter decision, including timeouts",
+        &["backend"],
+        vec![
+            0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+            0.25
+        ]
+    )
+    .expect("register slidegate_limiter_duration_seconds"),
+    upstream_responses: register_int_counter_vec!(
+        "slidegate_upstream_responses_total",
+        "Responses received from upstreams, by route and status class",
+        &["route", "class"]
+    )
+    .expect("register slidegate_upstream_responses_total"),
+    store_errors: register_int_counter_vec!(
+        "slidegate_store_errors_total",
+        "Limiter decisions that failed, by kind",
+        &["kind"]
+    )
+    .expect("register slidegate_store_errors_total"),
+    config_reloads: register_int_counter_vec!(
+        "slidegate_config_reloads_total",
+        "Configuration reloads, by result",
+        &["result"]
+    )
+    .expect("register slidegate_config_reloads_total"),
+});
+
+/// The decisions counted in `slidegate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Admitted by every limit (or the route has no limits).
+    Allowed,
+    /// Denied with 429.
+    Denied,
+    /// A shadow route would have denied; forwarded anyway.
+    ShadowDenied,
+    /// The store failed and the route fails open.
+    ErrorAllowed,
+    /// The store failed and the route fails closed (503).
+    ErrorDenied,
+}
+
+impl Decision {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::ShadowDenied => "shadow_denied",
+            Decision::ErrorAllowed => "error_allowed",
+            Decision::ErrorDenied => "error_denied",
+        }
+    }
+}
+
+/// Label handles of one route, resolved once at config load so the hot path never hashes labels.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    decisions: [IntCounter; 5],
+    /// Upstream responses by status class 1xx..5xx (index 0..4); anything else goes to 5xx.
+    upstream: [IntCounter; 5],
+}
+
+impl RouteMetrics {
+    /// Resolve (and so create, at zero) every series of a route.
+    pub fn new(route: &str) -> Self {
+        let m = &*METRICS;
+        let d = |d: Decision| m.requests.with_label_values(&[route, d.as_str()]);
+        let u = |c: &str| m.upstream_responses.with_label_values(&[route, c]);
+        RouteMetrics {
+            decisions: [
+                d(Decision::Allowed),
+                d(Decision::Denied),
+                d(Decision::ShadowDenied),
+                d(Decision::ErrorAllowed),
+                d(Decision::ErrorDenied),
+            ],
+            upstream: [u("1xx"), u("2xx"), u("3xx"), u("4xx"), u("5xx")],
+        }
+    }
+
+    /// Count one decision.
+    pub fn decision(&self, d: Decision) {
+        self.decisions[d as usize].inc();
+    }
+
+    /// Count one upstream response.
+    pub fn upstream_status(&self, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.upstream[class].inc();
+    }
+}

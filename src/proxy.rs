@@ -1,0 +1,272 @@
+//! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
+//! functions of the other modules (route match, client key, limiter decision, headers, metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, RETRY_AFTER};
+use http::HeaderValue;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+use pingora::proxy::{ProxyHttp, Session};
+use prometheus::Histogram;
+
+use crate::config::OnError;
+use crate::keys::bucket_key;
+use crate::limiter::{Store, StoreError, Verdict};
+use crate::metrics::{Decision, METRICS};
+use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs};
+use crate::routes::{host_without_port, Route, Rules};
+
+/// Header names of draft-ietf-httpapi-ratelimit-headers-10.
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const RATELIMIT: &str = "ratelimit";
+
+/// The proxy: current rules (hot-swappable), the limit store and its time bound.
+pub struct SlideGate {
+    rules: Arc<ArcSwap<Rules>>,
+    store: Arc<dyn Store>,
+    timeout: Duration,
+    limiter_duration: Histogram,
+}
+
+impl SlideGate {
+    /// A proxy over `rules` (shared with the reloader) deciding with `store`, each decision
+    /// bounded by `timeout`.
+    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>, timeout: Duration) -> Self {
+        let limiter_duration = METRICS
+            .limiter_duration
+            .with_label_values(&[store.backend()]);
+        SlideGate {
+            rules,
+            store,
+            timeout,
+            limiter_duration,
+        }
+    }
+
+    /// Decide with the store, bounded by the timeout whatever the store does.
+    async fn decide(&self, bucket: &str, route: &Route) -> Result<Verdict, StoreError> {
+        let started = Instant::now();
+        let result =
+            match tokio::time::timeout(self.timeout, self.store.check(bucket, &route.limits)).await
+            {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+            };
+        self.limiter_duration
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = &result {
+            METRICS.store_errors.with_label_values(&[e.kind()]).inc();
+        }
+        result
+    }
+}
+
+/// Per-request state.
+#[derive(Default)]
+pub struct RequestCtx {
+    /// The rules this request started under (a reload mid-request does not affect it).
+    rules: Option<Arc<Rules>>,
+    /// Index of the matched route in `rules`.
+    route: Option<usize>,
+    /// `RateLimit` field to add to the upstream response.
+    ratelimit: Option<HeaderValue>,
+    /// Reused buffer for the bucket key.
+    key: String,
+}
+
+impl RequestCtx {
+    fn route(&self) -> Option<&Route> {
+        Some(&self.rules.as_ref()?.routes[self.route?])
+    }
+}
+
+/// Write a complete small response from the proxy itself.
+async fn respond(
+    session: &mut Session,
+    mut header: ResponseHeader,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Result<()> {
+    header.insert_header(CONTENT_TYPE, content_type)?;
+    header.insert_header(CONTENT_LENGTH, body.len())?;
+    session
+        .write_response_header(Box::new(header), false)
+        .await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await
+}
+
+#[async_trait]
+impl ProxyHttp for SlideGate {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let rules = self.rules.load_full();
+        ctx.rules = Some(rules.clone());
+        let req = session.req_header();
+        let host = req
+            .uri
+            .host()
+            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()))
+            .map(host_without_port);
+        let Some((idx, route)) = rules.find(host, req.uri.path(), &req.method) else {
+            METRICS.no_route.inc();
+            let body = br#"{"type":"about:blank","title":"Not Found","status":404,"detail":"no route matches this request"}"#;
+            respond(
+                session,
+                ResponseHeader::build(404, Some(4))?,
+                "application/problem+json",
+                body.to_vec(),
+            )
+            .await?;
+            return Ok(true);
+        };
+        ctx.route = Some(idx);
+        if route.limits.is_empty() {
+            route.metrics.decision(Decision::Allowed);
+            return Ok(false);
+        }
+
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip())
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let req = session.req_header();
+        let client = rules.client_ip.resolve(peer, &req.headers);
+        bucket_key(&mut ctx.key, &route.name, &route.key, &req.headers, client);
+
+        let verdict = match self.decide(&ctx.key, route).await {
+            Ok(v) => v,
+            Err(e) => {
+                log::warn!("route {}: limiter error: {e}", route.name);
+                if route.on_error == OnError::Deny && !route.shadow {
+                    route.metrics.decision(Decision::ErrorDenied);
+                    let mut header = ResponseHeader::build(503, Some(4))?;
+                    header.insert_header(RETRY_AFTER, "1")?;
+                    let body = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"rate limiter unavailable"}"#;
+                    respond(session, header, "application/problem+json", body.to_vec()).await?;
+                    return Ok(true);
+                }
+                route.metrics.decision(Decision::ErrorAllowed);
+                return Ok(false);
+            }
+        };
+
+        if route.shadow {
+            // Dry run: count what would have happened, but show the client nothing.
+            if verdict.admitted {
+                route.metrics.decision(Decision::Allowed);
+            } else {
+                route.metrics.decision(Decision::ShadowDenied);
+                log::debug!("route {}: shadow deny for {}", route.name, ctx.key);
+            }
+            return Ok(false);
+        }
+
+        let mut field = String::with_capacity(48 * route.limits.len());
+        ratelimit_field(&mut field, &route.policy_names, &verdict);
+        let ratelimit = HeaderValue::from_str(&field).ok();
+        if verdict.admitted {
+            route.metrics.decision(Decision::Allowed);
+            ctx.ratelimit = ratelimit;
+            return Ok(false);
+        }
+
+        route.metrics.decision(Decision::Denied);
+        let mut header = ResponseHeader::build(429, Some(6))?;
+        if let Some(p) = &route.policy_header {
+            header.insert_header(RATELIMIT_POLICY, p.clone())?;
+        }
+        if let Some(r) = ratelimit {
+            header.insert_header(RATELIMIT, r)?;
+        }
+        header.insert_header(RETRY_AFTER, retry_after_secs(&verdict))?;
+        let body = problem_body(&route.name, &route.policy_names, &verdict);
+        respond(session, header, "application/problem+json", body).await?;
+        Ok(true)
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        let (Some(rules), Some(route)) = (ctx.rules.as_ref(), ctx.route) else {
+            return Error::e_explain(ErrorType::InternalError, "no route selected");
+        };
+        let up = rules.routes[route].upstream;
+        let backend = rules.upstreams[up].select(b"", 256).ok_or_else(|| {
+            Error::explain(
+                ErrorType::ConnectNoRoute,
+                format!("upstream {} has no server", rules.upstream_names[up]),
+            )
+        })?;
+        let mut peer = HttpPeer::new(backend.addr, false, String::new());
+        // Bound connection setup so a black-holed upstream becomes a prompt 502.
+        peer.options.connection_timeout = Some(Duration::from_secs(5));
+        peer.options.total_connection_timeout = Some(Duration::from_secs(10));
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // Like nginx's `proxy_add_x_forwarded_for`: append the socket peer.
+        if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
+            let ip = peer.ip().to_string();
+            let value = match upstream_request
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+            {
+                Some(prev) => format!("{prev}, {ip}"),
+                None => ip,
+            };
+            upstream_request.insert_header("x-forwarded-for", value)?;
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(route) = ctx.route() {
+            route
+                .metrics
+                .upstream_status(upstream_response.status.as_u16());
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(r) = ctx.ratelimit.take() {
+            if let Some(p) = ctx.route().and_then(|route| route.policy_header.clone()) {
+                resp.insert_header(RATELIMIT_POLICY, p)?;
+            }
+            resp.insert_header(RATELIMIT, r)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! The response side of a decision: `RateLimit-Policy` / `RateLimit` fields
+//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields), `Retry-After`, and the
+//! `application/problem+json` body of a 429.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::limiter::{Limit, Verdict};
+
+/// The problem type registered for quota errors.
+pub const QUOTA_EXCEEDED_TYPE: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`.
+pub fn policy_name(route: &str, limit: &Limit) -> String {
+    let ms = limit.window.as_millis();
+    if ms % 1000 == 0 {
+        format!("{route}-{}s", ms / 1000)
+    } else {
+        format!("{route}-{ms}ms")
+    }
+}
+
+/// Whole seconds, rounded up: a client told to wait `t` seconds must not come back early.
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `RateLimit-Policy` value for a route's limits (computed once per route at load).
+pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
+    let mut out = String::new();
+    for (i, (name, limit)) in names.iter().zip(limits).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        // `w` is an integer number of seconds; sub-second windows round up to 1.
+        let _ = write!(
+            out,
+            "\"{name}\";q={};w={}",
+            limit.requests,
+            ceil_secs(limit.window).max(1)
+        );
+    }
+    out
+}
+
+/// The `RateLimit` value for one decision: remaining quota and seconds until a slot frees.
+pub fn ratelimit_field(out: &mut String, names: &[String], verdict: &Verdict) {
+    out.clear();
+    for (i, (name, state)) in names.iter().zip(&verdict.states).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "\"{name}\";r={};t={}",
+            state.remaining,
+            ceil_secs(state.reset)
+        );
+    }
+}
+
+/// `Retry-After` for a denied verdict: whole seconds, at least 1.
+pub fn retry_after_secs(verdict: &Verdict) -> u64 {
+    verdict.retry_after().map(ceil_secs).unwrap_or(1).max(1)
+}
+
+/// The problem+json body of a 429, naming the violated policies.
+pub fn problem_body(route: &str, names: &[String], verdict: &Verdict) -> Vec<u8> {
+    let violated: Vec<&str> = verdict.violated().map(|i| names[i].as_str()).collect();
+    serde_json::to_vec(&serde_json::json!({
+        "type": QUOTA_EXCEEDED_TYPE,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": format!("rate limit exceeded on route {route}; retry after {} s", retry_after_secs(verdict)),
+        "violated-policies": violated,
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::LimitState;
+
+    #[test]
+    fn fields_are_structured() {
+        let limits = [
+            Limit {
+                requests: 5,
+                window: Duration::from_secs(1),
+            },
+            Limit {
+                requests: 100,
+                window: Duration::from_secs(60),
+            },
+        ];
+        let names: Vec<String> = limits.iter().map(|l| policy_name("login", l)).collect();
+        assert_eq!(
+            policy_field(&names, &limits),
+            "\"login-1s\";q=5;w=1, \"login-60s\";q=100;w=60"
+        );
+        let v = Verdict {
+            admitted: false,
+            states: vec![
+                LimitState {
+                    remaining: 0,
+                    reset: Duration::from_millis(1200),
+                },
+                LimitState {
+                    remaining: 40,
+                    reset: Duration::from_secs(30),
+                },
+            ],
+        };
+        let mut out = String::new();
+        ratelimit_field(&mut out, &names, &v);
+        assert_eq!(out, "\"login-1s\";r=0;t=2, \"login-60s\";r=40;t=30");
+        assert_eq!(retry_after_secs(&v), 2);
+        let body: serde_json::Value =
+            serde_json::from_slice(&problem_body("login", &names, &v)).unwrap();
+        assert_eq!(body["violated-policies"], serde_json::json!(["login-1s"]));
+    }
+}

@@ -1,0 +1,136 @@
+//! Hot reload: `SIGHUP` re-reads the config file, validates it fully, and only then swaps the
+//! new rules in atomically. A bad file is refused and the last good rules keep serving.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::config::Config;
+use crate::metrics::METRICS;
+use crate::routes::Rules;
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// New rules are live; the listed settings changed but need a restart and were ignored.
+    Applied {
+        /// Settings that differ from the running ones and only take effect on restart.
+        needs_restart: Vec<&'static str>,
+    },
+    /// The file was refused; the previous rules are still live.
+    Refused(String),
+}
+
+/// Owns the running config and swaps rules in on reload.
+pub struct Reloader {
+    current: Mutex<Config>,
+    rules: Arc<ArcSwap<Rules>>,
+}
+
+impl Reloader {
+    /// A reloader for the running `config`, publishing into `rules`.
+    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>) -> Self {
+        Reloader {
+            current: Mutex::new(config),
+            rules,
+        }
+    }
+
+    /// Re-read the config file and apply it if it is valid. Counts
+    /// `slidegate_config_reloads_total{result}` and logs the outcome.
+    pub fn reload(&self) -> ReloadOutcome {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = match Config::load(&current.source)
+            .map_err(|e| e.to_string())
+            .and_then(|new| {
+                let rules =
+                    Rules::build(&new).map_err(|e| format!("{}: {e}", new.source.display()))?;
+                Ok((new, rules))
+            }) {
+            Ok((new, rules)) => {
+                let needs_restart = restart_only_changes(&current, &new);
+                self.rules.store(Arc::new(rules));
+                // Keep the running values of restart-only settings so a later diff is honest.
+                let mut kept = new;
+                kept.server = current.server.clone();
+                kept.store.backend = current.store.backend.clone();
+                kept.store.prefix = current.store.prefix.clone();
+                kept.store.timeout = current.store.timeout;
+                *current = kept;
+                ReloadOutcome::Applied { needs_restart }
+            }
+            Err(message) => ReloadOutcome::Refused(message),
+        };
+        match &outcome {
+            ReloadOutcome::Applied { needs_restart } => {
+                METRICS.config_reloads.with_label_values(&["ok"]).inc();
+                log::info!("config reloaded from {}", current.source.display());
+                for key in needs_restart {
+                    log::warn!("config reload: {key} changed but needs a restart; still running the old value");
+                }
+            }
+            ReloadOutcome::Refused(message) => {
+                METRICS.config_reloads.with_label_values(&["error"]).inc();
+                log::error!("config reload refused, keeping the running rules: {message}");
+            }
+        }
+        outcome
+    }
+}
+
+/// Settings that are fixed for the life of the process.
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let (o, n) = (&old.server, &new.server);
+    if o.listen != n.listen {
+        out.push("server.listen");
+    }
+    if o.admin_listen != n.admin_listen {
+        out.push("server.admin_listen");
+    }
+    if o.threads != n.threads {
+        out.push("server.threads");
+    }
+    if o.grace_period != n.grace_period {
+        out.push("server.grace_period");
+    }
+    if o.pid_file != n.pid_file || o.upgrade_sock != n.upgrade_sock {
+        out.push("server.pid_file/upgrade_sock");
+    }
+    if old.store.backend != new.store.backend {
+        out.push("store.backend/url");
+    }
+    if old.store.prefix != new.store.prefix {
+        out.push("store.prefix");
+    }
+    if old.store.timeout != new.store.timeout {
+        out.push("store.timeout");
+    }
+    out
+}
+
+#[async_trait]
+impl BackgroundService for Reloader {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!("cannot listen for SIGHUP, reload disabled: {e}");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    // This runtime serves no traffic, so a brief blocking read is harmless here.
+                    self.reload();
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}

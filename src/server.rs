@@ -1,0 +1,109 @@
+//! Assembles the Pingora server from a validated config: the proxy service, the admin service,
+//! the store's maintenance task and the reloader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::prelude::{background_service, Opt};
+use pingora::server::configuration::ServerConf;
+use pingora::server::{Server, ShutdownWatch};
+use pingora::services::background::BackgroundService;
+
+use crate::admin::admin_service;
+use crate::config::{Backend, Config};
+use crate::limiter::memory::MemoryStore;
+use crate::limiter::Store;
+use crate::proxy::SlideGate;
+use crate::reload::Reloader;
+use crate::routes::Rules;
+
+/// Build the configured store (no I/O: Redis connects later, on Pingora's runtime).
+pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match &config.store.backend {
+        Backend::Memory => Arc::new(MemoryStore::new()),
+        Backend::Redis { .. } | Backend::RedisCluster { .. } => {
+            // REDIS-STUB: replaced when the Redis store lands.
+            anyhow::bail!("the Redis store is not built yet")
+        }
+    })
+}
+
+/// Calls [`Store::maintain`] once a second on Pingora's runtime: connects to Redis (so the
+/// connection's driver task lives on a runtime that lasts), reconnects, sweeps idle buckets.
+struct StoreMaintenance {
+    store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl BackgroundService for StoreMaintenance {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.store.maintain().await,
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Pingora process settings derived from `[server]`.
+fn server_conf(config: &Config) -> ServerConf {
+    let s = &config.server;
+    ServerConf {
+        threads: s.threads,
+        grace_period_seconds: Some(s.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(s.grace_period.as_secs().max(1)),
+        pid_file: s.pid_file.to_string_lossy().into_owned(),
+        upgrade_sock: s.upgrade_sock.to_string_lossy().into_owned(),
+        ..ServerConf::default()
+    }
+}
+
+/// Run slidegate until it is stopped by a signal. `upgrade` takes the listening sockets over
+/// from a running instance (Pingora's zero-downtime upgrade).
+pub fn run(config: Config, upgrade: bool) -> anyhow::Result<()> {
+    let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
+    let rules = Arc::new(ArcSwap::from_pointee(rules));
+    let store = build_store(&config)?;
+
+    let opt = Opt {
+        upgrade,
+        ..Opt::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
+    server.bootstrap();
+
+    let maintenance = server.add_service(background_service(
+        "store maintenance",
+        StoreMaintenance {
+            store: store.clone(),
+        },
+    ));
+
+    let mut proxy = pingora::proxy::http_proxy_service(
+        &server.configuration,
+        SlideGate::new(rules.clone(), store.clone(), config.store.timeout),
+    );
+    proxy.add_tcp(&config.server.listen.to_string());
+    let proxy = server.add_service(proxy);
+    // The store's connection is made by the maintenance task; the proxy starts after it has
+    // tried once (bounded by the store timeout), and serves with on_error while Redis is down.
+    proxy.add_dependency(&maintenance);
+
+    server.add_service(admin_service(
+        &config.server.admin_listen.to_string(),
+        store,
+    ));
+    server.add_service(background_service(
+        "config reload",
+        Reloader::new(config, rules),
+    ));
+
+    log::info!("slidegate starting");
+    server.run_forever()
+}
