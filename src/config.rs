@@ -100,6 +100,8 @@ pub struct StoreSettings {
     pub timeout: Duration,
     /// Default failure policy; a route may override it.
     pub on_error: OnError,
+    /// Answer locally while a bucket is known to be full (shared stores only; exact).
+    pub local_deny_cache: bool,
 }
 
 /// `[client_ip]`: how the client address is found.
@@ -237,6 +239,8 @@ struct RawStore {
     timeout: Duration,
     #[serde(default = "default_on_error")]
     on_error: OnError,
+    #[serde(default = "default_true")]
+    local_deny_cache: bool,
 }
 
 impl Default for RawStore {
@@ -248,6 +252,7 @@ impl Default for RawStore {
             prefix: default_prefix(),
             timeout: default_timeout(),
             on_error: default_on_error(),
+            local_deny_cache: true,
         }
     }
 }
@@ -260,6 +265,9 @@ fn default_prefix() -> Spanned<String> {
 }
 fn default_timeout() -> Duration {
     Duration::from_millis(50)
+}
+fn default_true() -> bool {
+    true
 }
 fn default_on_error() -> OnError {
     OnError::Allow
@@ -551,6 +559,7 @@ impl Validator<'_> {
             prefix: raw.prefix.into_inner(),
             timeout: raw.timeout,
             on_error: raw.on_error,
+            local_deny_cache: raw.local_deny_cache,
         })
     }
 

@@ -10,6 +10,7 @@ use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::Config;
+use crate::limiter::Store;
 use crate::metrics::METRICS;
 use crate::routes::Rules;
 
@@ -29,14 +30,16 @@ pub enum ReloadOutcome {
 pub struct Reloader {
     current: Mutex<Config>,
     rules: Arc<ArcSwap<Rules>>,
+    store: Arc<dyn Store>,
 }
 
 impl Reloader {
-    /// A reloader for the running `config`, publishing into `rules`.
-    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>) -> Self {
+    /// A reloader for the running `config`, publishing into `rules` and telling `store`.
+    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
         Reloader {
             current: Mutex::new(config),
             rules,
+            store,
         }
     }
 
@@ -54,12 +57,14 @@ impl Reloader {
             Ok((new, rules)) => {
                 let needs_restart = restart_only_changes(&current, &new);
                 self.rules.store(Arc::new(rules));
+                self.store.rules_changed();
                 // Keep the running values of restart-only settings so a later diff is honest.
                 let mut kept = new;
                 kept.server = current.server.clone();
                 kept.store.backend = current.store.backend.clone();
                 kept.store.prefix = current.store.prefix.clone();
                 kept.store.timeout = current.store.timeout;
+                kept.store.local_deny_cache = current.store.local_deny_cache;
                 *current = kept;
                 ReloadOutcome::Applied { needs_restart }
             }
@@ -109,6 +114,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.store.timeout != new.store.timeout {
         out.push("store.timeout");
+    }
+    if old.store.local_deny_cache != new.store.local_deny_cache {
+        out.push("store.local_deny_cache");
     }
     out
 }

@@ -14,20 +14,27 @@ use pingora::services::background::BackgroundService;
 
 use crate::admin::admin_service;
 use crate::config::{Backend, Config};
+use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::Store;
 use crate::proxy::SlideGate;
 use crate::reload::Reloader;
 use crate::routes::Rules;
 
-/// Build the configured store (no I/O: Redis connects later, on Pingora's runtime).
+/// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
+/// stores get the exact local deny cache in front unless it is disabled.
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    Ok(match &config.store.backend {
-        Backend::Memory => Arc::new(MemoryStore::new()),
+    let store: Arc<dyn Store> = match &config.store.backend {
+        Backend::Memory => return Ok(Arc::new(MemoryStore::new())),
         Backend::Redis { .. } | Backend::RedisCluster { .. } => {
             // REDIS-STUB: replaced when the Redis store lands.
             anyhow::bail!("the Redis store is not built yet")
         }
+    };
+    Ok(if config.store.local_deny_cache {
+        Arc::new(DenyCache::new(store))
+    } else {
+        store
     })
 }
 
@@ -97,11 +104,11 @@ pub fn run(config: Config, upgrade: bool) -> anyhow::Result<()> {
 
     server.add_service(admin_service(
         &config.server.admin_listen.to_string(),
-        store,
+        store.clone(),
     ));
     server.add_service(background_service(
         "config reload",
-        Reloader::new(config, rules),
+        Reloader::new(config, rules, store),
     ));
 
     log::info!("slidegate starting");

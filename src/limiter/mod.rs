@@ -10,6 +10,7 @@
 //! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
 //! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
 
+pub mod deny_cache;
 pub mod memory;
 pub mod redis;
 
@@ -115,4 +116,7 @@ pub trait Store: Send + Sync + 'static {
     fn is_ready(&self) -> bool {
         true
     }
+
+    /// Called after a reload swapped in new rules: drop anything derived from the old limits.
+    fn rules_changed(&self) {}
 }

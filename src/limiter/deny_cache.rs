@@ -1,0 +1,188 @@
+//! An exact local deny cache in front of a shared store, so a flood that is already being
+//! denied costs no Redis round trips.
+//!
+//! Why it is exact: when a decision says a bucket is denied, each full limit stays full until
+//! its oldest entry leaves the window (`reset`). Denied requests are never recorded and no proxy
+//! can admit into a full log, so nothing can free a slot earlier, and admission needs every
+//! limit to have room: no request for this bucket can be admitted before the largest `reset`
+//! of the full limits, i.e. [`Verdict::retry_after`].
+//!
+//! The instant is computed as a duration from the script's reply (Redis's clock), added to the
+//! moment the call was *sent* on this proxy's monotonic clock. The script ran after that moment,
+//! so the cached deadline is never later than the true one: the cache never denies a request
+//! the script would have admitted, and proxy clocks never matter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+
+use super::{Limit, LimitState, Store, StoreError, Verdict};
+
+/// Upper bound on cached buckets; past it new denials are simply not cached (correct, only
+/// slower), so a flood of distinct clients cannot grow memory without bound.
+pub const MAX_ENTRIES: usize = 100_000;
+
+struct Denied {
+    /// Before this instant no request for the bucket can be admitted.
+    until: Instant,
+    /// When the decision was requested, to age the states in the headers we send.
+    sent: Instant,
+    verdict: Verdict,
+}
+
+/// A [`Store`] wrapper that answers locally while a bucket is known to be full.
+pub struct DenyCache {
+    inner: Arc<dyn Store>,
+    denied: DashMap<Box<str>, Denied>,
+    hits: AtomicU64,
+}
+
+impl DenyCache {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        DenyCache {
+            inner,
+            denied: DashMap::new(),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// Number of buckets currently cached as denied.
+    pub fn len(&self) -> usize {
+        self.denied.len()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.denied.is_empty()
+    }
+
+    /// Decisions answered from the cache so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The cached verdict for `bucket`, aged to `now`, if it is still certain.
+    fn lookup(&self, bucket: &str, limits: &[Limit], now: Instant) -> Option<Verdict> {
+        let entry = self.denied.get(bucket)?;
+        if now >= entry.until || entry.verdict.states.len() != limits.len() {
+            return None;
+        }
+        let aged = now - entry.sent;
+        let states = entry
+            .verdict
+            .states
+            .iter()
+            .map(|s| LimitState {
+                remaining: s.remaining,
+                // Never show 0: the slot has not freed yet as far as we know.
+                reset: s.reset.saturating_sub(aged).max(Duration::from_micros(1)),
+            })
+            .collect();
+        Some(Verdict {
+            admitted: false,
+            states,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for DenyCache {
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        let sent = Instant::now();
+        if let Some(v) = self.lookup(bucket, limits, sent) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(v);
+        }
+        let verdict = self.inner.check(bucket, limits).await?;
+        match verdict.retry_after() {
+            Some(wait) if self.denied.len() < MAX_ENTRIES || self.denied.contains_key(bucket) => {
+                self.denied.insert(
+                    bucket.into(),
+                    Denied {
+                        until: sent + wait,
+                        sent,
+                        verdict: verdict.clone(),
+                    },
+                );
+            }
+            _ => {}
+        }
+        Ok(verdict)
+    }
+
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn maintain(&self) {
+        let now = Instant::now();
+        self.denied.retain(|_, d| d.until > now);
+        self.inner.maintain().await;
+    }
+
+    fn is_ready(&self) -> bool {
+        self.inner.is_ready()
+    }
+
+    fn rules_changed(&self) {
+        // New limits may admit what the old ones denied.
+        self.denied.clear();
+        self.inner.rules_changed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::memory::MemoryStore;
+
+    #[tokio::test]
+    async fn denies_locally_until_the_slot_frees_then_asks_again() {
+        let cache = DenyCache::new(Arc::new(MemoryStore::new()));
+        let limits = [Limit {
+            requests: 2,
+            window: Duration::from_millis(300),
+        }];
+        assert!(cache.check("b", &limits).await.unwrap().admitted);
+        assert!(cache.check("b", &limits).await.unwrap().admitted);
+        let denied = cache.check("b", &limits).await.unwrap();
+        assert!(!denied.admitted);
+        assert_eq!(cache.hits(), 0, "the first denial comes from the store");
+        let cached = cache.check("b", &limits).await.unwrap();
+        assert!(!cached.admitted);
+        assert_eq!(cache.hits(), 1);
+        assert!(cached.states[0].reset <= denied.states[0].reset);
+        tokio::time::sleep(denied.retry_after().unwrap() + Duration::from_millis(5)).await;
+        assert!(
+            cache.check("b", &limits).await.unwrap().admitted,
+            "slot freed: the store decides again"
+        );
+        assert_eq!(cache.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn reload_clears_the_cache() {
+        let cache = DenyCache::new(Arc::new(MemoryStore::new()));
+        let one = [Limit {
+            requests: 1,
+            window: Duration::from_secs(60),
+        }];
+        assert!(cache.check("b", &one).await.unwrap().admitted);
+        assert!(!cache.check("b", &one).await.unwrap().admitted);
+        assert_eq!(cache.len(), 1);
+        cache.rules_changed();
+        assert!(cache.is_empty());
+        let raised = [Limit {
+            requests: 3,
+            window: Duration::from_secs(60),
+        }];
+        assert!(
+            cache.check("b", &raised).await.unwrap().admitted,
+            "raised limit admits at once"
+        );
+    }
+}
