@@ -6,6 +6,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use slidegate::config::Config;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A reverse proxy with exact, distributed sliding-window rate limiting.
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -20,6 +24,9 @@ struct Cli {
     /// SIGQUIT to the old process).
     #[arg(short, long)]
     upgrade: bool,
+    /// Reload the configuration when the file changes (SIGHUP always reloads).
+    #[arg(short, long)]
+    watch: bool,
 }
 
 fn main() -> ExitCode {
@@ -36,7 +43,11 @@ fn main() -> ExitCode {
         println!("slidegate: configuration {} is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    match slidegate::server::run(config, cli.upgrade) {
+    let options = slidegate::server::RunOptions {
+        upgrade: cli.upgrade,
+        watch: cli.watch,
+    };
+    match slidegate::server::run(config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("slidegate: {e:#}");

@@ -31,16 +31,26 @@ pub struct Reloader {
     current: Mutex<Config>,
     rules: Arc<ArcSwap<Rules>>,
     store: Arc<dyn Store>,
+    /// Also reload when the file's modification time or size changes (polled once a second).
+    watch: bool,
 }
 
 impl Reloader {
     /// A reloader for the running `config`, publishing into `rules` and telling `store`.
-    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
+    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>, watch: bool) -> Self {
         Reloader {
             current: Mutex::new(config),
             rules,
             store,
+            watch,
         }
+    }
+
+    /// Modification time and size of the config file, to notice edits when watching.
+    fn fingerprint(&self) -> Option<(std::time::SystemTime, u64)> {
+        let path = self.current.lock().unwrap_or_else(|e| e.into_inner()).source.clone();
+        let meta = std::fs::metadata(path).ok()?;
+        Some((meta.modified().ok()?, meta.len()))
     }
 
     /// Re-read the config file and apply it if it is valid. Counts
@@ -131,11 +141,21 @@ impl BackgroundService for Reloader {
                 return;
             }
         };
+        let mut poll = tokio::time::interval(std::time::Duration::from_secs(1));
+        let mut seen = self.fingerprint();
         loop {
+            // This runtime serves no traffic, so a brief blocking read is harmless here.
             tokio::select! {
                 _ = hup.recv() => {
-                    // This runtime serves no traffic, so a brief blocking read is harmless here.
                     self.reload();
+                    seen = self.fingerprint();
+                }
+                _ = poll.tick(), if self.watch => {
+                    let now = self.fingerprint();
+                    if now.is_some() && now != seen {
+                        seen = now;
+                        self.reload();
+                    }
                 }
                 _ = shutdown.changed() => return,
             }

@@ -71,15 +71,23 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Run slidegate until it is stopped by a signal. `upgrade` takes the listening sockets over
-/// from a running instance (Pingora's zero-downtime upgrade).
-pub fn run(config: Config, upgrade: bool) -> anyhow::Result<()> {
+/// How to run, from the command line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Take the listening sockets over from a running instance (Pingora's zero-downtime upgrade).
+    pub upgrade: bool,
+    /// Reload when the config file changes, not only on SIGHUP.
+    pub watch: bool,
+}
+
+/// Run slidegate until it is stopped by a signal.
+pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
 
     let opt = Opt {
-        upgrade,
+        upgrade: options.upgrade,
         ..Opt::default()
     };
     let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
@@ -108,7 +116,7 @@ pub fn run(config: Config, upgrade: bool) -> anyhow::Result<()> {
     ));
     server.add_service(background_service(
         "config reload",
-        Reloader::new(config, rules, store),
+        Reloader::new(config, rules, store, options.watch),
     ));
 
     log::info!("slidegate starting");
