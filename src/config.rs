@@ -333,7 +333,7 @@ impl<'de> Deserialize<'de> for Window {
                 "window {text:?} is shorter than 1ms"
             )));
         }
-        if dur.subsec_nanos() % 1_000_000 != 0 {
+        if !dur.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(serde::de::Error::custom(format!(
                 "window {text:?} must be a whole number of milliseconds"
             )));

@@ -8,6 +8,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::prelude::{background_service, Opt};
+use pingora::apps::HttpServerOptions;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
@@ -104,6 +105,13 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         &server.configuration,
         SlideGate::new(rules.clone(), store.clone(), config.store.timeout),
     );
+    if let Some(app) = proxy.app_logic_mut() {
+        // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
+        // now and then (Pingora's default is no limit).
+        let mut options = HttpServerOptions::default();
+        options.keepalive_request_limit = Some(1000);
+        app.server_options = Some(options);
+    }
     proxy.add_tcp(&config.server.listen.to_string());
     let proxy = server.add_service(proxy);
     // The store's connection is made by the maintenance task; the proxy starts after it has
