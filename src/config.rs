@@ -358,7 +358,10 @@ impl Config {
     pub fn from_toml(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let de = toml::Deserializer::new(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
+            let key = e
+                .path()
+                .to_string()
+                .replace(".$__serde_spanned_private_value", "");
             let inner = e.into_inner();
             ConfigError::Invalid {
                 file: path.to_path_buf(),

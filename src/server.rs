@@ -19,6 +19,7 @@ use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::Store;
 use crate::proxy::SlideGate;
+use crate::ratelimit_headers::ceil_secs;
 use crate::reload::Reloader;
 use crate::routes::Rules;
 
@@ -64,8 +65,9 @@ fn server_conf(config: &Config) -> ServerConf {
     let s = &config.server;
     ServerConf {
         threads: s.threads,
-        grace_period_seconds: Some(s.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(s.grace_period.as_secs().max(1)),
+        // Pingora counts whole seconds; round up so "500ms" still drains.
+        grace_period_seconds: Some(ceil_secs(s.grace_period)),
+        graceful_shutdown_timeout_seconds: Some(ceil_secs(s.grace_period).max(1)),
         pid_file: s.pid_file.to_string_lossy().into_owned(),
         upgrade_sock: s.upgrade_sock.to_string_lossy().into_owned(),
         ..ServerConf::default()

@@ -1,0 +1,1 @@
+//! Redis harness (filled in by the Redis store work).

@@ -1,0 +1,339 @@
+//! Config validation through both doors: `slidegate -t` (the real binary, as an operator runs
+//! it) and `Config::from_toml` (the library). Every bad config must be refused with an error
+//! naming the file, the key path and, when the parser knows it, the line.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use slidegate::config::{Config, ConfigError};
+
+/// A valid config; every case below breaks exactly one thing in it.
+const BASE: &str = r#"[server]
+listen = "127.0.0.1:18080"
+admin_listen = "127.0.0.1:19090"
+grace_period = "1s"
+
+[store]
+backend = "memory"
+
+[client_ip]
+trusted_proxies = ["10.0.0.0/8"]
+
+[upstreams.app]
+servers = ["127.0.0.1:3000"]
+
+[[routes]]
+name = "api"
+path_prefix = "/api"
+methods = ["GET", "POST"]
+upstream = "app"
+key = "client_ip"
+limits = [ { requests = 10, window = "1m" } ]
+"#;
+
+/// `BASE` with the first occurrence of `from` replaced by `to` (which must exist).
+fn edit(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "BASE has no {from:?}");
+    BASE.replacen(from, to, 1)
+}
+
+/// 1-based number of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?}"))
+        + 1
+}
+
+/// Run `slidegate -t -c <file>`: (success, stdout, stderr).
+fn check_with_binary(path: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .arg("-t")
+        .arg("-c")
+        .arg(path)
+        .output()
+        .expect("run slidegate -t");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+struct Case {
+    what: &'static str,
+    toml: String,
+    /// The exact key path of the error.
+    key: &'static str,
+    /// A substring of the line the error must point at (`None`: the line is not known).
+    line_of: Option<&'static str>,
+    /// A substring of the message.
+    message: &'static str,
+}
+
+/// Refused by both `from_toml` and `slidegate -t`, with file, key, line and message.
+fn assert_refused(dir: &Path, case: &Case) {
+    let file: PathBuf = dir.join(format!("{}.toml", case.what.replace(' ', "_")));
+    std::fs::write(&file, &case.toml).unwrap();
+    let line = case.line_of.map(|needle| line_of(&case.toml, needle));
+
+    // The library.
+    let err = Config::from_toml(&file, &case.toml)
+        .expect_err(&format!("{}: accepted by from_toml", case.what));
+    match &err {
+        ConfigError::Invalid {
+            file: f,
+            line: l,
+            key,
+            message,
+        } => {
+            assert_eq!(f, &file, "{}: file in {err}", case.what);
+            assert_eq!(key, case.key, "{}: key in {err}", case.what);
+            assert_eq!(*l, line, "{}: line in {err}", case.what);
+            assert!(
+                message.contains(case.message),
+                "{}: message {message:?} lacks {:?}",
+                case.what,
+                case.message
+            );
+        }
+        other => panic!("{}: unexpected error {other}", case.what),
+    }
+    let text = err.to_string();
+    let expected_prefix = format!(
+        "{}:{}: `{}`: ",
+        file.display(),
+        line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()),
+        case.key
+    );
+    assert!(
+        text.starts_with(&expected_prefix),
+        "{}: {text:?} does not start with {expected_prefix:?}",
+        case.what
+    );
+
+    // The binary, as an operator runs it.
+    let (ok, stdout, stderr) = check_with_binary(&file);
+    assert!(
+        !ok,
+        "{}: slidegate -t accepted it; stdout: {stdout}",
+        case.what
+    );
+    assert!(
+        stderr.contains(&expected_prefix) && stderr.contains(case.message),
+        "{}: slidegate -t stderr {stderr:?} lacks {expected_prefix:?} or {:?}",
+        case.what,
+        case.message
+    );
+    println!("{:<28} {}", case.what, stderr.trim());
+}
+
+#[test]
+fn base_config_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("base.toml");
+    std::fs::write(&file, BASE).unwrap();
+    let config = Config::from_toml(&file, BASE).expect("BASE is valid");
+    assert_eq!(config.routes.len(), 1);
+    let (ok, stdout, stderr) = check_with_binary(&file);
+    assert!(ok, "slidegate -t refused BASE: {stderr}");
+    assert!(stdout.contains("is valid"), "{stdout}");
+}
+
+#[test]
+fn shipped_example_config_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slidegate.toml");
+    let config = Config::load(&path).expect("config/slidegate.toml loads");
+    assert!(!config.routes.is_empty(), "the example has routes");
+    assert!(config
+        .routes
+        .iter()
+        .all(|r| r.upstream < config.upstreams.len()));
+    let (ok, stdout, stderr) = check_with_binary(&path);
+    assert!(ok, "slidegate -t refused config/slidegate.toml: {stderr}");
+    assert!(
+        stdout.contains("is valid"),
+        "unexpected -t output: {stdout}"
+    );
+}
+
+#[test]
+fn missing_file_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("does-not-exist.toml");
+    let (ok, _, stderr) = check_with_binary(&file);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&file.display().to_string()),
+        "stderr {stderr:?} does not name the file"
+    );
+}
+
+#[test]
+fn bad_configs_are_refused_with_file_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = vec![
+        Case {
+            what: "unknown top-level key",
+            toml: format!("bogus = 1\n{BASE}"),
+            key: "bogus",
+            line_of: Some("bogus = 1"),
+            message: "unknown field `bogus`",
+        },
+        Case {
+            what: "unknown top-level table",
+            toml: format!("{BASE}\n[limits]\nx = 1\n"),
+            key: "limits",
+            line_of: Some("[limits]"),
+            message: "unknown field `limits`",
+        },
+        Case {
+            what: "unknown server key",
+            toml: edit("grace_period = \"1s\"", "grace_priod = \"1s\""),
+            key: "server.grace_priod",
+            line_of: Some("grace_priod"),
+            message: "unknown field `grace_priod`",
+        },
+        Case {
+            what: "unknown route key",
+            toml: edit("path_prefix = \"/api\"", "path = \"/api\""),
+            key: "routes[0].path",
+            line_of: Some("path = \"/api\""),
+            message: "unknown field `path`",
+        },
+        Case {
+            what: "unknown limit key",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", burst = 5 }",
+            ),
+            key: "routes[0].limits[0].burst",
+            line_of: Some("burst = 5"),
+            message: "unknown field `burst`",
+        },
+        Case {
+            what: "duplicate route names",
+            toml: format!(
+                "{BASE}\n[[routes]]\nname = \"api\" # again\nupstream = \"app\"\nlimits = []\n"
+            ),
+            key: "routes[1].name",
+            line_of: Some("# again"),
+            message: "duplicate route name \"api\"",
+        },
+        Case {
+            what: "missing upstream",
+            toml: edit("upstream = \"app\"", "upstream = \"nope\""),
+            key: "routes[0].upstream",
+            line_of: Some("upstream = \"nope\""),
+            message: "no [upstreams.nope]",
+        },
+        Case {
+            what: "zero requests",
+            toml: edit("requests = 10", "requests = 0"),
+            key: "routes[0].limits[0].requests",
+            line_of: Some("requests = 0"),
+            message: "nonzero",
+        },
+        Case {
+            what: "unparseable window",
+            toml: edit("window = \"1m\"", "window = \"soon\""),
+            key: "routes[0].limits[0].window",
+            line_of: Some("\"soon\""),
+            message: "invalid duration \"soon\"",
+        },
+        Case {
+            what: "window under 1ms",
+            toml: edit("window = \"1m\"", "window = \"500us\""),
+            key: "routes[0].limits[0].window",
+            line_of: Some("\"500us\""),
+            message: "shorter than 1ms",
+        },
+        Case {
+            what: "duplicate windows",
+            toml: edit(
+                "limits = [ { requests = 10, window = \"1m\" } ]",
+                "limits = [\n  { requests = 10, window = \"1m\" },\n  { requests = 20, window = \"60s\" },\n]",
+            ),
+            key: "routes[0].limits[1].window",
+            line_of: Some("\"60s\""),
+            message: "duplicate window 1m",
+        },
+        Case {
+            what: "bad listen address",
+            toml: edit("listen = \"127.0.0.1:18080\"", "listen = \"127.0.0.1\""),
+            key: "server.listen",
+            line_of: Some("listen = \"127.0.0.1\""),
+            message: "invalid socket address",
+        },
+        Case {
+            what: "bad CIDR",
+            toml: edit("[\"10.0.0.0/8\"]", "[\"10.0.0.0/8\", \"10.0.0.0/33\"]"),
+            key: "client_ip.trusted_proxies[1]",
+            line_of: Some("10.0.0.0/33"),
+            message: "invalid IP address",
+        },
+        Case {
+            what: "unknown key spec",
+            toml: edit("key = \"client_ip\"", "key = \"cookie:session\""),
+            key: "routes[0].key",
+            line_of: Some("cookie:session"),
+            message: "unknown key \"cookie:session\"",
+        },
+        Case {
+            what: "bad header key spec",
+            toml: edit("key = \"client_ip\"", "key = \"header:X Api Key\""),
+            key: "routes[0].key",
+            line_of: Some("header:X Api Key"),
+            message: "invalid header name",
+        },
+        Case {
+            what: "bad method",
+            toml: edit("methods = [\"GET\", \"POST\"]", "methods = [\"GET\", \"GE T\"]"),
+            key: "routes[0].methods[1]",
+            line_of: Some("GE T"),
+            message: "invalid method \"GE T\"",
+        },
+        Case {
+            what: "wrong type for route name",
+            toml: edit("name = \"api\"", "name = 5"),
+            key: "routes[0].name",
+            line_of: Some("name = 5"),
+            message: "invalid type",
+        },
+        Case {
+            what: "wrong type for threads",
+            toml: edit("grace_period = \"1s\"", "threads = \"two\""),
+            key: "server.threads",
+            line_of: Some("threads = \"two\""),
+            message: "invalid type",
+        },
+        Case {
+            what: "redis without url",
+            toml: edit("backend = \"memory\"", "backend = \"redis\""),
+            key: "store.url",
+            line_of: Some("backend = \"redis\""),
+            message: "required with backend = \"redis\"",
+        },
+    ];
+    // Check every case and report all failures at once.
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| {
+            std::panic::catch_unwind(|| assert_refused(dir.path(), case))
+                .err()
+                .map(|e| {
+                    e.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default()
+                })
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
