@@ -17,6 +17,7 @@ use crate::admin::admin_service;
 use crate::config::{Backend, Config};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
+use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
 use crate::proxy::SlideGate;
 use crate::ratelimit_headers::ceil_secs;
@@ -29,8 +30,7 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = match &config.store.backend {
         Backend::Memory => return Ok(Arc::new(MemoryStore::new())),
         Backend::Redis { .. } | Backend::RedisCluster { .. } => {
-            // REDIS-STUB: replaced when the Redis store lands.
-            anyhow::bail!("the Redis store is not built yet")
+            Arc::new(RedisStore::new(&config.store).context("cannot set up the Redis store")?)
         }
     };
     Ok(if config.store.local_deny_cache {

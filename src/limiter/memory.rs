@@ -129,8 +129,11 @@ impl MemoryStore {
                 if admitted {
                     log.entries.push_back(now);
                 }
-                let reset_us = match log.entries.front() {
-                    Some(&oldest) => oldest + log.window_us - now,
+                // A full limit admits again when entry[len - requests] leaves: the oldest,
+                // unless a reload lowered `requests` below what the log already holds.
+                let pivot = log.entries.len().saturating_sub(limit.requests as usize);
+                let reset_us = match log.entries.get(pivot) {
+                    Some(&t) => t + log.window_us - now,
                     None => log.window_us,
                 };
                 LimitState {

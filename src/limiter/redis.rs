@@ -1,1 +1,419 @@
-//! Redis store (placeholder until the Redis store lands).
+//! Redis store: the limiter state of every proxy instance in one Redis server or Redis Cluster.
+//!
+//! # One round trip per request
+//!
+//! Each decision is one `EVALSHA` of `lua/sliding_window.lua` (its header documents KEYS, ARGV
+//! and the reply). The script reads Redis's own clock (`TIME`), evicts, counts and records in
+//! every limit of the route atomically, so proxies never disagree about time and never race.
+//! [`redis::Script`] sends `EVALSHA` and falls back to `SCRIPT LOAD` + `EVALSHA` on `NOSCRIPT`
+//! (after a restart, a failover or `SCRIPT FLUSH`).
+//!
+//! # Keys
+//!
+//! One LIST per limit: `<prefix>:{<bucket>}:<window in ms>`. The `{bucket}` hash tag puts all
+//! limits of a bucket in one Cluster slot, so the multi-key script never fails with
+//! `CROSSSLOT`. The window (not the position or the request count) names the key, so a reload
+//! that only changes `requests` keeps the recorded entries, and one that changes a window
+//! starts that limit afresh.
+//!
+//! # Connections and failure
+//!
+//! Connections are created in [`Store::maintain`], never in [`RedisStore::new`] nor in
+//! [`Store::check`]: `maintain` runs on Pingora's runtime, and a redis-rs connection's driver
+//! task lives on the runtime that created it. One Redis uses a
+//! [`ConnectionManager`] (reconnects in the background), a Cluster a [`ClusterConnection`].
+//!
+//! `check` never waits for a connection: until one is up and answering, it fails at once with
+//! [`StoreError::Unavailable`], and every call is bounded by `store.timeout`, so a dead or
+//! frozen Redis costs a request at most that timeout, never the client library's multi-second
+//! reconnect backoff. `maintain` PINGs about once a second; the answer drives
+//! [`Store::is_ready`] and re-opens `check` after an outage. On one Redis, a lost connection or
+//! a few timeouts in a row close `check` until then; on a Cluster only "no master answers"
+//! does, so that one failed shard does not take the healthy ones down with it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::{Limit, LimitState, Store, StoreError, Verdict};
+use crate::config::{Backend, StoreSettings};
+
+/// Source of the sliding-window script, compiled into the binary.
+pub const SCRIPT_SOURCE: &str = include_str!("../../lua/sliding_window.lua");
+
+/// The script with its SHA1 computed once; shared by every store.
+static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCRIPT_SOURCE));
+
+/// After this many `check` timeouts in a row, `check` stops sending and fails fast until a
+/// `maintain` PING succeeds: a frozen Redis then costs one timeout per second, not one per
+/// request, and does not queue requests that Redis would execute late.
+const TIMEOUTS_BEFORE_FAIL_FAST: u32 = 3;
+
+/// After this many failed PINGs in a row (about seconds), `maintain` drops the connection and
+/// builds a new one. The libraries reconnect on their own after a closed socket, but not after a
+/// half-open one (host gone, no RST) where every command just times out.
+const PINGS_BEFORE_REBUILD: u32 = 5;
+
+/// Where the store connects; built without connecting.
+// One per store, built once: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Target {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A live connection. Both kinds are cheap handles (`Clone` shares the underlying sockets) and
+/// multiplex concurrent requests over one socket per server.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Run one sliding-window script invocation.
+    async fn invoke(&mut self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
+        match self {
+            Conn::Single(c) => call.invoke_async(c).await,
+            Conn::Cluster(c) => call.invoke_async(c).await,
+        }
+    }
+
+    /// PING. A Cluster counts as up while any master answers: one failed shard must not
+    /// stop the others (checks for its slots fail on their own, within the timeout).
+    async fn ping(&mut self) -> redis::RedisResult<()> {
+        let cmd = redis::cmd("PING");
+        match self {
+            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
+            Conn::Cluster(c) => {
+                let any_master = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::OneSucceeded),
+                ));
+                c.route_command(cmd, any_master).await.map(drop)
+            }
+        }
+    }
+}
+
+/// The Redis (or Redis Cluster) limiter store.
+pub struct RedisStore {
+    target: Target,
+    /// Key namespace (`store.prefix`), validated free of `{`, `}` and whitespace.
+    prefix: String,
+    /// `store.timeout`: bound on every call, and on each PING.
+    timeout: Duration,
+    /// The current connection; `None` until `maintain` connects, or after it gave one up.
+    conn: ArcSwapOption<Conn>,
+    /// The last PING succeeded and no outage was seen since: `check` may use `conn`.
+    healthy: AtomicBool,
+    /// `check` timeouts in a row (reset by any answer).
+    timeouts: AtomicU32,
+    /// Failed PINGs (or connection attempts) in a row.
+    failed_pings: AtomicU32,
+    /// Serializes `maintain`, in case a caller runs it from two places.
+    maintaining: tokio::sync::Mutex<()>,
+}
+
+impl RedisStore {
+    /// A store for `settings.backend` (`Redis` or `RedisCluster`). Only parses and validates the
+    /// URLs: it does not connect and needs no runtime. The first [`Store::maintain`] connects;
+    /// until then `check` returns [`StoreError::Unavailable`].
+    pub fn new(settings: &StoreSettings) -> Result<RedisStore, StoreError> {
+        let timeout = settings.timeout;
+        let target = match &settings.backend {
+            Backend::Redis { url } => Target::Single(
+                redis::Client::open(url.as_str())
+                    .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?,
+            ),
+            Backend::RedisCluster { urls } => {
+                let connect_timeout = connect_timeout(timeout);
+                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    // Retries happen inside one call, so they must fit in `store.timeout`:
+                    // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
+                    .retries(2)
+                    .min_retry_wait(1)
+                    .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
+                    .connection_timeout(connect_timeout)
+                    // Also the overall bound of one call, retries and redirects included.
+                    .response_timeout(timeout)
+                    .build()
+                    .map_err(|e| {
+                        StoreError::Backend(format!("invalid Redis Cluster config: {e}"))
+                    })?;
+                Target::Cluster(client)
+            }
+            Backend::Memory => {
+                return Err(StoreError::Backend(
+                    "RedisStore::new called with backend = \"memory\"".into(),
+                ))
+            }
+        };
+        Ok(RedisStore {
+            target,
+            prefix: settings.prefix.clone(),
+            timeout,
+            conn: ArcSwapOption::empty(),
+            healthy: AtomicBool::new(false),
+            timeouts: AtomicU32::new(0),
+            failed_pings: AtomicU32::new(0),
+            maintaining: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The Redis key holding `limit`'s log for `bucket`: `<prefix>:{<bucket>}:<window ms>`.
+    pub fn key(&self, bucket: &str, limit: &Limit) -> String {
+        debug_assert!(
+            !bucket.contains(['{', '}']),
+            "bucket {bucket:?} contains a brace"
+        );
+        format!(
+            "{}:{{{}}}:{}",
+            self.prefix,
+            bucket,
+            limit.window.as_millis()
+        )
+    }
+
+    /// Open a new connection, bounded so that `maintain` returns promptly.
+    async fn connect(&self) -> Result<Conn, StoreError> {
+        let budget = connect_timeout(self.timeout) * 2;
+        let attempt = async {
+            match &self.target {
+                Target::Single(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        // Reconnects run in the background while `check` fails fast (see
+                        // `healthy`); one quick retry, then the next PING starts another.
+                        .set_number_of_retries(1)
+                        .set_min_delay(Duration::from_millis(10))
+                        .set_max_delay(Duration::from_millis(100))
+                        .set_connection_timeout(Some(connect_timeout(self.timeout)))
+                        .set_response_timeout(Some(self.timeout));
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map(Conn::Single)
+                }
+                Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            }
+        };
+        match tokio::time::timeout(budget, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(classify(&e, self.timeout)),
+            Err(_) => Err(StoreError::Timeout(budget)),
+        }
+    }
+
+    /// One PING, bounded by the store timeout.
+    async fn ping(&self, conn: &mut Conn) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.timeout, conn.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(classify(&e, self.timeout)),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Record a failed PING or connection attempt; give the connection up after a few.
+    fn ping_failed(&self, error: &StoreError) {
+        if self.healthy.swap(false, Ordering::AcqRel) {
+            log::warn!("{} store not ready: {error}", self.backend());
+        }
+        let failures = self.failed_pings.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures.is_multiple_of(PINGS_BEFORE_REBUILD) && self.conn.load().is_some() {
+            log::warn!(
+                "{} store: {failures} failed PINGs in a row, reconnecting from scratch",
+                self.backend()
+            );
+            self.conn.store(None);
+        }
+    }
+
+    /// Turn a script reply into a verdict, checking its shape.
+    fn verdict(reply: &[i64], limits: &[Limit]) -> Result<Verdict, StoreError> {
+        if reply.len() != 1 + 2 * limits.len() {
+            return Err(StoreError::Backend(format!(
+                "script returned {} values for {} limits",
+                reply.len(),
+                limits.len()
+            )));
+        }
+        let states = reply[1..]
+            .chunks_exact(2)
+            .map(|pair| LimitState {
+                remaining: pair[0].clamp(0, i64::from(u32::MAX)) as u32,
+                reset: Duration::from_micros(pair[1].max(0) as u64),
+            })
+            .collect();
+        Ok(Verdict {
+            admitted: reply[0] == 1,
+            states,
+        })
+    }
+}
+
+/// How long one connection attempt may take. A new connection needs a TCP (maybe TLS) handshake
+/// and `HELLO`/`AUTH` round trips, so it gets more than one call's timeout, but it stays well
+/// under the one-second `maintain` period.
+fn connect_timeout(timeout: Duration) -> Duration {
+    (timeout * 4).clamp(Duration::from_millis(100), Duration::from_millis(400))
+}
+
+/// Map a redis-rs error to the store's three kinds: the connection is the problem
+/// (`Unavailable`), the clock ran out (`Timeout`), or Redis answered with an error (`Backend`).
+fn classify(e: &RedisError, timeout: Duration) -> StoreError {
+    if e.is_timeout() {
+        return StoreError::Timeout(timeout);
+    }
+    let unavailable = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::BusyLoading
+                )
+        );
+    if unavailable {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        if limits.is_empty() {
+            return Ok(Verdict {
+                admitted: true,
+                states: Vec::new(),
+            });
+        }
+        // Fail fast rather than queue behind a reconnect: `maintain` re-opens the gate.
+        let Some(conn) = self.conn.load_full() else {
+            return Err(StoreError::Unavailable("not connected".into()));
+        };
+        if !self.healthy.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable("connection not ready".into()));
+        }
+
+        let mut call = SCRIPT.prepare_invoke();
+        for limit in limits {
+            call.key(self.key(bucket, limit));
+        }
+        for limit in limits {
+            call.arg(limit.requests)
+                .arg(limit.window.as_micros() as u64);
+        }
+
+        let mut conn = (*conn).clone();
+        match tokio::time::timeout(self.timeout, conn.invoke(&call)).await {
+            Ok(Ok(reply)) => {
+                self.timeouts.store(0, Ordering::Release);
+                Self::verdict(&reply, limits)
+            }
+            Ok(Err(e)) => {
+                let error = classify(&e, self.timeout);
+                self.note_failure(&error);
+                Err(error)
+            }
+            Err(_) => {
+                let error = StoreError::Timeout(self.timeout);
+                self.note_failure(&error);
+                Err(error)
+            }
+        }
+    }
+
+    fn backend(&self) -> &'static str {
+        match self.target {
+            Target::Single(_) => "redis",
+            Target::Cluster(_) => "redis_cluster",
+        }
+    }
+
+    async fn maintain(&self) {
+        let Ok(_guard) = self.maintaining.try_lock() else {
+            return;
+        };
+        let conn = match self.conn.load_full() {
+            Some(conn) => conn,
+            None => match self.connect().await {
+                Ok(conn) => {
+                    let conn = Arc::new(conn);
+                    self.conn.store(Some(conn.clone()));
+                    conn
+                }
+                Err(error) => {
+                    self.ping_failed(&error);
+                    return;
+                }
+            },
+        };
+        let mut conn = (*conn).clone();
+        let mut result = self.ping(&mut conn).await;
+        if matches!(result, Err(StoreError::Unavailable(_))) {
+            // A PING that finds the connection lost (or the last reconnect failed) makes the
+            // ConnectionManager start a new attempt without waiting for it; a second PING
+            // waits for that attempt, so a Redis that is back is back in one `maintain`.
+            result = self.ping(&mut conn).await;
+        }
+        match result {
+            Ok(()) => {
+                self.failed_pings.store(0, Ordering::Release);
+                self.timeouts.store(0, Ordering::Release);
+                if !self.healthy.swap(true, Ordering::AcqRel) {
+                    log::info!("{} store ready", self.backend());
+                }
+            }
+            Err(error) => self.ping_failed(&error),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+}
+
+impl RedisStore {
+    /// React to a failed `check` on one Redis: a lost connection, or a few timeouts in a row,
+    /// close the gate until `maintain` gets a PING through. (The library reconnects in the
+    /// background; meanwhile `check` answers at once instead of queueing behind it.)
+    ///
+    /// Not for a Cluster: there a failure usually concerns one shard, and closing the gate
+    /// would fail the buckets of the healthy shards too. Its calls stay bounded by the
+    /// timeout, and `maintain` closes the gate when no master answers at all.
+    fn note_failure(&self, error: &StoreError) {
+        if matches!(self.target, Target::Cluster(_)) {
+            return;
+        }
+        match error {
+            StoreError::Unavailable(_) => {
+                if self.healthy.swap(false, Ordering::AcqRel) {
+                    log::warn!("{} store unavailable: {error}", self.backend());
+                }
+            }
+            StoreError::Timeout(_) => {
+                let n = self.timeouts.fetch_add(1, Ordering::AcqRel) + 1;
+                if n >= TIMEOUTS_BEFORE_FAIL_FAST && self.healthy.swap(false, Ordering::AcqRel) {
+                    log::warn!(
+                        "{} store: {n} timeouts in a row, failing fast until Redis answers a PING",
+                        self.backend()
+                    );
+                }
+            }
+            StoreError::Backend(_) => {}
+        }
+    }
+}

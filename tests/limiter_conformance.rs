@@ -1,0 +1,311 @@
+//! One conformance suite for every store: the memory store, `RedisStore` on one Redis, and
+//! `RedisStore` on a 3-master Redis Cluster must give the same answers.
+//!
+//! Each case is a plain `async fn(Arc<dyn Store>)`; the `conformance!` macro instantiates every
+//! case once per backend, each test with its own fresh store (and its own Redis).
+
+mod common;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::redis::{wait_ready, RedisCluster, RedisServer};
+use futures::future::join_all;
+use slidegate::limiter::memory::MemoryStore;
+use slidegate::limiter::redis::RedisStore;
+use slidegate::limiter::{Limit, Store, Verdict};
+
+/// Slack for comparing `reset` with the time measured by the test: scheduling, round trips and
+/// the Redis clock vs. the test's clock.
+const TOLERANCE: Duration = Duration::from_millis(150);
+
+/// Generous store timeout: this suite checks semantics, not latency (see `redis_faults.rs`).
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A store plus whatever must outlive it (the Redis processes).
+type Fixture = (Arc<dyn Store>, Box<dyn Any + Send>);
+
+async fn memory() -> Fixture {
+    (Arc::new(MemoryStore::new()), Box::new(()))
+}
+
+async fn redis_single() -> Fixture {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let store = RedisStore::new(&server.store_settings(STORE_TIMEOUT)).unwrap();
+    assert_eq!(store.backend(), "redis");
+    wait_ready(&store, Duration::from_secs(10)).await;
+    (Arc::new(store), Box::new(server))
+}
+
+async fn redis_cluster() -> Fixture {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .unwrap();
+    let store = RedisStore::new(&cluster.store_settings(STORE_TIMEOUT)).unwrap();
+    assert_eq!(store.backend(), "redis_cluster");
+    wait_ready(&store, Duration::from_secs(20)).await;
+    (Arc::new(store), Box::new(cluster))
+}
+
+fn limit(requests: u32, window_ms: u64) -> Limit {
+    Limit {
+        requests,
+        window: Duration::from_millis(window_ms),
+    }
+}
+
+async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {
+    let verdict = store
+        .check(bucket, limits)
+        .await
+        .unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()));
+    assert_eq!(verdict.states.len(), limits.len());
+    verdict
+}
+
+fn remaining(v: &Verdict) -> Vec<u32> {
+    v.states.iter().map(|s| s.remaining).collect()
+}
+
+/// `actual` is within TOLERANCE of `expected` (and never above the window).
+fn assert_near(actual: Duration, expected: Duration, what: &str) {
+    let diff = actual.abs_diff(expected);
+    assert!(
+        diff <= TOLERANCE,
+        "{what}: {actual:?}, expected {expected:?} ± {TOLERANCE:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases.
+
+/// 500 concurrent checks against 10/min admit exactly 10, each seeing a distinct `remaining`.
+async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
+    let limits = [limit(10, 60_000)];
+    let calls = (0..500).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.check("conc:client", &limits).await })
+    });
+    let verdicts: Vec<Verdict> = join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().expect("check failed"))
+        .collect();
+    let admitted: Vec<&Verdict> = verdicts.iter().filter(|v| v.admitted).collect();
+    assert_eq!(admitted.len(), 10, "{} admitted", admitted.len());
+    let mut seen: Vec<u32> = admitted.iter().map(|v| v.states[0].remaining).collect();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..10).collect::<Vec<_>>(),
+        "each admission saw its own count"
+    );
+    assert!(verdicts
+        .iter()
+        .filter(|v| !v.admitted)
+        .all(|v| v.states[0].remaining == 0));
+}
+
+/// The fixed-window boundary burst does not get through a sliding window.
+async fn boundary_burst(store: Arc<dyn Store>) {
+    let limits = [limit(10, 2000)];
+    let t0 = Instant::now();
+    for _ in 0..10 {
+        assert!(check(&store, "burst:client", &limits).await.admitted);
+    }
+    tokio::time::sleep_until((t0 + Duration::from_millis(1600)).into()).await;
+    for _ in 0..10 {
+        let v = check(&store, "burst:client", &limits).await;
+        assert!(!v.admitted, "admitted 1.6 s into a 2 s window that is full");
+        let expected = Duration::from_millis(2000).saturating_sub(t0.elapsed());
+        assert_near(v.retry_after().unwrap(), expected, "retry_after at 1.6 s");
+    }
+    tokio::time::sleep_until((t0 + Duration::from_millis(2400)).into()).await;
+    for i in 0..10 {
+        let v = check(&store, "burst:client", &limits).await;
+        assert!(
+            v.admitted,
+            "request {i} denied after the window slid past the burst"
+        );
+    }
+    assert!(!check(&store, "burst:client", &limits).await.admitted);
+}
+
+/// Stacked limits: a request denied by one limit is recorded in none.
+async fn stacked_limits_all_or_nothing(store: Arc<dyn Store>) {
+    let limits = [limit(3, 1000), limit(5, 10_000)];
+    let b = "stacked:client";
+    let t0 = Instant::now();
+    for expected in [[2, 4], [1, 3], [0, 2]] {
+        let v = check(&store, b, &limits).await;
+        assert!(v.admitted);
+        assert_eq!(remaining(&v), expected);
+    }
+    // Denied by the 1 s limit: the 10 s limit keeps its 2 remaining, however many are denied.
+    for _ in 0..5 {
+        let v = check(&store, b, &limits).await;
+        assert!(!v.admitted);
+        assert_eq!(remaining(&v), [0, 2]);
+        assert_eq!(v.violated().collect::<Vec<_>>(), [0]);
+        let expected = Duration::from_secs(1).saturating_sub(t0.elapsed());
+        assert_near(
+            v.retry_after().unwrap(),
+            expected,
+            "retry_after (1 s limit)",
+        );
+    }
+    tokio::time::sleep_until((t0 + Duration::from_millis(1200)).into()).await;
+    for expected in [[2, 1], [1, 0]] {
+        let v = check(&store, b, &limits).await;
+        assert!(v.admitted);
+        assert_eq!(remaining(&v), expected);
+    }
+    // Now denied by the 10 s limit only: the 1 s limit keeps its 1 remaining.
+    for _ in 0..5 {
+        let v = check(&store, b, &limits).await;
+        assert!(!v.admitted);
+        assert_eq!(remaining(&v), [1, 0]);
+        assert_eq!(v.violated().collect::<Vec<_>>(), [1]);
+        let expected = Duration::from_secs(10).saturating_sub(t0.elapsed());
+        assert_near(
+            v.retry_after().unwrap(),
+            expected,
+            "retry_after (10 s limit)",
+        );
+    }
+}
+
+/// `remaining` counts down per admission; `reset` is the time until the oldest entry leaves.
+async fn reset_and_remaining(store: Arc<dyn Store>) {
+    let window = Duration::from_secs(2);
+    let limits = [limit(5, 2000)];
+    let b = "reset:client";
+    let t0 = Instant::now();
+
+    let first = check(&store, b, &limits).await;
+    assert!(first.admitted);
+    assert_eq!(first.states[0].remaining, 4);
+    assert!(first.states[0].reset <= window);
+    assert_near(first.states[0].reset, window, "reset of a fresh log");
+    assert_eq!(first.retry_after(), None);
+
+    tokio::time::sleep_until((t0 + Duration::from_millis(500)).into()).await;
+    let second = check(&store, b, &limits).await;
+    assert_eq!(second.states[0].remaining, 3);
+    assert_near(
+        second.states[0].reset,
+        window - t0.elapsed(),
+        "reset after 0.5 s",
+    );
+
+    for expected in [2, 1, 0] {
+        let v = check(&store, b, &limits).await;
+        assert!(v.admitted);
+        assert_eq!(v.states[0].remaining, expected);
+    }
+    let denied = check(&store, b, &limits).await;
+    assert!(!denied.admitted);
+    assert_eq!(denied.states[0].remaining, 0);
+    assert_near(
+        denied.retry_after().unwrap(),
+        window - t0.elapsed(),
+        "retry_after",
+    );
+    assert_eq!(denied.retry_after(), Some(denied.states[0].reset));
+
+    // The first entry has left, the four from t0 + 0.5 s have not.
+    tokio::time::sleep_until((t0 + Duration::from_millis(2100)).into()).await;
+    let again = check(&store, b, &limits).await;
+    assert!(again.admitted);
+    assert_eq!(again.states[0].remaining, 0);
+    assert_near(
+        again.states[0].reset,
+        (window + Duration::from_millis(500)).saturating_sub(t0.elapsed()),
+        "reset once the oldest of the 0.5 s entries is the oldest",
+    );
+}
+
+/// Buckets are independent, and a route with three limits works for many buckets (on a Cluster
+/// they hash to different nodes; the shared hash tag keeps each call in one slot: no CROSSSLOT).
+async fn buckets_are_independent(store: Arc<dyn Store>) {
+    let limits = [limit(2, 10_000), limit(3, 60_000), limit(4, 3_600_000)];
+    let calls = (0..64).map(|i| {
+        let store = store.clone();
+        async move {
+            let bucket = format!("many:client-{i}");
+            let mut admitted = Vec::new();
+            for _ in 0..3 {
+                admitted.push(check(&store, &bucket, &limits).await.admitted);
+            }
+            assert_eq!(admitted, [true, true, false], "bucket {bucket}");
+        }
+    });
+    join_all(calls).await;
+}
+
+/// Logs are keyed by window: a reload that changes `requests` keeps the recorded entries, one
+/// that changes the window starts that limit afresh.
+async fn logs_are_keyed_by_window(store: Arc<dyn Store>) {
+    let b = "reload:client";
+    for _ in 0..3 {
+        assert!(check(&store, b, &[limit(5, 10_000)]).await.admitted);
+    }
+    let lowered = check(&store, b, &[limit(3, 10_000)]).await;
+    assert!(
+        !lowered.admitted,
+        "3 entries already fill a limit lowered to 3"
+    );
+    assert_eq!(remaining(&lowered), [0]);
+    let raised = check(&store, b, &[limit(10, 10_000)]).await;
+    assert!(raised.admitted);
+    assert_eq!(remaining(&raised), [6]);
+    let new_window = check(&store, b, &[limit(5, 20_000)]).await;
+    assert!(new_window.admitted);
+    assert_eq!(remaining(&new_window), [4]);
+}
+
+/// A route without limits is always admitted.
+async fn no_limits_admits(store: Arc<dyn Store>) {
+    let v = check(&store, "none:client", &[]).await;
+    assert!(v.admitted);
+    assert!(v.states.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instantiation: every case for every backend.
+
+macro_rules! conformance {
+    ($backend:ident, $fixture:ident, [$($case:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _guard) = super::$fixture().await;
+                    super::$case(store).await;
+                }
+            )*
+        }
+    };
+    ($backend:ident, $fixture:ident) => {
+        conformance!(
+            $backend,
+            $fixture,
+            [
+                exact_count_under_concurrency,
+                boundary_burst,
+                stacked_limits_all_or_nothing,
+                reset_and_remaining,
+                buckets_are_independent,
+                logs_are_keyed_by_window,
+                no_limits_admits,
+            ]
+        );
+    };
+}
+
+conformance!(memory, memory);
+conformance!(redis, redis_single);
+conformance!(redis_cluster, redis_cluster);
