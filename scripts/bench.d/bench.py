@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Helpers for scripts/bench: free ports, one record per wrk run, and the Markdown report.
+
+    bench.py ports N                      N free loopback TCP ports, space separated
+    bench.py record --runs FILE ...       append one run (wrk output + CPU + Redis stats)
+    bench.py render TEMPLATE OUT K=V...   copy TEMPLATE to OUT, replacing every @K@ by V
+    bench.py report --runs FILE --meta F  print the Markdown report
+
+Only the standard library is used.
+"""
+
+import argparse
+import json
+import re
+import socket
+import statistics
+import sys
+
+CASES = {
+    "A": "nginx `proxy_pass`, upstream keepalive",
+    "B": "nginx + `limit_req` (allowed path)",
+    "C": "slidegate, route without limits",
+    "D": "slidegate + memory store (allowed path)",
+    "E": "slidegate + Redis store (allowed path)",
+    "F": "slidegate + Redis store (denied flood)",
+}
+REDIS_CASES = ("E", "F")
+SCRIPT_CMDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+# ------------------------------------------------------------------------------------------
+def cmd_ports(args):
+    socks = []
+    for _ in range(args.n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    print(" ".join(str(s.getsockname()[1]) for s in socks))
+    for s in socks:
+        s.close()
+
+
+def cmd_render(args):
+    with open(args.template) as f:
+        text = f.read()
+    for kv in args.values:
+        k, v = kv.split("=", 1)
+        text = text.replace(f"@{k}@", v)
+    left = sorted(set(re.findall(r"@([A-Z_]+)@", text)))
+    if left:
+        sys.exit(f"bench.py render: {args.template}: no value for {', '.join(left)}")
+    with open(args.out, "w") as f:
+        f.write(text)
+
+
+def parse_info(path):
+    """Redis INFO text -> ({cmd: {calls, usec, failed_calls, rejected_calls}}, cpu seconds)."""
+    cmds, cpu = {}, 0.0
+    if not path:
+        return cmds, None
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            m = re.match(r"cmdstat_([^:]+):(.*)", line)
+            if m:
+                fields = dict(kv.split("=", 1) for kv in m.group(2).split(","))
+                cmds[m.group(1)] = {
+                    k: float(fields.get(k, 0))
+                    for k in ("calls", "usec", "failed_calls", "rejected_calls")
+                }
+            elif line.startswith(("used_cpu_sys:", "used_cpu_user:")):
+                cpu += float(line.split(":", 1)[1])
+    return cmds, cpu
+
+
+def cmd_record(args):
+    wrk = None
+    with open(args.wrk_file) as f:
+        text = f.read()
+    for line in text.splitlines():
+        if line.startswith("WRKJSON "):
+            wrk = json.loads(line[len("WRKJSON "):])
+    if wrk is None:
+        sys.exit(f"bench.py: no WRKJSON line in wrk output:\n{text}")
+    rec = {"case": args.case, "round": args.round, **wrk}
+    secs = wrk["duration_us"] / 1e6
+    rec["rps"] = wrk["requests"] / secs if secs > 0 else 0.0
+    reqs = max(wrk["requests"], 1)
+    if args.cpu_before is not None and args.cpu_after is not None:
+        rec["proxy_cpu_us_per_req"] = (args.cpu_after - args.cpu_before) / args.clk_tck * 1e6 / reqs
+    if args.redis_after:
+        cmds, cpu_after = parse_info(args.redis_after)
+        _, cpu_before = parse_info(args.redis_before)
+        calls = sum(cmds.get(c, {}).get("calls", 0) for c in SCRIPT_CMDS)
+        usec = sum(cmds.get(c, {}).get("usec", 0) for c in SCRIPT_CMDS)
+        failed = sum(cmds.get(c, {}).get("failed_calls", 0) + cmds.get(c, {}).get("rejected_calls", 0)
+                     for c in SCRIPT_CMDS)
+        rec["redis_script_calls"] = calls
+        rec["redis_script_failed"] = failed
+        rec["redis_usec_per_call"] = usec / calls if calls else None
+        rec["redis_calls_per_req"] = calls / reqs
+        rec["redis_all_calls"] = sum(v["calls"] for v in cmds.values())
+        if cpu_before is not None and cpu_after is not None:
+            rec["redis_cpu_us_per_req"] = (cpu_after - cpu_before) * 1e6 / reqs
+    with open(args.runs, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    extra = ""
+    if "redis_calls_per_req" in rec:
+        upc = rec["redis_usec_per_call"]
+        extra = f"  redis {rec['redis_calls_per_req']:.3f} calls/req, " + (
+            f"{upc:.2f} usec/call" if upc is not None else "no script calls")
+    errs = wrk["connect_errors"] + wrk["read_errors"] + wrk["write_errors"] + wrk["timeouts"]
+    print(f"  round {args.round} case {args.case}: {rec['rps']:>9.0f} req/s  "
+          f"p50 {wrk['p50_us'] / 1000:.2f} ms  p99 {wrk['p99_us'] / 1000:.2f} ms  "
+          f"non-2xx {wrk['status_errors']}  socket errors {errs}{extra}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+def med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt_rps(v):
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def fmt_ms(us):
+    return "n/a" if us is None else f"{us / 1000:.2f} ms"
+
+
+def fmt_ratio(v):
+    return "n/a" if v is None else f"{v:.2f}×"
+
+
+def fmt_num(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def paired_ratio(by_case, num, den):
+    """Median over rounds of num/den, each ratio taken within one round (same conditions)."""
+    if num not in by_case or den not in by_case:
+        return None
+    den_by_round = {r["round"]: r["rps"] for r in by_case[den]}
+    ratios = [r["rps"] / den_by_round[r["round"]] for r in by_case[num]
+              if den_by_round.get(r["round"])]
+    return med(ratios)
+
+
+def metric_total(path, name, label_filter=None):
+    """Sum a Prometheus counter family from a /metrics dump, optionally filtered by labels."""
+    total = 0.0
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.startswith(name):
+                    continue
+                m = re.match(r"(\w+)(\{[^}]*\})?\s+([0-9.eE+-]+)", line)
+                if not m or m.group(1) != name:
+                    continue
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+                if label_filter and any(labels.get(k) != v for k, v in label_filter.items()):
+                    continue
+                total += float(m.group(3))
+    except OSError:
+        return None
+    return total
+
+
+def cmd_report(args):
+    with open(args.meta) as f:
+        meta = json.load(f)
+    runs = []
+    with open(args.runs) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    by_case = {}
+    for r in runs:
+        by_case.setdefault(r["case"], []).append(r)
+    skipped = dict(kv.split("=", 1) for kv in args.skip)
+    metrics_files = dict(kv.split("=", 1) for kv in args.metrics)
+
+    out = []
+    p = out.append
+    p(f"### slidegate benchmark ({meta['date']})")
+    p("")
+    p(f"`{meta['command']}` — commit `{meta['commit']}`, {meta['cpus']} CPUs ({meta['cpu_model']}), "
+      f"{meta['rounds']} interleaved round{'s' if int(meta['rounds']) != 1 else ''} of `wrk -t{meta['wrk_threads']} -c{meta['connections']} "
+      f"-d{meta['duration']}` per case on loopback, after a {meta['warmup']} warm-up per case. "
+      f"slidegate `threads = {meta['sg_threads']}`; nginx `worker_processes 1` "
+      f"({meta['nginx_version']}); {meta['redis_version']}; wrk {meta['wrk_version']}.")
+    p("")
+    p("| case | median req/s | p50 | p99 | vs nginx proxy_pass | vs slidegate no-limit | proxy CPU µs/req |")
+    p("|---|---:|---:|---:|---:|---:|---:|")
+    stats = {}
+    for key, name in CASES.items():
+        if key in skipped:
+            p(f"| {key}. {name} | SKIPPED | | | | | |")
+            continue
+        rs = by_case.get(key)
+        if not rs:
+            continue
+        s = {
+            "rps": med(r["rps"] for r in rs),
+            "p50": med(r["p50_us"] for r in rs),
+            "p99": med(r["p99_us"] for r in rs),
+            "cpu": med(r.get("proxy_cpu_us_per_req") for r in rs),
+            "vs_a": paired_ratio(by_case, key, "A"),
+            "vs_c": paired_ratio(by_case, key, "C"),
+            "usec_per_call": med(r.get("redis_usec_per_call") for r in rs),
+            "calls_per_req": med(r.get("redis_calls_per_req") for r in rs),
+            "redis_cpu": med(r.get("redis_cpu_us_per_req") for r in rs),
+            "non2xx": sum(r["status_errors"] for r in rs),
+            "requests": sum(r["requests"] for r in rs),
+            "sock_errors": sum(r["connect_errors"] + r["read_errors"] + r["write_errors"] + r["timeouts"]
+                               for r in rs),
+            "script_failed": sum(r.get("redis_script_failed") or 0 for r in rs),
+        }
+        stats[key] = s
+        p(f"| {key}. {name} | {fmt_rps(s['rps'])} | {fmt_ms(s['p50'])} | {fmt_ms(s['p99'])} | "
+          f"{fmt_ratio(s['vs_a'])} | {fmt_ratio(s['vs_c'])} | {fmt_num(s['cpu'], '.1f')} |")
+    p("")
+
+    redis_rows = [k for k in REDIS_CASES if k in stats]
+    if redis_rows:
+        p("| Redis case | EVALSHA usec_per_call | Redis script calls / request | Redis CPU µs/request |")
+        p("|---|---:|---:|---:|")
+        for k in redis_rows:
+            s = stats[k]
+            p(f"| {k}. {CASES[k]} | {fmt_num(s['usec_per_call'], '.2f')} | "
+              f"{fmt_num(s['calls_per_req'], '.4f')} | {fmt_num(s['redis_cpu'], '.1f')} |")
+        p("")
+    for k, reason in sorted(skipped.items()):
+        p(f"SKIPPED {k}. {CASES[k]}: {reason}")
+    if skipped:
+        p("")
+
+    # Targets.
+    p("Targets:")
+    p("")
+    targets = []
+
+    def target(label, value_text, ok):
+        verdict = "SKIPPED" if ok is None else ("PASS" if ok else "FAIL")
+        targets.append(verdict)
+        p(f"- {verdict}: {label} — {value_text}")
+
+    def have(*keys):
+        return all(k in stats for k in keys)
+
+    e, f = stats.get("E"), stats.get("F")
+    if have("E", "C") and e["vs_c"] is not None:
+        target("Redis allowed path ≥ 0.95× slidegate no-limit route", f"{e['vs_c']:.3f}×", e["vs_c"] >= 0.95)
+    else:
+        target("Redis allowed path ≥ 0.95× slidegate no-limit route", "not measured", None)
+    if have("E", "A") and e["vs_a"] is not None:
+        target("Redis allowed path ≥ 0.6× nginx proxy_pass", f"{e['vs_a']:.3f}×", e["vs_a"] >= 0.6)
+    else:
+        target("Redis allowed path ≥ 0.6× nginx proxy_pass", "not measured", None)
+    fe = paired_ratio(by_case, "F", "E") if have("E", "F") else None
+    if fe is not None:
+        target("denied flood ≥ 1.5× Redis allowed path", f"{fe:.3f}×", fe >= 1.5)
+    else:
+        target("denied flood ≥ 1.5× Redis allowed path", "not measured", None)
+    if f is not None and f["calls_per_req"] is not None:
+        target("≤ 0.01 Redis calls per denied request", f"{f['calls_per_req']:.4f}", f["calls_per_req"] <= 0.01)
+    else:
+        target("≤ 0.01 Redis calls per denied request", "not measured", None)
+    upcs = {k: stats[k]["usec_per_call"] for k in REDIS_CASES
+            if k in stats and stats[k]["usec_per_call"] is not None}
+    if upcs:
+        text = ", ".join(f"{k}: {v:.2f}" for k, v in upcs.items())
+        target("Redis usec_per_call ≤ 6 (every Redis case that calls Redis)", text,
+               all(v <= 6 for v in upcs.values()))
+    else:
+        target("Redis usec_per_call ≤ 6", "not measured", None)
+    p("")
+
+    # Sanity checks: a benchmark of errors is no benchmark.
+    warnings = []
+    for k, s in stats.items():
+        if s["sock_errors"]:
+            warnings.append(f"case {k}: {s['sock_errors']} wrk socket errors")
+        if k != "F" and s["non2xx"]:
+            warnings.append(f"case {k}: {s['non2xx']} non-2xx responses on an allowed path")
+        if k == "F" and s["non2xx"] < 0.999 * s["requests"]:
+            warnings.append(f"case F: only {s['non2xx']} of {s['requests']} responses were non-2xx")
+        if s["script_failed"]:
+            warnings.append(f"case {k}: {s['script_failed']:.0f} failed/rejected Redis script calls")
+    for k, calls in (("E", 0.98),):
+        if k in stats and stats[k]["calls_per_req"] is not None and stats[k]["calls_per_req"] < calls:
+            warnings.append(f"case {k}: only {stats[k]['calls_per_req']:.3f} Redis script calls per "
+                            f"request on the allowed path (expected ~1)")
+    for name, path in metrics_files.items():
+        errs = metric_total(path, "slidegate_store_errors_total")
+        if errs:
+            warnings.append(f"slidegate {name}: slidegate_store_errors_total = {errs:.0f}")
+        for d in ("error_allowed", "error_denied"):
+            n = metric_total(path, "slidegate_requests_total", {"decision": d})
+            if n:
+                warnings.append(f"slidegate {name}: {n:.0f} requests decided `{d}`")
+    if warnings:
+        p("Warnings (these numbers are suspect):")
+        p("")
+        for w in warnings:
+            p(f"- WARNING: {w}")
+        p("")
+
+    p("Notes: req/s, p50, p99 and CPU are medians over rounds; each ratio is the median of the "
+      "per-round ratios (cases of one round run back to back). p50/p99 are wrk's latency "
+      "percentiles. proxy CPU µs/req = user+sys CPU of the proxy process(es) (nginx master + "
+      "worker) / requests. Redis usec_per_call is `INFO commandstats` for EVALSHA/EVAL "
+      "(reset with `CONFIG RESETSTAT` right before each Redis run); calls/request = those calls "
+      "/ requests wrk completed; Redis CPU = `used_cpu_user+sys` delta / requests. "
+      "nginx `limit_req`: `rate=100000000r/s burst=100000 nodelay`, keyed by `$binary_remote_addr` "
+      "(never rejects or delays). slidegate allowed paths: key `client_ip`, "
+      "`{ requests = 1000000000, window = \"1s\" }` (never reached); denied flood: "
+      "`{ requests = 1, window = \"1h\" }`, primed before each round so every measured request is a 429; "
+      "Redis routes use `on_error = \"deny\"` (a store failure would show as a non-2xx, never as a "
+      "fast fail-open), other `[store]` keys at their defaults. "
+      "One wrk client, so one bucket; upstream: a separate nginx (`worker_processes 1`) answering "
+      "`return 200 \"ok\"`. All on one 2-CPU machine, so load generator, proxy, upstream and Redis "
+      "share the CPUs: compare ratios, not absolute numbers.")
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(text)
+    if args.strict and "FAIL" in targets:
+        sys.exit(3)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("ports")
+    a.add_argument("n", type=int)
+    a.set_defaults(func=cmd_ports)
+    a = sub.add_parser("render")
+    a.add_argument("template")
+    a.add_argument("out")
+    a.add_argument("values", nargs="*")
+    a.set_defaults(func=cmd_render)
+    a = sub.add_parser("record")
+    a.add_argument("--runs", required=True)
+    a.add_argument("--case", required=True)
+    a.add_argument("--round", type=int, required=True)
+    a.add_argument("--wrk-file", required=True)
+    a.add_argument("--cpu-before", type=float)
+    a.add_argument("--cpu-after", type=float)
+    a.add_argument("--clk-tck", type=float, default=100.0)
+    a.add_argument("--redis-before")
+    a.add_argument("--redis-after")
+    a.set_defaults(func=cmd_record)
+    a = sub.add_parser("report")
+    a.add_argument("--runs", required=True)
+    a.add_argument("--meta", required=True)
+    a.add_argument("--md")
+    a.add_argument("--strict", action="store_true")
+    a.add_argument("--skip", action="append", default=[], help="CASE=reason")
+    a.add_argument("--metrics", action="append", default=[], help="name=path of a /metrics dump")
+    a.set_defaults(func=cmd_report)
+    args = ap.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
