@@ -77,6 +77,8 @@ pub struct RequestCtx {
     ratelimit: Option<HeaderValue>,
     /// Reused buffer for the bucket key.
     key: String,
+    /// Upstream connection attempts that failed (each retried on the next server).
+    connect_failures: usize,
 }
 
 impl RequestCtx {
@@ -217,6 +219,21 @@ impl ProxyHttp for SlideGate {
         peer.options.connection_timeout = Some(Duration::from_secs(5));
         peer.options.total_connection_timeout = Some(Duration::from_secs(10));
         Ok(Box::new(peer))
+    }
+
+    fn fail_to_connect(&self, _session: &mut Session, peer: &HttpPeer, ctx: &mut RequestCtx, mut e: Box<Error>) -> Box<Error> {
+        // Like nginx's `proxy_next_upstream error`: a server we could not connect to never saw
+        // the request, so try the next one, once per other server of the pool.
+        ctx.connect_failures += 1;
+        let servers = ctx
+            .route()
+            .zip(ctx.rules.as_ref())
+            .map_or(1, |(route, rules)| rules.upstream_sizes[route.upstream]);
+        if ctx.connect_failures < servers {
+            log::warn!("upstream {peer} unreachable, trying the next server: {e}");
+            e.set_retry(true);
+        }
+        e
     }
 
     async fn upstream_request_filter(

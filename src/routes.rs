@@ -72,6 +72,8 @@ pub struct Rules {
     pub upstreams: Vec<Pool>,
     /// Upstream names, parallel to `upstreams` (for logs).
     pub upstream_names: Vec<String>,
+    /// Number of servers of each upstream (bounds connect retries).
+    pub upstream_sizes: Vec<usize>,
     /// Client address resolution.
     pub client_ip: ClientIpResolver,
 }
@@ -126,6 +128,7 @@ impl Rules {
             routes,
             upstreams,
             upstream_names: config.upstreams.iter().map(|u| u.name.clone()).collect(),
+            upstream_sizes: config.upstreams.iter().map(|u| u.servers.len()).collect(),
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone()),
         })
     }

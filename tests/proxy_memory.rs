@@ -567,3 +567,25 @@ async fn host_and_method_matching() {
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert_eq!(up.hits(), 7);
 }
+
+/// A pool with one dead server: like nginx's `proxy_next_upstream error`, a refused connect is
+/// retried on the next server, so clients never see the dead one; a pool of only dead servers
+/// still answers 502.
+#[tokio::test]
+async fn refused_server_is_skipped_for_the_next_one_in_the_pool() {
+    let up = Upstream::start();
+    let proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream_servers("pool", &[closed_addr().to_string(), up.addr().to_string()])
+            .upstream_servers("alldead", &[closed_addr().to_string(), closed_addr().to_string()])
+            .route("dead", "upstream = \"alldead\"\npath_prefix = \"/dead\"")
+            .route("pool", "upstream = \"pool\"")
+            .build(),
+    );
+    for _ in 0..6 {
+        let r = get(proxy.addr(), "/x").await;
+        assert_eq!((r.status, r.body.as_str()), (200, UPSTREAM_BODY));
+    }
+    assert_eq!(up.hits(), 6);
+    assert_eq!(get(proxy.addr(), "/dead").await.status, 502);
+}
