@@ -82,7 +82,8 @@ fn is_plain(b: u8) -> bool {
 /// `ip:<addr>` for client addresses (also the fallback when a header key is missing, so those
 /// requests are never pooled into one shared bucket nor left unlimited), `h:<value>` for header
 /// values, `h:#<xxh3-128 hex>` for header values that are long or contain unusual bytes, and
-/// `global` for the route-wide bucket. The result is at most route name + ~40 bytes.
+/// `global` for the route-wide bucket. The result is at most route name + 3 +
+/// [`MAX_PLAIN_KEY_LEN`] bytes.
 pub fn bucket_key(
     out: &mut String,
     route: &str,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use pingora::prelude::{background_service, Opt};
 use pingora::apps::HttpServerOptions;
+use pingora::prelude::{background_service, Opt};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
@@ -58,6 +58,20 @@ impl BackgroundService for StoreMaintenance {
             }
         }
     }
+}
+
+/// SIGHUP's default action terminates the process, and the reloader only starts listening once
+/// Pingora has started its services. Registering a handler now (tokio keeps it installed for the
+/// life of the process) makes an early SIGHUP harmless instead of fatal.
+fn catch_sighup_from_now_on() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot build a runtime to register SIGHUP")?;
+    let _guard = rt.enter();
+    let _sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot catch SIGHUP")?;
+    Ok(())
 }
 
 /// Pingora process settings derived from `[server]`.
@@ -129,6 +143,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         Reloader::new(config, rules, store, options.watch),
     ));
 
+    catch_sighup_from_now_on()?;
     log::info!("slidegate starting");
     server.run_forever()
 }

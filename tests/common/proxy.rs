@@ -21,6 +21,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -158,6 +159,10 @@ pub struct ProxyOptions {
     pub env: Vec<(String, String)>,
     /// How long to wait for `/healthz` and the proxy port before giving up.
     pub ready_timeout: Duration,
+    /// Leave `server.pid_file` and `server.upgrade_sock` out of the config, so the binary derives
+    /// them from the listen port under its temporary directory (set `TMPDIR` in `env` to choose
+    /// it).
+    pub default_paths: bool,
 }
 
 impl Default for ProxyOptions {
@@ -167,6 +172,7 @@ impl Default for ProxyOptions {
             args: Vec::new(),
             env: Vec::new(),
             ready_timeout: Duration::from_secs(60),
+            default_paths: false,
         }
     }
 }
@@ -180,8 +186,11 @@ pub struct Proxy {
     server_section: String,
     config_path: PathBuf,
     log_path: PathBuf,
-    // Last: removed after the process is killed.
-    dir: TempDir,
+    /// The upgrade socket this process (or one started with `-u` on its config) uses.
+    upgrade_sock: PathBuf,
+    // Last: removed after the process is killed (shared with processes started by
+    // [`Proxy::spawn_upgrade`]).
+    dir: Arc<TempDir>,
 }
 
 enum SpawnError {
@@ -223,13 +232,30 @@ impl Proxy {
         while admin == listen {
             admin.set_port(free_port());
         }
-        let server_section = format!(
+        let mut server_section = format!(
             "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
-             grace_period = \"1s\"\npid_file = {:?}\nupgrade_sock = {:?}\n\n",
+             grace_period = \"1s\"\n",
             opts.threads,
-            dir.path().join("slidegate.pid"),
-            dir.path().join("upgrade.sock"),
         );
+        let upgrade_sock = if opts.default_paths {
+            // As src/config.rs derives it: `<temp dir>/slidegate-<listen port>.sock`.
+            let tmp = opts
+                .env
+                .iter()
+                .find(|(k, _)| k == "TMPDIR")
+                .map(|(_, v)| PathBuf::from(v))
+                .unwrap_or_else(std::env::temp_dir);
+            tmp.join(format!("slidegate-{}.sock", listen.port()))
+        } else {
+            let sock = dir.path().join("upgrade.sock");
+            let _ = write!(
+                server_section,
+                "pid_file = {:?}\nupgrade_sock = {sock:?}\n",
+                dir.path().join("slidegate.pid"),
+            );
+            sock
+        };
+        server_section.push('\n');
         let config_path = dir.path().join("slidegate.toml");
         std::fs::write(&config_path, format!("{server_section}{config_toml}"))
             .expect("write config");
@@ -253,9 +279,18 @@ impl Proxy {
             server_section,
             config_path,
             log_path,
-            dir,
+            upgrade_sock,
+            dir: Arc::new(dir),
         };
-        let deadline = Instant::now() + opts.ready_timeout;
+        proxy.wait_ready(opts.ready_timeout)?;
+        Ok(proxy)
+    }
+
+    /// Wait until this process holds both listening sockets and answers on them.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), SpawnError> {
+        let (listen, admin) = (self.listen, self.admin);
+        let proxy = self;
+        let deadline = Instant::now() + timeout;
         // Pingora retries a bind that finds its port taken (once a second, 30 times) and
         // logs "<addr> is in use, will try again"; another test's server may have taken the
         // port since it was chosen, so start over on fresh ports instead of waiting.
@@ -281,12 +316,11 @@ impl Proxy {
                 && matches!(http_get_blocking(admin, "/healthz"), Ok((200, _)))
                 && TcpStream::connect_timeout(&listen, Duration::from_secs(1)).is_ok()
             {
-                return Ok(proxy);
+                return Ok(());
             }
             if Instant::now() > deadline {
                 panic!(
-                    "slidegate not ready after {:?}; log:\n{}",
-                    opts.ready_timeout,
+                    "slidegate not ready after {timeout:?}; log:\n{}",
                     proxy.log()
                 );
             }
@@ -383,6 +417,112 @@ impl Proxy {
     /// The temporary directory holding config, pid file, upgrade socket and log.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The `[server]` section this process was started with (ports, threads, paths).
+    pub fn server_section(&self) -> &str {
+        &self.server_section
+    }
+
+    /// Replace the whole config file, `[server]` included, atomically (e.g. to change a
+    /// restart-only setting before SIGHUP).
+    pub fn write_config_text(&self, full_toml: &str) {
+        let tmp = self.dir.path().join("slidegate.toml.new");
+        std::fs::write(&tmp, full_toml).expect("write");
+        std::fs::rename(&tmp, &self.config_path).expect("rename config");
+    }
+
+    /// The upgrade socket path of this process's config.
+    pub fn upgrade_sock(&self) -> &Path {
+        &self.upgrade_sock
+    }
+
+    /// Wait up to `timeout` until the process has installed a handler for `sig` (read from
+    /// `SigCgt` in `/proc/<pid>/status`): a signal sent before that gets its default action
+    /// (SIGHUP and SIGTERM kill, SIGQUIT dumps core). Panics on timeout.
+    pub fn wait_signal_handler(&self, sig: i32, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let caught = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+                .ok()
+                .and_then(|s| {
+                    let line = s.lines().find(|l| l.starts_with("SigCgt:"))?.to_string();
+                    u64::from_str_radix(line["SigCgt:".len()..].trim(), 16).ok()
+                })
+                .is_some_and(|mask| mask & (1u64 << (sig - 1)) != 0);
+            if caught {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "slidegate installed no handler for signal {sig} within {timeout:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Start a second slidegate on this one's config file (same ports, pid file, upgrade socket)
+    /// with `-u`, as in a zero-downtime upgrade, and return once it listens on the upgrade
+    /// socket. Send this process SIGQUIT next (the new one gives up after about 5 s without it),
+    /// then call [`Proxy::wait_upgraded`] on the returned one. Its log is a file of its own.
+    pub fn spawn_upgrade(&self, opts: &ProxyOptions) -> Proxy {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let log_path = self.dir.path().join(format!("slidegate-upgrade-{n}.log"));
+        let log = File::create(&log_path).expect("create log");
+        // The new process binds the socket path itself; a leftover file would look like it.
+        let _ = std::fs::remove_file(&self.upgrade_sock);
+        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .arg("-c")
+            .arg(&self.config_path)
+            .arg("-u")
+            .args(&opts.args)
+            .env("RUST_BACKTRACE", "1")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn slidegate -u");
+        let mut next = Proxy {
+            child,
+            listen: self.listen,
+            admin: self.admin,
+            server_section: self.server_section.clone(),
+            config_path: self.config_path.clone(),
+            log_path,
+            upgrade_sock: self.upgrade_sock.clone(),
+            dir: self.dir.clone(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !next.upgrade_sock.exists() {
+            if let Some(status) = next.child.try_wait().expect("try_wait") {
+                panic!(
+                    "slidegate -u exited with {status} before listening on {}; log:\n{}",
+                    next.upgrade_sock.display(),
+                    next.log()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "slidegate -u did not create {} in 30 s; log:\n{}",
+                    next.upgrade_sock.display(),
+                    next.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        next
+    }
+
+    /// For a process from [`Proxy::spawn_upgrade`], after the old one got SIGQUIT: wait until it
+    /// holds both inherited listening sockets and answers on them.
+    pub fn wait_upgraded(&mut self, timeout: Duration) {
+        if self.wait_ready(timeout).is_err() {
+            panic!("slidegate -u did not take over; log:\n{}", self.log());
+        }
     }
 
     /// The process's stdout and stderr, as written so far.

@@ -1,6 +1,8 @@
 //! A real HTTP/1.1 upstream for tests: a hyper server on `127.0.0.1:<run-time port>`, on its own
 //! thread and Tokio runtime, that answers every request `200 upstream ok` and remembers what it
-//! received (a request counter and the `X-Forwarded-For` of each request).
+//! received (a request counter and the `X-Forwarded-For` of each request). A request carrying
+//! [`DELAY_HEADER`]` = <ms>` is answered that many milliseconds after it arrived (it is counted
+//! on arrival), to keep a request in flight.
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -19,6 +21,10 @@ use tokio::sync::oneshot;
 
 /// The body of every upstream response.
 pub const UPSTREAM_BODY: &str = "upstream ok\n";
+
+/// Request header asking the upstream to wait this many milliseconds (at most 60 000) before it
+/// answers.
+pub const DELAY_HEADER: &str = "x-upstream-delay-ms";
 
 /// What the upstream has seen.
 #[derive(Default)]
@@ -130,6 +136,14 @@ async fn serve(listener: TcpListener, seen: Arc<Seen>, mut stopped: oneshot::Rec
                     let xff = (!xff.is_empty()).then(|| xff.join(", "));
                     seen.xff.lock().unwrap().push(xff);
                     seen.hits.fetch_add(1, Ordering::SeqCst);
+                    let delay = req
+                        .headers()
+                        .get(DELAY_HEADER)
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
                     Ok::<_, Infallible>(
                         Response::builder()
                             .status(200)

@@ -1,0 +1,711 @@
+//! Operating the real binary with real signals: hot reload (SIGHUP and `--watch`), graceful and
+//! fast shutdown (SIGTERM, SIGINT) and Pingora's zero-downtime upgrade (`-u` + SIGQUIT).
+//!
+//! Pingora's shutdown, as these tests pin it down (pingora-core 0.9 `Server::run`):
+//! - SIGTERM: listeners stop, then the main thread sleeps `grace_period_seconds` (slidegate sets
+//!   it to `server.grace_period` rounded up, here 1 s) while in-flight requests finish, then the
+//!   runtimes get `graceful_shutdown_timeout_seconds` (also 1 s here) to stop; exit code 0.
+//! - SIGINT: runtimes are dropped at once (timeout 0); exit code 0.
+//! - SIGQUIT: the listening sockets are sent over `upgrade_sock` to a process started with `-u`,
+//!   the old process keeps serving for 5 s (Pingora's CLOSE_TIMEOUT), then shuts down as on
+//!   SIGTERM.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::proxy::{get, request, send, ConfigBuilder, Proxy, ProxyOptions, Reply};
+use common::upstream::{Upstream, DELAY_HEADER, UPSTREAM_BODY};
+use slidegate::config::Config;
+
+/// `path_prefix` and one limit, as the lines of a `[[routes]]` entry.
+fn limited(path: &str, requests: u32, window: &str) -> String {
+    format!(
+        "path_prefix = \"{path}\"\nlimits = [ {{ requests = {requests}, window = \"{window}\" }} ]"
+    )
+}
+
+/// `slidegate_config_reloads_total{result}` (0 while the series does not exist yet).
+fn reloads(proxy: &Proxy, result: &str) -> u64 {
+    proxy
+        .metric(&format!(
+            r#"slidegate_config_reloads_total{{result="{result}"}}"#
+        ))
+        .unwrap_or(0.0) as u64
+}
+
+/// Poll `/metrics` until `slidegate_config_reloads_total{result}` reaches `want` (then check it
+/// did not overshoot), or panic after `timeout` with the log.
+fn wait_reloads(proxy: &Proxy, result: &str, want: u64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = reloads(proxy, result);
+        if got >= want {
+            assert_eq!(
+                got,
+                want,
+                "reloads{{result={result}}}; log:\n{}",
+                proxy.log()
+            );
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "reloads{{result={result}}} is {got}, not {want}, after {timeout:?}; log:\n{}",
+                proxy.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGHUP, once the process has its SIGHUP handler (before that, SIGHUP would kill it).
+fn sighup(proxy: &Proxy) {
+    proxy.wait_signal_handler(libc::SIGHUP, Duration::from_secs(10));
+    proxy.signal(libc::SIGHUP).expect("SIGHUP");
+}
+
+/// Wait until `cond` holds, polling every 5 ms, or panic after `timeout`.
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Send `n` GETs to `path`, one after another: their statuses.
+async fn statuses(proxy: &Proxy, path: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(get(proxy.addr(), path).await.status);
+    }
+    out
+}
+
+/// The quota `q` of the only policy in a `RateLimit-Policy` field.
+fn policy_quota(reply: &Reply) -> u64 {
+    let field = reply
+        .header("ratelimit-policy")
+        .unwrap_or_else(|| panic!("no RateLimit-Policy: {reply:?}"));
+    field
+        .split(';')
+        .find_map(|p| p.strip_prefix("q="))
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("no q= in RateLimit-Policy {field:?}"))
+}
+
+/// 1-based number of the first line of the file at `path` containing `needle`.
+fn line_in_file(path: &Path, needle: &str) -> usize {
+    let text = std::fs::read_to_string(path).expect("read config");
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?}"))
+        + 1
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reload.
+
+/// SIGHUP re-reads the file: a new route appears, a changed limit applies, and the reload is
+/// counted as `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_new_route_and_a_changed_limit() {
+    let up = Upstream::start();
+    let before = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("a", &limited("/a", 100, "1m"));
+    let mut proxy = Proxy::start(&before.build());
+
+    assert_eq!(get(proxy.addr(), "/b").await.status, 404, "no route b yet");
+    assert_eq!(policy_quota(&get(proxy.addr(), "/a").await), 100);
+    assert_eq!(reloads(&proxy, "ok"), 0);
+
+    let after = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("a", &limited("/a", 2, "1m"))
+        .route("b", &limited("/b", 1, "1m"));
+    proxy.write_config(&after.build());
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    assert_eq!(reloads(&proxy, "error"), 0);
+
+    assert_eq!(
+        statuses(&proxy, "/b", 2).await,
+        [200, 429],
+        "the new route b"
+    );
+    // Route a keeps its one recorded request (same window), now under a limit of 2.
+    let a = get(proxy.addr(), "/a").await;
+    assert_eq!((a.status, policy_quota(&a)), (200, 2), "{a:?}");
+    assert_eq!(get(proxy.addr(), "/a").await.status, 429);
+    assert!(
+        proxy.log().contains("config reloaded from"),
+        "log:\n{}",
+        proxy.log()
+    );
+    assert!(proxy.is_running());
+}
+
+/// A file that does not validate is refused on SIGHUP: the error (file, line, key) is logged,
+/// `result="error"` counts it, and the last good rules keep serving in a live process. Both a
+/// parse-level error and a semantic one; then a fixed file is accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_file_on_sighup_is_refused_and_the_last_good_rules_keep_serving() {
+    let up = Upstream::start();
+    let good = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("a", &limited("/a", 2, "1m"))
+        .build();
+    let mut proxy = Proxy::start(&good);
+    assert_eq!(get(proxy.addr(), "/a").await.status, 200);
+
+    // 1. A malformed window.
+    let bad_window = good.replace("window = \"1m\"", "window = \"banana\"");
+    assert_ne!(bad_window, good);
+    proxy.write_config(&bad_window);
+    let line = line_in_file(proxy.config_path(), "banana");
+    sighup(&proxy);
+    wait_reloads(&proxy, "error", 1, Duration::from_secs(10));
+    let log = proxy.log();
+    let expected = format!(
+        "config reload refused, keeping the running rules: {}:{line}: `routes[0].limits[0].window`",
+        proxy.config_path().display()
+    );
+    assert!(log.contains(&expected), "want {expected:?} in log:\n{log}");
+    assert!(proxy.is_running(), "the process must survive a bad reload");
+    // Still the old rules: one of 2 used, one left, then 429.
+    assert_eq!(statuses(&proxy, "/a", 2).await, [200, 429]);
+    assert_eq!(get(proxy.addr(), "/b").await.status, 404);
+
+    // 2. A semantic error: a route naming an upstream that does not exist, and a new route that
+    // must not appear with it.
+    let bad_upstream = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("a", &limited("/a", 50, "1m"))
+        .route(
+            "b",
+            &format!("{}\nupstream = \"nowhere\"", limited("/b", 5, "1m")),
+        )
+        .build();
+    proxy.write_config(&bad_upstream);
+    let line = line_in_file(proxy.config_path(), "\"nowhere\"");
+    sighup(&proxy);
+    wait_reloads(&proxy, "error", 2, Duration::from_secs(10));
+    let expected = format!(
+        "{}:{line}: `routes[1].upstream`: no [upstreams.nowhere] is defined",
+        proxy.config_path().display()
+    );
+    assert!(
+        proxy.log().contains(&expected),
+        "want {expected:?} in log:\n{}",
+        proxy.log()
+    );
+    assert!(proxy.is_running());
+    assert_eq!(get(proxy.addr(), "/a").await.status, 429, "limit 2 still");
+    assert_eq!(
+        get(proxy.addr(), "/b").await.status,
+        404,
+        "no half-applied file"
+    );
+    assert_eq!(reloads(&proxy, "ok"), 0);
+
+    // 3. Fixed: applied, and the raised limit admits again.
+    proxy.write_config(&bad_upstream.replace("\"nowhere\"", "\"app\""));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    assert_eq!(get(proxy.addr(), "/a").await.status, 200);
+    assert_eq!(get(proxy.addr(), "/b").await.status, 200);
+    assert_eq!(reloads(&proxy, "error"), 2);
+}
+
+/// The memory store keeps each limit's log across a reload that only changes `requests`: 3/1m
+/// used up, raised to 8/1m, exactly 5 more pass. A new window length is a new limit and starts
+/// afresh: 3/2m admits 3 more although 8 are recorded in the last minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_state_survives_a_reload_and_a_new_window_starts_afresh() {
+    let up = Upstream::start();
+    let config = |requests: u32, window: &str| {
+        ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("w", &limited("/", requests, window))
+            .build()
+    };
+    let proxy = Proxy::start(&config(3, "1m"));
+    assert_eq!(statuses(&proxy, "/", 4).await, [200, 200, 200, 429]);
+
+    proxy.write_config(&config(8, "1m"));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    assert_eq!(
+        statuses(&proxy, "/", 6).await,
+        [200, 200, 200, 200, 200, 429],
+        "exactly 8 - 3 more"
+    );
+
+    proxy.write_config(&config(3, "2m"));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 2, Duration::from_secs(10));
+    assert_eq!(
+        statuses(&proxy, "/", 4).await,
+        [200, 200, 200, 429],
+        "a 2m window has its own, empty log"
+    );
+    assert_eq!(up.hits(), 3 + 5 + 3);
+}
+
+/// Restart-only settings (`server.threads`, `store.prefix`) are logged as needing a restart and
+/// keep their running value; the rest of the file applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_only_changes_are_logged_and_the_rest_applies() {
+    let up = Upstream::start();
+    let base = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("r", &limited("/", 1, "1m"));
+    let mut proxy = Proxy::start(&base.build());
+    assert_eq!(statuses(&proxy, "/", 2).await, [200, 429]);
+
+    let server = proxy
+        .server_section()
+        .replace("threads = 1\n", "threads = 2\n");
+    assert_ne!(
+        server,
+        proxy.server_section(),
+        "the harness writes threads = 1"
+    );
+    let rest = ConfigBuilder::new()
+        .store("backend = \"memory\"\nprefix = \"renamed\"")
+        .upstream("app", up.addr())
+        .route("extra", &limited("/extra", 1, "1m"))
+        .route("r", &limited("/", 3, "1m"))
+        .build();
+    proxy.write_config_text(&format!("{server}{rest}"));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+
+    let log = proxy.log();
+    for key in ["server.threads", "store.prefix"] {
+        let want = format!("config reload: {key} changed but needs a restart");
+        assert!(log.contains(&want), "want {want:?} in log:\n{log}");
+    }
+    assert!(
+        !log.contains("config reload: server.listen"),
+        "nothing else is reported:\n{log}"
+    );
+    // The limit change and the new route applied.
+    assert_eq!(statuses(&proxy, "/", 3).await, [200, 200, 429]);
+    assert_eq!(statuses(&proxy, "/extra", 2).await, [200, 429]);
+    assert!(proxy.is_running());
+}
+
+/// With `--watch`, editing the file reloads it without any signal; a bad edit is refused the
+/// same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_reloads_when_the_file_changes() {
+    let up = Upstream::start();
+    let config = |requests: u32| {
+        ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("w", &limited("/", requests, "1m"))
+            .build()
+    };
+    let proxy = Proxy::start_with(
+        &config(1),
+        ProxyOptions {
+            args: vec!["--watch".into()],
+            ..ProxyOptions::default()
+        },
+    );
+    assert_eq!(statuses(&proxy, "/", 2).await, [200, 429]);
+
+    proxy.write_config(&config(4));
+    // The watcher polls once a second.
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    assert_eq!(statuses(&proxy, "/", 4).await, [200, 200, 200, 429]);
+
+    proxy.write_config(&config(4).replace("requests = 4", "requests = 0"));
+    wait_reloads(&proxy, "error", 1, Duration::from_secs(10));
+    assert!(
+        proxy.log().contains("`routes[0].limits[0].requests`"),
+        "log:\n{}",
+        proxy.log()
+    );
+    assert_eq!(get(proxy.addr(), "/").await.status, 429, "still 4/1m");
+    assert_eq!(reloads(&proxy, "ok"), 1);
+}
+
+/// A request in flight during a reload finishes under the rules it started with: its response
+/// carries the old `RateLimit-Policy` while a request after the reload sees the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_finishes_under_the_rules_it_started_with() {
+    let up = Upstream::start();
+    let config = |requests: u32| {
+        ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("f", &limited("/", requests, "1m"))
+            .build()
+    };
+    let proxy = Proxy::start(&config(3));
+    let addr = proxy.addr();
+    let slow =
+        tokio::spawn(async move { send(addr, "GET", "/slow", &[(DELAY_HEADER, "1500")]).await });
+    wait_until(
+        "the slow request reaches the upstream",
+        Duration::from_secs(10),
+        || up.hits() == 1,
+    );
+
+    proxy.write_config(&config(8));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    let fresh = get(addr, "/").await;
+    assert_eq!((fresh.status, policy_quota(&fresh)), (200, 8), "{fresh:?}");
+
+    let old = slow.await.expect("slow request task");
+    assert_eq!(old.body, UPSTREAM_BODY, "{old:?}");
+    assert_eq!((old.status, policy_quota(&old)), (200, 3), "{old:?}");
+    assert_eq!(
+        old.header("ratelimit"),
+        Some("\"f-60s\";r=2;t=60"),
+        "{old:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle.
+
+/// SIGTERM closes the listener at once but lets a slow request in flight (800 ms) finish with
+/// 200, then the process exits 0 after grace_period (1 s), within grace_period +
+/// graceful_shutdown_timeout (1 s) + margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_request_in_flight_and_exits_0() {
+    let up = Upstream::start();
+    let mut proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", "path_prefix = \"/\"")
+            .build(),
+    );
+    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    let addr = proxy.addr();
+    let slow = tokio::spawn(async move {
+        let started = Instant::now();
+        let r = request(addr, "GET", "/slow", &[(DELAY_HEADER, "800")]).await;
+        (r, started.elapsed())
+    });
+    wait_until(
+        "the slow request reaches the upstream",
+        Duration::from_secs(10),
+        || up.hits() == 1,
+    );
+    let sent = Instant::now();
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+
+    // New connections are refused at once, while the slow request is still being served.
+    wait_until(
+        "SIGTERM closes the listener",
+        Duration::from_millis(700),
+        || {
+            matches!(
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        },
+    );
+    let refused_after = sent.elapsed();
+    assert!(
+        !slow.is_finished(),
+        "the slow request ended before the listener closed"
+    );
+
+    let (reply, took) = slow.await.expect("slow request task");
+    let reply =
+        reply.unwrap_or_else(|e| panic!("in-flight request failed: {e}; log:\n{}", proxy.log()));
+    let answered = sent.elapsed();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.body, UPSTREAM_BODY);
+    assert!(took >= Duration::from_millis(800), "{took:?}");
+
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("still running 10 s after SIGTERM; log:\n{}", proxy.log()));
+    let drained = sent.elapsed();
+    println!(
+        "SIGTERM: new connections refused {refused_after:?} after the signal; in-flight request \
+         answered {answered:?} after it; exit {status} {drained:?} after it"
+    );
+    assert_eq!(status.code(), Some(0), "log:\n{}", proxy.log());
+    assert!(
+        drained >= Duration::from_millis(900),
+        "Pingora waits out the grace period: {drained:?}"
+    );
+    assert!(
+        drained < Duration::from_millis(3_500),
+        "exit {drained:?} after SIGTERM; log:\n{}",
+        proxy.log()
+    );
+    let log = proxy.log();
+    assert!(
+        log.contains("SIGTERM received, gracefully exiting"),
+        "log:\n{log}"
+    );
+}
+
+/// The grace period is a bound, not only a delay: a request still running when it ends is cut
+/// (Pingora drops the runtimes' tasks; graceful_shutdown_timeout only bounds blocking threads),
+/// and the process still exits 0 about grace_period after SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cuts_a_request_longer_than_the_grace_period() {
+    let up = Upstream::start();
+    let mut proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", "path_prefix = \"/\"")
+            .build(),
+    );
+    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    let addr = proxy.addr();
+    let slow =
+        tokio::spawn(async move { request(addr, "GET", "/slow", &[(DELAY_HEADER, "4000")]).await });
+    wait_until(
+        "the slow request reaches the upstream",
+        Duration::from_secs(10),
+        || up.hits() == 1,
+    );
+    let sent = Instant::now();
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("still running 10 s after SIGTERM; log:\n{}", proxy.log()));
+    let took = sent.elapsed();
+    println!("SIGTERM with a 4 s request in flight: exit {status} {took:?} after the signal");
+    assert_eq!(status.code(), Some(0), "log:\n{}", proxy.log());
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(3_500),
+        "{took:?}"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .expect("the cut request ends with the process")
+        .expect("slow request task");
+    assert!(
+        outcome.is_err(),
+        "a 4 s request cannot finish in a 1 s grace period: {outcome:?}"
+    );
+}
+
+/// SIGINT stops at once: well under the grace period, without waiting for a slow request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_exits_at_once() {
+    let up = Upstream::start();
+    let mut proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", "path_prefix = \"/\"")
+            .build(),
+    );
+    proxy.wait_signal_handler(libc::SIGINT, Duration::from_secs(10));
+    let addr = proxy.addr();
+    let slow =
+        tokio::spawn(async move { request(addr, "GET", "/slow", &[(DELAY_HEADER, "5000")]).await });
+    wait_until(
+        "the slow request reaches the upstream",
+        Duration::from_secs(10),
+        || up.hits() == 1,
+    );
+    let sent = Instant::now();
+    proxy.signal(libc::SIGINT).expect("SIGINT");
+    let status = proxy
+        .wait_exit(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("still running 5 s after SIGINT; log:\n{}", proxy.log()));
+    let took = sent.elapsed();
+    println!("SIGINT: exit {status} {took:?} after the signal");
+    assert_eq!(status.code(), Some(0), "log:\n{}", proxy.log());
+    assert!(took < Duration::from_millis(700), "{took:?}");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .expect("the in-flight request ends when the process does")
+        .expect("slow request task");
+    assert!(
+        outcome.is_err(),
+        "the slow request cannot have completed: {outcome:?}"
+    );
+    assert!(proxy.log().contains("SIGINT received, exiting"));
+}
+
+/// Result of the client loop run during an upgrade.
+#[derive(Default)]
+struct LoopStats {
+    ok: AtomicU64,
+    ok_after_old_exit: AtomicU64,
+    failures: Mutex<Vec<String>>,
+}
+
+/// Zero-downtime upgrade: B starts with `-u` on A's config, A gets SIGQUIT, hands its listening
+/// sockets to B and exits 0; clients hammering the port throughout see no failed request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_hands_the_sockets_over_without_a_failed_request() {
+    let up = Upstream::start();
+    let mut a = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", "path_prefix = \"/\"")
+            .build(),
+    );
+    a.wait_signal_handler(libc::SIGQUIT, Duration::from_secs(10));
+    let addr = a.addr();
+
+    // Two clients, each a new connection per request, until told to stop (bounded anyway).
+    let stop = Arc::new(AtomicBool::new(false));
+    let old_gone = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(LoopStats::default());
+    let mut clients = Vec::new();
+    for c in 0..2 {
+        let (stop, old_gone, stats) = (stop.clone(), old_gone.clone(), stats.clone());
+        clients.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let path = format!("/c{c}/{i}");
+                i += 1;
+                let r =
+                    tokio::time::timeout(Duration::from_secs(5), request(addr, "GET", &path, &[]))
+                        .await;
+                match r {
+                    Ok(Ok(reply)) if reply.status == 200 => {
+                        stats.ok.fetch_add(1, Ordering::SeqCst);
+                        if old_gone.load(Ordering::SeqCst) {
+                            stats.ok_after_old_exit.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(Ok(reply)) => stats
+                        .failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{path}: status {}", reply.status)),
+                    Ok(Err(e)) => stats.failures.lock().unwrap().push(format!("{path}: {e}")),
+                    Err(_) => stats
+                        .failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{path}: no answer in 5 s")),
+                }
+            }
+        }));
+    }
+    wait_until(
+        "clients get answers from A",
+        Duration::from_secs(10),
+        || stats.ok.load(Ordering::SeqCst) >= 20,
+    );
+
+    let mut b = a.spawn_upgrade(&ProxyOptions::default());
+    let quit = Instant::now();
+    a.signal(libc::SIGQUIT).expect("SIGQUIT");
+    b.wait_upgraded(Duration::from_secs(30));
+    let taken_over = quit.elapsed();
+    let status = a
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("A still running 20 s after SIGQUIT; log:\n{}", a.log()));
+    let a_exited = quit.elapsed();
+    old_gone.store(true, Ordering::SeqCst);
+    let served_by_a = stats.ok.load(Ordering::SeqCst);
+    // Keep going on B alone for a while.
+    wait_until(
+        "clients get answers from B alone",
+        Duration::from_secs(10),
+        || stats.ok_after_old_exit.load(Ordering::SeqCst) >= 200,
+    );
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.expect("client task");
+    }
+
+    let failures = stats.failures.lock().unwrap().clone();
+    let ok = stats.ok.load(Ordering::SeqCst);
+    println!(
+        "upgrade: B took over {taken_over:?} after SIGQUIT, A exited {status} after {a_exited:?}; \
+         {ok} requests OK ({served_by_a} until A exited, {} after), {} failed: {:?}",
+        stats.ok_after_old_exit.load(Ordering::SeqCst),
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+    assert_eq!(status.code(), Some(0), "A's log:\n{}", a.log());
+    assert!(
+        failures.is_empty(),
+        "{} failed requests during the upgrade, e.g. {:?}\nA's log:\n{}\nB's log:\n{}",
+        failures.len(),
+        &failures[..failures.len().min(10)],
+        a.log(),
+        b.log()
+    );
+    let a_log = a.log();
+    assert!(a_log.contains("listener sockets sent"), "A's log:\n{a_log}");
+    // B serves on its own now, and counts what it served.
+    assert!(b.is_running());
+    assert_eq!(get(addr, "/after").await.status, 200);
+    let by_b = b.counter(r#"slidegate_requests_total{route="all",decision="allowed"}"#);
+    assert!(by_b > 200, "B counted {by_b}");
+}
+
+/// Two instances on one host with different listen ports and no explicit paths derive distinct
+/// pid files and upgrade sockets, so upgrading one leaves the other alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_on_different_ports_have_distinct_default_paths() {
+    let up = Upstream::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = ProxyOptions {
+        default_paths: true,
+        env: vec![("TMPDIR".into(), tmp.path().display().to_string())],
+        ..ProxyOptions::default()
+    };
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("all", "path_prefix = \"/\"")
+        .build();
+    let mut p1 = Proxy::start_with(&toml, opts.clone());
+    let p2 = Proxy::start_with(&toml, opts.clone());
+    assert!(!p1.server_section().contains("upgrade_sock"));
+
+    // What the library derives for each config.
+    let derived = |p: &Proxy| {
+        let c = Config::load(p.config_path()).expect("config");
+        (c.server.pid_file, c.server.upgrade_sock)
+    };
+    let (pid1, sock1) = derived(&p1);
+    let (pid2, sock2) = derived(&p2);
+    assert_ne!(pid1, pid2);
+    assert_ne!(sock1, sock2);
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(name(&sock1), format!("slidegate-{}.sock", p1.addr().port()));
+    assert_eq!(name(&pid2), format!("slidegate-{}.pid", p2.addr().port()));
+
+    // Upgrade instance 1 only: its successor waits on its own socket, instance 2 is untouched.
+    p1.wait_signal_handler(libc::SIGQUIT, Duration::from_secs(10));
+    let mut b1 = p1.spawn_upgrade(&opts);
+    assert_eq!(b1.upgrade_sock(), tmp.path().join(name(&sock1)));
+    assert!(b1.upgrade_sock().exists());
+    assert!(
+        !p2.upgrade_sock().exists(),
+        "{}",
+        p2.upgrade_sock().display()
+    );
+    p1.signal(libc::SIGQUIT).expect("SIGQUIT");
+    b1.wait_upgraded(Duration::from_secs(30));
+    let status = p1
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("instance 1 still running; log:\n{}", p1.log()));
+    assert_eq!(status.code(), Some(0), "log:\n{}", p1.log());
+
+    assert_eq!(get(b1.addr(), "/one").await.status, 200);
+    assert_eq!(get(p2.addr(), "/two").await.status, 200);
+    assert_eq!(p2.admin_get("/healthz").0, 200);
+    assert!(!p2.log().contains("SIGQUIT"), "instance 2 got no signal");
+    assert_eq!(
+        p2.counter(r#"slidegate_requests_total{route="all",decision="allowed"}"#),
+        1
+    );
+}
