@@ -221,7 +221,13 @@ impl ProxyHttp for SlideGate {
         Ok(Box::new(peer))
     }
 
-    fn fail_to_connect(&self, _session: &mut Session, peer: &HttpPeer, ctx: &mut RequestCtx, mut e: Box<Error>) -> Box<Error> {
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
         // Like nginx's `proxy_next_upstream error`: a server we could not connect to never saw
         // the request, so try the next one, once per other server of the pool.
         ctx.connect_failures += 1;

@@ -37,7 +37,12 @@ pub struct Reloader {
 
 impl Reloader {
     /// A reloader for the running `config`, publishing into `rules` and telling `store`.
-    pub fn new(config: Config, rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>, watch: bool) -> Self {
+    pub fn new(
+        config: Config,
+        rules: Arc<ArcSwap<Rules>>,
+        store: Arc<dyn Store>,
+        watch: bool,
+    ) -> Self {
         Reloader {
             current: Mutex::new(config),
             rules,
@@ -48,7 +53,12 @@ impl Reloader {
 
     /// Modification time and size of the config file, to notice edits when watching.
     fn fingerprint(&self) -> Option<(std::time::SystemTime, u64)> {
-        let path = self.current.lock().unwrap_or_else(|e| e.into_inner()).source.clone();
+        let path = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .source
+            .clone();
         let meta = std::fs::metadata(path).ok()?;
         Some((meta.modified().ok()?, meta.len()))
     }

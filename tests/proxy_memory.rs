@@ -577,7 +577,10 @@ async fn refused_server_is_skipped_for_the_next_one_in_the_pool() {
     let proxy = Proxy::start(
         &ConfigBuilder::new()
             .upstream_servers("pool", &[closed_addr().to_string(), up.addr().to_string()])
-            .upstream_servers("alldead", &[closed_addr().to_string(), closed_addr().to_string()])
+            .upstream_servers(
+                "alldead",
+                &[closed_addr().to_string(), closed_addr().to_string()],
+            )
             .route("dead", "upstream = \"alldead\"\npath_prefix = \"/dead\"")
             .route("pool", "upstream = \"pool\"")
             .build(),
