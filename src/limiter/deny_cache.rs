@@ -11,6 +11,10 @@
 //! moment the call was *sent* on this proxy's monotonic clock. The script ran after that moment,
 //! so the cached deadline is never later than the true one: the cache never denies a request
 //! the script would have admitted, and proxy clocks never matter.
+//!
+//! All of this assumes the store kept its state. A denial is therefore tied to the store's
+//! [`Store::generation`], which changes when a shared store's connection is lost or rebuilt
+//! (Redis may have restarted empty); entries of an older generation are ignored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +34,9 @@ struct Denied {
     until: Instant,
     /// When the decision was requested, to age the states in the headers we send.
     sent: Instant,
+    /// The store's generation when the decision was made; a different one means the store may
+    /// have restarted empty, and the denial proves nothing any more.
+    generation: u64,
     verdict: Verdict,
 }
 
@@ -68,7 +75,10 @@ impl DenyCache {
     /// The cached verdict for `bucket`, aged to `now`, if it is still certain.
     fn lookup(&self, bucket: &str, limits: &[Limit], now: Instant) -> Option<Verdict> {
         let entry = self.denied.get(bucket)?;
-        if now >= entry.until || entry.verdict.states.len() != limits.len() {
+        if now >= entry.until
+            || entry.verdict.states.len() != limits.len()
+            || entry.generation != self.inner.generation()
+        {
             return None;
         }
         let aged = now - entry.sent;
@@ -97,6 +107,7 @@ impl Store for DenyCache {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(v);
         }
+        let generation = self.inner.generation();
         let verdict = self.inner.check(bucket, limits).await?;
         match verdict.retry_after() {
             Some(wait) if self.denied.len() < MAX_ENTRIES || self.denied.contains_key(bucket) => {
@@ -105,6 +116,7 @@ impl Store for DenyCache {
                     Denied {
                         until: sent + wait,
                         sent,
+                        generation,
                         verdict: verdict.clone(),
                     },
                 );
@@ -120,7 +132,9 @@ impl Store for DenyCache {
 
     async fn maintain(&self) {
         let now = Instant::now();
-        self.denied.retain(|_, d| d.until > now);
+        let generation = self.inner.generation();
+        self.denied
+            .retain(|_, d| d.until > now && d.generation == generation);
         self.inner.maintain().await;
     }
 
@@ -132,6 +146,10 @@ impl Store for DenyCache {
         // New limits may admit what the old ones denied.
         self.denied.clear();
         self.inner.rules_changed();
+    }
+
+    fn generation(&self) -> u64 {
+        self.inner.generation()
     }
 }
 

@@ -119,4 +119,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Called after a reload swapped in new rules: drop anything derived from the old limits.
     fn rules_changed(&self) {}
+
+    /// A number that changes whenever the store may have lost its state (a shared store's
+    /// connection dropped or was rebuilt: the server may have restarted empty). Anything derived
+    /// from earlier decisions, like the deny cache, is void once it changes.
+    fn generation(&self) -> u64 {
+        0
+    }
 }

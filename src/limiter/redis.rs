@@ -31,7 +31,7 @@
 //! a few timeouts in a row close `check` until then; on a Cluster only "no master answers"
 //! does, so that one failed shard does not take the healthy ones down with it.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -121,6 +121,9 @@ pub struct RedisStore {
     failed_pings: AtomicU32,
     /// Serializes `maintain`, in case a caller runs it from two places.
     maintaining: tokio::sync::Mutex<()>,
+    /// Bumped whenever the connection is (re)made or found lost: Redis may have restarted
+    /// empty, so decisions cached before are void (see [`Store::generation`]).
+    generation: AtomicU64,
 }
 
 impl RedisStore {
@@ -166,6 +169,7 @@ impl RedisStore {
             timeouts: AtomicU32::new(0),
             failed_pings: AtomicU32::new(0),
             maintaining: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -353,6 +357,7 @@ impl Store for RedisStore {
                 Ok(conn) => {
                     let conn = Arc::new(conn);
                     self.conn.store(Some(conn.clone()));
+                    self.generation.fetch_add(1, Ordering::AcqRel);
                     conn
                 }
                 Err(error) => {
@@ -364,6 +369,7 @@ impl Store for RedisStore {
         let mut conn = (*conn).clone();
         let mut result = self.ping(&mut conn).await;
         if matches!(result, Err(StoreError::Unavailable(_))) {
+            self.generation.fetch_add(1, Ordering::AcqRel);
             // A PING that finds the connection lost (or the last reconnect failed) makes the
             // ConnectionManager start a new attempt without waiting for it; a second PING
             // waits for that attempt, so a Redis that is back is back in one `maintain`.
@@ -384,6 +390,10 @@ impl Store for RedisStore {
     fn is_ready(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
     }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
 }
 
 impl RedisStore {
@@ -400,6 +410,7 @@ impl RedisStore {
         }
         match error {
             StoreError::Unavailable(_) => {
+                self.generation.fetch_add(1, Ordering::AcqRel);
                 if self.healthy.swap(false, Ordering::AcqRel) {
                     log::warn!("{} store unavailable: {error}", self.backend());
                 }
