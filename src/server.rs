@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
 use pingora::prelude::{background_service, Opt};
 use pingora::server::configuration::ServerConf;
-use pingora::server::{Server, ShutdownWatch};
-use pingora::services::background::BackgroundService;
+use pingora::server::{ListenFds, RuntimeOpts, Server, ShutdownWatch};
+use pingora::services::Service;
 
 use crate::admin::admin_service;
 use crate::config::{Backend, Config};
@@ -40,23 +40,58 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     })
 }
 
-/// Calls [`Store::maintain`] once a second on Pingora's runtime: connects to Redis (so the
-/// connection's driver task lives on a runtime that lasts), reconnects, sweeps idle buckets.
-struct StoreMaintenance {
+/// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects,
+/// sweeps idle buckets.
+async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => store.maintain().await,
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// The proxy service, with the store's maintenance running on the proxy's own runtime.
+///
+/// A redis-rs connection's driver task lives on the runtime that created it. Creating it here,
+/// next to the requests that use it, keeps every limiter call on the proxy's worker threads; a
+/// connection made on a separate background runtime would cost two cross-thread wake-ups per
+/// request.
+struct ProxyWithStore<S> {
+    proxy: S,
     store: Arc<dyn Store>,
 }
 
 #[async_trait]
-impl BackgroundService for StoreMaintenance {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => self.store.maintain().await,
-                _ = shutdown.changed() => return,
-            }
-        }
+impl<S: Service> Service for ProxyWithStore<S> {
+    async fn start_service(
+        &mut self,
+        fds: Option<ListenFds>,
+        shutdown: ShutdownWatch,
+        listeners_per_fd: usize,
+    ) {
+        tokio::spawn(maintain_store(self.store.clone(), shutdown.clone()));
+        self.proxy
+            .start_service(fds, shutdown, listeners_per_fd)
+            .await
+    }
+
+    fn name(&self) -> &str {
+        self.proxy.name()
+    }
+
+    fn threads(&self) -> Option<usize> {
+        self.proxy.threads()
+    }
+
+    fn runtime_opts_override(&self, global: &RuntimeOpts) -> Option<RuntimeOpts> {
+        self.proxy.runtime_opts_override(global)
+    }
+
+    fn listen_addresses(&self) -> Option<Vec<String>> {
+        self.proxy.listen_addresses()
     }
 }
 
@@ -110,13 +145,6 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
     server.bootstrap();
 
-    let maintenance = server.add_service(background_service(
-        "store maintenance",
-        StoreMaintenance {
-            store: store.clone(),
-        },
-    ));
-
     let mut proxy = pingora::proxy::http_proxy_service(
         &server.configuration,
         SlideGate::new(rules.clone(), store.clone(), config.store.timeout),
@@ -129,10 +157,12 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         app.server_options = Some(options);
     }
     proxy.add_tcp(&config.server.listen.to_string());
-    let proxy = server.add_service(proxy);
-    // The store's connection is made by the maintenance task; the proxy starts after it has
-    // tried once (bounded by the store timeout), and serves with on_error while Redis is down.
-    proxy.add_dependency(&maintenance);
+    // The store connects in the background once the proxy runs; until then, and whenever Redis
+    // is down, requests get the route's on_error.
+    server.add_service(ProxyWithStore {
+        proxy,
+        store: store.clone(),
+    });
 
     server.add_service(admin_service(
         &config.server.admin_listen.to_string(),
