@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::proxy::{closed_addr, connect, get, send, ConfigBuilder, Proxy, Reply};
+use common::ratelimit::{parse_ratelimit, retry_after, violated};
 use common::upstream::{Upstream, UPSTREAM_BODY};
 
 /// `limits = [...]` with one limit.
@@ -18,61 +19,6 @@ fn limit(requests: u32, window: &str) -> String {
 /// A `[[routes]]` body: `path_prefix` and one limit.
 fn limited(path: &str, requests: u32, window: &str) -> String {
     format!("path_prefix = \"{path}\"\n{}", limit(requests, window))
-}
-
-/// One element of a `RateLimit` field: `"<name>";r=<remaining>;t=<secs>`, parsed strictly.
-#[derive(Debug, PartialEq, Eq)]
-struct RateLimitItem {
-    name: String,
-    r: u64,
-    t: u64,
-}
-
-fn parse_ratelimit(field: &str) -> Vec<RateLimitItem> {
-    field
-        .split(", ")
-        .map(|item| {
-            let parse = || -> Option<RateLimitItem> {
-                let rest = item.strip_prefix('"')?;
-                let (name, rest) = rest.split_once("\";r=")?;
-                let (r, t) = rest.split_once(";t=")?;
-                Some(RateLimitItem {
-                    name: name.to_string(),
-                    r: r.parse().ok()?,
-                    t: t.parse().ok()?,
-                })
-            };
-            parse().unwrap_or_else(|| panic!("malformed RateLimit item {item:?} in {field:?}"))
-        })
-        .collect()
-}
-
-/// Retry-After as whole seconds.
-fn retry_after(reply: &Reply) -> u64 {
-    reply
-        .header("retry-after")
-        .unwrap_or_else(|| panic!("no Retry-After: {reply:?}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("Retry-After is not delta-seconds: {reply:?}"))
-}
-
-/// The `violated-policies` of a problem+json 429, after checking the body's shape.
-fn violated(reply: &Reply) -> Vec<String> {
-    assert_eq!(reply.status, 429, "{reply:?}");
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/problem+json"),
-        "{reply:?}"
-    );
-    let body: serde_json::Value = serde_json::from_str(&reply.body)
-        .unwrap_or_else(|e| panic!("429 body is not JSON ({e}): {:?}", reply.body));
-    assert_eq!(body["status"], 429, "{body}");
-    assert_eq!(
-        body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded",
-        "{body}"
-    );
-    serde_json::from_value(body["violated-policies"].clone())
-        .unwrap_or_else(|e| panic!("violated-policies is not a list of strings ({e}): {body}"))
 }
 
 fn assert_no_ratelimit_headers(reply: &Reply) {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{connect, request, ConfigBuilder, Proxy, ProxyOptions, Reply};
+use common::ratelimit::{policy, retry_after, violated};
 use common::redis::{RedisCluster, RedisServer};
 use common::upstream::Upstream;
 
@@ -178,62 +179,6 @@ fn count(statuses: &[BTreeMap<u16, usize>], status: u16) -> usize {
         .iter()
         .map(|s| s.get(&status).copied().unwrap_or(0))
         .sum()
-}
-
-/// One item of a `RateLimit` field.
-#[derive(Debug, PartialEq, Eq)]
-struct Item {
-    name: String,
-    r: u64,
-    t: u64,
-}
-
-/// The `RateLimit` field of a reply, parsed strictly.
-fn ratelimit(reply: &Reply) -> Vec<Item> {
-    let field = reply
-        .header("ratelimit")
-        .unwrap_or_else(|| panic!("no RateLimit field: {reply:?}"));
-    field
-        .split(", ")
-        .map(|item| {
-            let parse = || -> Option<Item> {
-                let (name, rest) = item.strip_prefix('"')?.split_once("\";r=")?;
-                let (r, t) = rest.split_once(";t=")?;
-                Some(Item {
-                    name: name.into(),
-                    r: r.parse().ok()?,
-                    t: t.parse().ok()?,
-                })
-            };
-            parse().unwrap_or_else(|| panic!("malformed RateLimit item {item:?} in {field:?}"))
-        })
-        .collect()
-}
-
-/// `(r, t)` of the named policy.
-fn policy(reply: &Reply, name: &str) -> (u64, u64) {
-    let items = ratelimit(reply);
-    let item = items
-        .iter()
-        .find(|i| i.name == name)
-        .unwrap_or_else(|| panic!("no policy {name:?} in {items:?}"));
-    (item.r, item.t)
-}
-
-fn retry_after(reply: &Reply) -> u64 {
-    reply
-        .header("retry-after")
-        .unwrap_or_else(|| panic!("no Retry-After: {reply:?}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("Retry-After is not delta-seconds: {reply:?}"))
-}
-
-fn violated(reply: &Reply) -> Vec<String> {
-    assert_eq!(reply.status, 429, "{reply:?}");
-    let body: serde_json::Value = serde_json::from_str(&reply.body)
-        .unwrap_or_else(|e| panic!("429 body is not JSON ({e}): {:?}", reply.body));
-    serde_json::from_value(body["violated-policies"].clone())
-        .unwrap_or_else(|e| panic!("bad violated-policies ({e}): {body}"))
 }
 
 /// p50, p95 and max.

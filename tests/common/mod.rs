@@ -3,5 +3,6 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod ratelimit;
 pub mod redis;
 pub mod upstream;

@@ -1,0 +1,81 @@
+//! Reading slidegate's rate-limit answers: the `RateLimit` field, `Retry-After` and the
+//! problem+json body of a 429, each parsed strictly so a malformed answer fails the test.
+
+use super::proxy::Reply;
+
+/// One item of a `RateLimit` field: `"<name>";r=<remaining>;t=<secs>`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RateLimitItem {
+    /// Policy name, e.g. `login-1s`.
+    pub name: String,
+    /// Remaining quota.
+    pub r: u64,
+    /// Seconds until a slot frees.
+    pub t: u64,
+}
+
+/// Parse a `RateLimit` field value.
+pub fn parse_ratelimit(field: &str) -> Vec<RateLimitItem> {
+    field
+        .split(", ")
+        .map(|item| {
+            let parse = || -> Option<RateLimitItem> {
+                let (name, rest) = item.strip_prefix('"')?.split_once("\";r=")?;
+                let (r, t) = rest.split_once(";t=")?;
+                Some(RateLimitItem {
+                    name: name.to_string(),
+                    r: r.parse().ok()?,
+                    t: t.parse().ok()?,
+                })
+            };
+            parse().unwrap_or_else(|| panic!("malformed RateLimit item {item:?} in {field:?}"))
+        })
+        .collect()
+}
+
+/// The `RateLimit` field of a reply, parsed.
+pub fn ratelimit(reply: &Reply) -> Vec<RateLimitItem> {
+    parse_ratelimit(
+        reply
+            .header("ratelimit")
+            .unwrap_or_else(|| panic!("no RateLimit field: {reply:?}")),
+    )
+}
+
+/// `(r, t)` of the named policy.
+pub fn policy(reply: &Reply, name: &str) -> (u64, u64) {
+    let items = ratelimit(reply);
+    let item = items
+        .iter()
+        .find(|i| i.name == name)
+        .unwrap_or_else(|| panic!("no policy {name:?} in {items:?}"));
+    (item.r, item.t)
+}
+
+/// Retry-After as whole seconds.
+pub fn retry_after(reply: &Reply) -> u64 {
+    reply
+        .header("retry-after")
+        .unwrap_or_else(|| panic!("no Retry-After: {reply:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("Retry-After is not delta-seconds: {reply:?}"))
+}
+
+/// The `violated-policies` of a problem+json 429, after checking the body's shape.
+pub fn violated(reply: &Reply) -> Vec<String> {
+    assert_eq!(reply.status, 429, "{reply:?}");
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json"),
+        "{reply:?}"
+    );
+    let body: serde_json::Value = serde_json::from_str(&reply.body)
+        .unwrap_or_else(|e| panic!("429 body is not JSON ({e}): {:?}", reply.body));
+    assert_eq!(body["status"], 429, "{body}");
+    assert_eq!(
+        body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "{body}"
+    );
+    serde_json::from_value(body["violated-policies"].clone())
+        .unwrap_or_else(|e| panic!("violated-policies is not a list of strings ({e}): {body}"))
+}
