@@ -260,18 +260,7 @@ impl Proxy {
         std::fs::write(&config_path, format!("{server_section}{config_toml}"))
             .expect("write config");
         let log_path = dir.path().join("slidegate.log");
-        let log = File::create(&log_path).expect("create log");
-        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-            .arg("-c")
-            .arg(&config_path)
-            .args(&opts.args)
-            .env("RUST_BACKTRACE", "1")
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn slidegate");
+        let child = spawn_slidegate(&config_path, &[], opts, &log_path);
         let mut proxy = Proxy {
             child,
             listen,
@@ -471,21 +460,9 @@ impl Proxy {
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let log_path = self.dir.path().join(format!("slidegate-upgrade-{n}.log"));
-        let log = File::create(&log_path).expect("create log");
         // The new process binds the socket path itself; a leftover file would look like it.
         let _ = std::fs::remove_file(&self.upgrade_sock);
-        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-            .arg("-c")
-            .arg(&self.config_path)
-            .arg("-u")
-            .args(&opts.args)
-            .env("RUST_BACKTRACE", "1")
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn slidegate -u");
+        let child = spawn_slidegate(&self.config_path, &["-u"], opts, &log_path);
         let mut next = Proxy {
             child,
             listen: self.listen,
@@ -783,4 +760,21 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
 /// `GET <path>` with no extra headers; see [`send`].
 pub async fn get(addr: SocketAddr, path: &str) -> Reply {
     send(addr, "GET", path, &[]).await
+}
+
+/// Start the real binary on `config` with `extra` arguments, output to `log_path`.
+fn spawn_slidegate(config: &Path, extra: &[&str], opts: &ProxyOptions, log_path: &Path) -> Child {
+    let log = File::create(log_path).expect("create log");
+    Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .arg("-c")
+        .arg(config)
+        .args(extra)
+        .args(&opts.args)
+        .env("RUST_BACKTRACE", "1")
+        .envs(opts.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log handle"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn slidegate {extra:?}: {e}"))
 }
