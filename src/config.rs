@@ -2,9 +2,13 @@
 //!
 //! Loading is two steps. Serde deserializes the file into the `Raw*` structs below, which
 //! already reject unknown keys, malformed durations, addresses and CIDRs (with the line the
-//! TOML parser reports and the key path from `serde_path_to_error`). Then [`Config::validate`]
+//! TOML parser reports and the key path from `serde_path_to_error`). Then `Validator::validate`
 //! checks what serde cannot: unique route names, upstream references, duplicate windows.
 //! Every error names the file, the line when known, and the key.
+//!
+//! Durations are bounded at parse time (`BoundedDuration`, `Window`) so that the arithmetic
+//! other modules do on them (`timeout * 4`, `window.as_micros() as u64`, window plus a
+//! microsecond timestamp in Lua doubles) can never overflow or lose precision.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -150,6 +154,10 @@ pub struct RouteConfig {
     /// Path prefix (default `/`).
     pub path_prefix: String,
     /// Methods matched; empty means any.
+    ///
+    /// When `GET` is listed and `HEAD` is not, `HEAD` is added: as in nginx's
+    /// `limit_except GET`, a HEAD request is served by the GET handler, so it must not bypass
+    /// a GET-only limit.
     pub methods: Vec<Method>,
     /// Index into [`Config::upstreams`].
     pub upstream: usize,
@@ -200,12 +208,12 @@ struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
-    listen: SocketAddr,
-    admin_listen: SocketAddr,
+    listen: Spanned<SocketAddr>,
+    admin_listen: Spanned<SocketAddr>,
     #[serde(default = "default_threads")]
     threads: Spanned<usize>,
-    #[serde(default = "default_grace", with = "humantime_serde")]
-    grace_period: Duration,
+    #[serde(default = "default_grace")]
+    grace_period: GracePeriod,
     pid_file: Option<PathBuf>,
     upgrade_sock: Option<PathBuf>,
 }
@@ -213,8 +221,8 @@ struct RawServer {
 fn default_threads() -> Spanned<usize> {
     Spanned::new(0..0, 1)
 }
-fn default_grace() -> Duration {
-    Duration::from_secs(5)
+fn default_grace() -> GracePeriod {
+    BoundedDuration(Duration::from_secs(5))
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
@@ -235,8 +243,8 @@ struct RawStore {
     urls: Option<Spanned<Vec<String>>>,
     #[serde(default = "default_prefix")]
     prefix: Spanned<String>,
-    #[serde(default = "default_timeout", with = "humantime_serde")]
-    timeout: Duration,
+    #[serde(default = "default_timeout")]
+    timeout: StoreTimeout,
     #[serde(default = "default_on_error")]
     on_error: OnError,
     #[serde(default = "default_true")]
@@ -263,8 +271,8 @@ fn default_backend() -> Spanned<RawBackend> {
 fn default_prefix() -> Spanned<String> {
     Spanned::new(0..0, "slidegate".into())
 }
-fn default_timeout() -> Duration {
-    Duration::from_millis(50)
+fn default_timeout() -> StoreTimeout {
+    BoundedDuration(Duration::from_millis(50))
 }
 fn default_true() -> bool {
     true
@@ -319,20 +327,66 @@ struct RawLimit {
     window: Spanned<Window>,
 }
 
-/// A window length: humantime syntax, at least 1 ms.
+/// Parse a humantime duration and check it lies in `min..=max`; messages start with `what`.
+///
+/// Runs inside deserialization, so the TOML parser attaches the value's line to the error.
+fn parse_bounded(what: &str, text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let dur =
+        humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))?;
+    if dur < min {
+        return Err(format!(
+            "{what} {text:?} is shorter than {}",
+            humantime::format_duration(min)
+        ));
+    }
+    if dur > max {
+        return Err(format!(
+            "{what} {text:?} is longer than {}",
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(dur)
+}
+
+/// A humantime duration bounded to `MIN_MS..=MAX_MS` milliseconds, checked while parsing so
+/// an out-of-range value is reported with its line like any other parse error.
+#[derive(Clone, Copy)]
+struct BoundedDuration<const MIN_MS: u64, const MAX_MS: u64>(Duration);
+
+impl<'de, const MIN_MS: u64, const MAX_MS: u64> Deserialize<'de>
+    for BoundedDuration<MIN_MS, MAX_MS>
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let min = Duration::from_millis(MIN_MS);
+        let max = Duration::from_millis(MAX_MS);
+        parse_bounded("duration", &text, min, max)
+            .map(BoundedDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// `store.timeout`: 1 ms ..= 60 s. Zero would time out every decision before the store could
+/// answer; unbounded values overflow `timeout * 4` in the Redis store's connect timeout.
+type StoreTimeout = BoundedDuration<1, 60_000>;
+
+/// `server.grace_period`: 0 ..= 1 h. Zero (no drain) is allowed; an hour is far beyond any
+/// sane drain and keeps the seconds pingora is given small.
+type GracePeriod = BoundedDuration<0, 3_600_000>;
+
+/// Longest window: 30 days. Window plus a microsecond timestamp then stays far below 2^53,
+/// so Lua's doubles in the Redis script are exact, and `as_micros() as u64` cannot truncate.
+const MAX_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A window length: humantime syntax, whole milliseconds, 1 ms ..= [`MAX_WINDOW`].
 #[derive(Clone, Copy)]
 struct Window(Duration);
 
 impl<'de> Deserialize<'de> for Window {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        let dur = humantime::parse_duration(&text)
-            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))?;
-        if dur < Duration::from_millis(1) {
-            return Err(serde::de::Error::custom(format!(
-                "window {text:?} is shorter than 1ms"
-            )));
-        }
+        let dur = parse_bounded("window", &text, Duration::from_millis(1), MAX_WINDOW)
+            .map_err(serde::de::Error::custom)?;
         if !dur.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(serde::de::Error::custom(format!(
                 "window {text:?} must be a whole number of milliseconds"
@@ -437,22 +491,37 @@ impl Validator<'_> {
                 "must be between 1 and 1024",
             );
         }
-        if raw.listen == raw.admin_listen {
+        let (listen, admin) = (*raw.listen.get_ref(), *raw.admin_listen.get_ref());
+        if listen == admin {
             return self.err(
-                None,
+                Some(raw.admin_listen.span()),
                 "server.admin_listen",
                 "must differ from server.listen",
             );
         }
+        // Same port on overlapping addresses would only fail later, at bind time: an
+        // unspecified address (0.0.0.0 / ::) takes the port on every interface, and
+        // `[::ffff:a.b.c.d]` is the same socket as `a.b.c.d`. Port 0 is exempt: ephemeral
+        // binds never collide.
+        let overlap = listen.ip().is_unspecified()
+            || admin.ip().is_unspecified()
+            || listen.ip().to_canonical() == admin.ip().to_canonical();
+        if listen.port() == admin.port() && listen.port() != 0 && overlap {
+            return self.err(
+                Some(raw.admin_listen.span()),
+                "server.admin_listen",
+                format!("{admin} overlaps server.listen {listen}: use a different port"),
+            );
+        }
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
-        let tag = format!("slidegate-{}", raw.listen.port());
+        let tag = format!("slidegate-{}", listen.port());
         let dir = std::env::temp_dir();
         Ok(ServerSettings {
-            listen: raw.listen,
-            admin_listen: raw.admin_listen,
+            listen,
+            admin_listen: admin,
             threads,
-            grace_period: raw.grace_period,
+            grace_period: raw.grace_period.0,
             pid_file: raw
                 .pid_file
                 .unwrap_or_else(|| dir.join(format!("{tag}.pid"))),
@@ -554,13 +623,10 @@ impl Validator<'_> {
                 "must be non-empty, without whitespace, '{' or '}'",
             );
         }
-        if raw.timeout.is_zero() {
-            return self.err(None, "store.timeout", "must be greater than zero");
-        }
         Ok(StoreSettings {
             backend,
             prefix: raw.prefix.into_inner(),
-            timeout: raw.timeout,
+            timeout: raw.timeout.0,
             on_error: raw.on_error,
             local_deny_cache: raw.local_deny_cache,
         })
@@ -631,9 +697,18 @@ impl Validator<'_> {
         let host = match &r.host {
             None => None,
             Some(h) => {
-                let v = h.get_ref().to_ascii_lowercase();
+                let mut v = h.get_ref().to_ascii_lowercase();
+                // "api.example.com." is the same host in absolute form; store it without the
+                // dot so configured hosts never end with '.' (the request side strips it too).
+                if v.ends_with('.') {
+                    v.pop();
+                }
                 let bare = v.strip_prefix("*.").unwrap_or(&v);
-                if bare.is_empty() || bare.contains(['*', '/', ' ', ':']) {
+                // Empty labels ("..", a leading '.', a second trailing '.') name no host.
+                if bare.is_empty()
+                    || bare.contains(['*', '/', ' ', ':'])
+                    || bare.split('.').any(str::is_empty)
+                {
                     return self.err(
                         Some(h.span()),
                         at("host"),
@@ -665,6 +740,11 @@ impl Validator<'_> {
                     )
                 }
             }
+        }
+        // HEAD is answered by the GET handler upstream; without this a GET-only limit could
+        // be bypassed with HEAD (nginx's `limit_except GET` covers HEAD for the same reason).
+        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+            methods.push(Method::HEAD);
         }
         let Some(upstream) = upstreams
             .iter()

@@ -133,3 +133,34 @@ impl RouteMetrics {
         self.upstream[class].inc();
     }
 }
+
+/// `slidegate_store_errors_total` handles, resolved once.
+#[derive(Clone)]
+pub struct StoreErrorMetrics {
+    timeout: IntCounter,
+    unavailable: IntCounter,
+    backend: IntCounter,
+}
+
+impl Default for StoreErrorMetrics {
+    fn default() -> Self {
+        let c = |kind: &str| METRICS.store_errors.with_label_values(&[kind]);
+        StoreErrorMetrics {
+            timeout: c("timeout"),
+            unavailable: c("unavailable"),
+            backend: c("backend"),
+        }
+    }
+}
+
+impl StoreErrorMetrics {
+    /// Count one failed decision.
+    pub fn count(&self, error: &crate::limiter::StoreError) {
+        use crate::limiter::StoreError;
+        match error {
+            StoreError::Timeout(_) => self.timeout.inc(),
+            StoreError::Unavailable(_) => self.unavailable.inc(),
+            StoreError::Backend(_) => self.backend.inc(),
+        }
+    }
+}

@@ -1,13 +1,14 @@
 //! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
 //! functions of the other modules (route match, client key, limiter decision, headers, metrics).
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, RETRY_AFTER};
+use http::header::HOST;
 use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -17,13 +18,15 @@ use prometheus::Histogram;
 use crate::config::OnError;
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
-use crate::metrics::{Decision, METRICS};
+use crate::metrics::{Decision, StoreErrorMetrics, METRICS};
 use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs};
-use crate::routes::{host_without_port, Route, Rules};
+use crate::routes::{host_without_port, normalize_path, Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
-const RATELIMIT_POLICY: &str = "ratelimit-policy";
-const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_POLICY: &str = "RateLimit-Policy";
+const RATELIMIT: &str = "RateLimit";
+/// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
+const RETRY_AFTER: &str = "Retry-After";
 
 /// The proxy: current rules (hot-swappable), the limit store and its time bound.
 pub struct SlideGate {
@@ -31,6 +34,7 @@ pub struct SlideGate {
     store: Arc<dyn Store>,
     timeout: Duration,
     limiter_duration: Histogram,
+    store_errors: StoreErrorMetrics,
 }
 
 impl SlideGate {
@@ -45,6 +49,7 @@ impl SlideGate {
             store,
             timeout,
             limiter_duration,
+            store_errors: StoreErrorMetrics::default(),
         }
     }
 
@@ -60,7 +65,7 @@ impl SlideGate {
         self.limiter_duration
             .observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
-            METRICS.store_errors.with_label_values(&[e.kind()]).inc();
+            self.store_errors.count(e);
         }
         result
     }
@@ -75,10 +80,10 @@ pub struct RequestCtx {
     route: Option<usize>,
     /// `RateLimit` field to add to the upstream response.
     ratelimit: Option<HeaderValue>,
-    /// Reused buffer for the bucket key.
+    /// The bucket key (route and client) of this request.
     key: String,
-    /// Upstream connection attempts that failed (each retried on the next server).
-    connect_failures: usize,
+    /// Servers this request could not connect to (each retried on another server).
+    failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
 }
 
 impl RequestCtx {
@@ -94,8 +99,8 @@ async fn respond(
     content_type: &str,
     body: Vec<u8>,
 ) -> Result<()> {
-    header.insert_header(CONTENT_TYPE, content_type)?;
-    header.insert_header(CONTENT_LENGTH, body.len())?;
+    header.insert_header("Content-Type", content_type)?;
+    header.insert_header("Content-Length", body.len())?;
     session
         .write_response_header(Box::new(header), false)
         .await?;
@@ -121,7 +126,8 @@ impl ProxyHttp for SlideGate {
             .host()
             .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()))
             .map(host_without_port);
-        let Some((idx, route)) = rules.find(host, req.uri.path(), &req.method) else {
+        let path = normalize_path(req.uri.path());
+        let Some((idx, route)) = rules.find(host, &path, &req.method) else {
             METRICS.no_route.inc();
             let body = br#"{"type":"about:blank","title":"Not Found","status":404,"detail":"no route matches this request"}"#;
             respond(
@@ -151,7 +157,9 @@ impl ProxyHttp for SlideGate {
         let verdict = match self.decide(&ctx.key, route).await {
             Ok(v) => v,
             Err(e) => {
-                log::warn!("route {}: limiter error: {e}", route.name);
+                // Per request at debug level only: an outage would otherwise write a log line
+                // per request; the store logs its state changes and the metrics count errors.
+                log::debug!("route {}: limiter error: {e}", route.name);
                 if route.on_error == OnError::Deny && !route.shadow {
                     route.metrics.decision(Decision::ErrorDenied);
                     let mut header = ResponseHeader::build(503, Some(4))?;
@@ -178,7 +186,7 @@ impl ProxyHttp for SlideGate {
 
         let mut field = String::with_capacity(48 * route.limits.len());
         ratelimit_field(&mut field, &route.policy_names, &verdict);
-        let ratelimit = HeaderValue::from_str(&field).ok();
+        let ratelimit = HeaderValue::try_from(field).ok();
         if verdict.admitted {
             route.metrics.decision(Decision::Allowed);
             ctx.ratelimit = ratelimit;
@@ -208,7 +216,11 @@ impl ProxyHttp for SlideGate {
             return Error::e_explain(ErrorType::InternalError, "no route selected");
         };
         let up = rules.routes[route].upstream;
-        let backend = rules.upstreams[up].select(b"", 256).ok_or_else(|| {
+        // Skip servers this request already failed to connect to.
+        let failed = &ctx.failed_servers;
+        let pool = &rules.upstreams[up];
+        let backend = pool.select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr));
+        let backend = backend.ok_or_else(|| {
             Error::explain(
                 ErrorType::ConnectNoRoute,
                 format!("upstream {} has no server", rules.upstream_names[up]),
@@ -218,6 +230,10 @@ impl ProxyHttp for SlideGate {
         // Bound connection setup so a black-holed upstream becomes a prompt 502.
         peer.options.connection_timeout = Some(Duration::from_secs(5));
         peer.options.total_connection_timeout = Some(Duration::from_secs(10));
+        // Like nginx's proxy_read_timeout / proxy_send_timeout: a hung upstream is cut after 60 s
+        // of silence instead of holding the connection forever.
+        peer.options.read_timeout = Some(Duration::from_secs(60));
+        peer.options.write_timeout = Some(Duration::from_secs(60));
         Ok(Box::new(peer))
     }
 
@@ -230,12 +246,12 @@ impl ProxyHttp for SlideGate {
     ) -> Box<Error> {
         // Like nginx's `proxy_next_upstream error`: a server we could not connect to never saw
         // the request, so try the next one, once per other server of the pool.
-        ctx.connect_failures += 1;
+        ctx.failed_servers.push(peer._address.clone());
         let servers = ctx
             .route()
             .zip(ctx.rules.as_ref())
             .map_or(1, |(route, rules)| rules.upstream_sizes[route.upstream]);
-        if ctx.connect_failures < servers {
+        if ctx.failed_servers.len() < servers {
             log::warn!("upstream {peer} unreachable, trying the next server: {e}");
             e.set_retry(true);
         }
@@ -248,18 +264,16 @@ impl ProxyHttp for SlideGate {
         upstream_request: &mut RequestHeader,
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
-        // Like nginx's `proxy_add_x_forwarded_for`: append the socket peer.
+        // Like nginx's `$proxy_add_x_forwarded_for`: every X-Forwarded-For line the client sent,
+        // joined in order, then the socket peer.
         if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
-            let ip = peer.ip().to_string();
-            let value = match upstream_request
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(prev) => format!("{prev}, {ip}"),
-                None => ip,
-            };
-            upstream_request.insert_header("x-forwarded-for", value)?;
+            let mut value = Vec::with_capacity(64);
+            for prev in upstream_request.headers.get_all("x-forwarded-for") {
+                value.extend_from_slice(prev.as_bytes());
+                value.extend_from_slice(b", ");
+            }
+            let _ = write!(value, "{}", peer.ip());
+            upstream_request.insert_header("X-Forwarded-For", value)?;
         }
         Ok(())
     }

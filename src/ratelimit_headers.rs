@@ -65,17 +65,31 @@ pub fn retry_after_secs(verdict: &Verdict) -> u64 {
     verdict.retry_after().map(ceil_secs).unwrap_or(1).max(1)
 }
 
+/// RFC 9457 problem details for a 429 (serialized from a struct: no map per request).
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(rename = "violated-policies")]
+    violated_policies: Vec<&'a str>,
+}
+
 /// The problem+json body of a 429, naming the violated policies.
 pub fn problem_body(route: &str, names: &[String], verdict: &Verdict) -> Vec<u8> {
-    let violated: Vec<&str> = verdict.violated().map(|i| names[i].as_str()).collect();
-    serde_json::to_vec(&serde_json::json!({
-        "type": QUOTA_EXCEEDED_TYPE,
-        "title": "Too Many Requests",
-        "status": 429,
-        "detail": format!("rate limit exceeded on route {route}; retry after {} s", retry_after_secs(verdict)),
-        "violated-policies": violated,
-    }))
-    .unwrap_or_default()
+    let problem = Problem {
+        kind: QUOTA_EXCEEDED_TYPE,
+        title: "Too Many Requests",
+        status: 429,
+        detail: format!(
+            "rate limit exceeded on route {route}; retry after {} s",
+            retry_after_secs(verdict)
+        ),
+        violated_policies: verdict.violated().map(|i| names[i].as_str()).collect(),
+    };
+    serde_json::to_vec(&problem).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! A [`Rules`] is immutable; a reload builds a new one and swaps it in whole, so a request in
 //! flight finishes under the rules it started with.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::{HeaderValue, Method};
@@ -142,14 +143,105 @@ impl Rules {
     }
 }
 
+/// The path routes are matched against: percent-escapes decoded, empty and `.` segments
+/// dropped, `..` resolved (never above the root). Upstream frameworks decode and normalise paths
+/// before routing, so matching the raw path would let `/%6cogin`, `//login` or `/x/../login`
+/// reach `/login` without its limits. The request is still forwarded with its raw path.
+pub fn normalize_path(raw: &str) -> Cow<'_, str> {
+    let bytes = raw.as_bytes();
+    let clean = !raw.contains('%')
+        && !raw.contains("//")
+        && !bytes.windows(2).any(|w| w == b"/.")
+        && raw.starts_with('/');
+    if clean {
+        return Cow::Borrowed(raw);
+    }
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                decoded.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        decoded.push(b);
+        i += 1;
+    }
+    let decoded = String::from_utf8_lossy(&decoded);
+    let mut segments: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let mut out = String::with_capacity(decoded.len());
+    for seg in &segments {
+        out.push('/');
+        out.push_str(seg);
+    }
+    if out.is_empty() || (decoded.ends_with('/') && !segments.is_empty()) {
+        out.push('/');
+    }
+    Cow::Owned(out)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
 /// The host of a request, lower-cased by the caller's choice of comparison, without its port.
 pub fn host_without_port(host: &str) -> &str {
     if host.starts_with('[') {
         // [v6]:port
         return host.split(']').next().map(|h| &h[1..]).unwrap_or(host);
     }
-    match host.rsplit_once(':') {
+    let host = match host.rsplit_once(':') {
         Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
         _ => host,
+    };
+    // `example.com.` is the same host as `example.com`.
+    host.strip_suffix('.').unwrap_or(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_normalised_before_matching() {
+        for (raw, want) in [
+            ("/login", "/login"),
+            ("/%6cogin", "/login"),
+            ("//login", "/login"),
+            ("/x/../login", "/login"),
+            ("/./login/", "/login/"),
+            ("/../../login", "/login"),
+            ("/a%2F..%2Flogin", "/login"),
+            ("/bad%zzescape%", "/bad%zzescape%"),
+            ("/%", "/%"),
+            ("/..", "/"),
+            ("", "/"),
+        ] {
+            assert_eq!(normalize_path(raw), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn hosts_lose_port_and_trailing_dot() {
+        assert_eq!(host_without_port("Example.com.:8080"), "Example.com");
+        assert_eq!(host_without_port("[::1]:80"), "::1");
+        assert_eq!(host_without_port("example.com"), "example.com");
     }
 }

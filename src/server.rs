@@ -11,6 +11,7 @@ use pingora::apps::HttpServerOptions;
 use pingora::prelude::{background_service, Opt};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{ListenFds, RuntimeOpts, Server, ShutdownWatch};
+use pingora::services::background::BackgroundService;
 use pingora::services::Service;
 
 use crate::admin::admin_service;
@@ -40,8 +41,7 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     })
 }
 
-/// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects,
-/// sweeps idle buckets.
+/// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects.
 async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -49,6 +49,26 @@ async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
         tokio::select! {
             _ = tick.tick() => store.maintain().await,
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Calls [`Store::sweep_expired`] once a second on a background runtime of its own, so that
+/// sweeping a million idle buckets never stalls the proxy's workers.
+struct StoreSweeper {
+    store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl BackgroundService for StoreSweeper {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.store.sweep_expired(),
+                _ = shutdown.changed() => return,
+            }
         }
     }
 }
@@ -164,6 +184,12 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         store: store.clone(),
     });
 
+    server.add_service(background_service(
+        "store sweeper",
+        StoreSweeper {
+            store: store.clone(),
+        },
+    ));
     server.add_service(admin_service(
         &config.server.admin_listen.to_string(),
         store.clone(),

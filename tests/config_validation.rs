@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use slidegate::config::{Config, ConfigError};
+use std::time::Duration;
+
+use http::Method;
+use slidegate::config::{Config, ConfigError, HostMatch};
 
 /// A valid config; every case below breaks exactly one thing in it.
 const BASE: &str = r#"[server]
@@ -314,6 +317,117 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             line_of: Some("backend = \"redis\""),
             message: "required with backend = \"redis\"",
         },
+        // Parses, but `timeout * 4` in the Redis store would overflow and panic.
+        Case {
+            what: "huge store timeout",
+            toml: edit(
+                "backend = \"memory\"",
+                "backend = \"memory\"\ntimeout = \"300000000000years\"",
+            ),
+            key: "store.timeout",
+            line_of: Some("300000000000years"),
+            message: "longer than 1m",
+        },
+        Case {
+            what: "store timeout just over 60s",
+            toml: edit(
+                "backend = \"memory\"",
+                "backend = \"memory\"\ntimeout = \"60001ms\"",
+            ),
+            key: "store.timeout",
+            line_of: Some("60001ms"),
+            message: "longer than 1m",
+        },
+        Case {
+            what: "zero store timeout",
+            toml: edit("backend = \"memory\"", "backend = \"memory\"\ntimeout = \"0s\""),
+            key: "store.timeout",
+            line_of: Some("timeout = \"0s\""),
+            message: "shorter than 1ms",
+        },
+        Case {
+            what: "unparseable store timeout",
+            toml: edit("backend = \"memory\"", "backend = \"memory\"\ntimeout = \"fast\""),
+            key: "store.timeout",
+            line_of: Some("\"fast\""),
+            message: "invalid duration \"fast\"",
+        },
+        Case {
+            what: "window over 30 days",
+            toml: edit("window = \"1m\"", "window = \"31days\""),
+            key: "routes[0].limits[0].window",
+            line_of: Some("\"31days\""),
+            message: "longer than 30days",
+        },
+        Case {
+            what: "huge window",
+            toml: edit("window = \"1m\"", "window = \"300000000000years\""),
+            key: "routes[0].limits[0].window",
+            line_of: Some("300000000000years"),
+            message: "longer than 30days",
+        },
+        Case {
+            what: "grace period over 1h",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"61min\""),
+            key: "server.grace_period",
+            line_of: Some("\"61min\""),
+            message: "longer than 1h",
+        },
+        Case {
+            what: "unparseable grace period",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"soon\""),
+            key: "server.grace_period",
+            line_of: Some("\"soon\""),
+            message: "invalid duration \"soon\"",
+        },
+        Case {
+            what: "admin_listen equals listen",
+            toml: edit("127.0.0.1:19090", "127.0.0.1:18080"),
+            key: "server.admin_listen",
+            line_of: Some("admin_listen"),
+            message: "must differ from server.listen",
+        },
+        Case {
+            what: "admin_listen wildcard same port",
+            toml: edit("127.0.0.1:19090", "0.0.0.0:18080"),
+            key: "server.admin_listen",
+            line_of: Some("admin_listen"),
+            message: "overlaps server.listen",
+        },
+        Case {
+            what: "listen IPv6 wildcard same port",
+            toml: edit("\"127.0.0.1:18080\"", "\"[::]:19090\""),
+            key: "server.admin_listen",
+            line_of: Some("admin_listen"),
+            message: "overlaps server.listen",
+        },
+        Case {
+            what: "admin_listen IPv4-mapped same socket",
+            toml: edit("127.0.0.1:19090", "[::ffff:127.0.0.1]:18080"),
+            key: "server.admin_listen",
+            line_of: Some("admin_listen"),
+            message: "overlaps server.listen",
+        },
+        Case {
+            what: "host with two trailing dots",
+            toml: edit(
+                "path_prefix = \"/api\"",
+                "host = \"api.example.com..\"\npath_prefix = \"/api\"",
+            ),
+            key: "routes[0].host",
+            line_of: Some("api.example.com.."),
+            message: "must be a host name",
+        },
+        Case {
+            what: "host that is only a dot",
+            toml: edit(
+                "path_prefix = \"/api\"",
+                "host = \".\"\npath_prefix = \"/api\"",
+            ),
+            key: "routes[0].host",
+            line_of: Some("host = \".\""),
+            message: "must be a host name",
+        },
     ];
     // Check every case and report all failures at once.
     let failures: Vec<String> = cases
@@ -335,5 +449,118 @@ fn bad_configs_are_refused_with_file_key_and_line() {
         failures.len(),
         cases.len(),
         failures.join("\n")
+    );
+}
+
+/// `BASE` edited, loaded through `from_toml`, expected to be accepted.
+fn accepted(toml: &str) -> Config {
+    Config::from_toml(Path::new("accepted.toml"), toml)
+        .unwrap_or_else(|e| panic!("refused: {e}\n{toml}"))
+}
+
+#[test]
+fn duration_bounds_are_inclusive() {
+    let store = |t: &str| {
+        accepted(&edit(
+            "backend = \"memory\"",
+            &format!("backend = \"memory\"\ntimeout = \"{t}\""),
+        ))
+        .store
+        .timeout
+    };
+    assert_eq!(store("1ms"), Duration::from_millis(1));
+    assert_eq!(store("60s"), Duration::from_secs(60));
+    // The default when the key is absent.
+    assert_eq!(accepted(BASE).store.timeout, Duration::from_millis(50));
+
+    let window = |w: &str| {
+        accepted(&edit("window = \"1m\"", &format!("window = \"{w}\""))).routes[0].limits[0].window
+    };
+    assert_eq!(window("1ms"), Duration::from_millis(1));
+    assert_eq!(window("30days"), Duration::from_secs(30 * 86_400));
+
+    let grace = |g: &str| {
+        accepted(&edit(
+            "grace_period = \"1s\"",
+            &format!("grace_period = \"{g}\""),
+        ))
+        .server
+        .grace_period
+    };
+    assert_eq!(grace("0s"), Duration::ZERO);
+    assert_eq!(grace("1h"), Duration::from_secs(3600));
+    // The default when the key is absent.
+    assert_eq!(
+        accepted(&edit("grace_period = \"1s\"", ""))
+            .server
+            .grace_period,
+        Duration::from_secs(5)
+    );
+}
+
+#[test]
+fn distinct_listeners_are_accepted() {
+    // Same IP family wildcard, different ports.
+    accepted(&edit("127.0.0.1:18080", "0.0.0.0:18080"));
+    // Same port, distinct specific addresses.
+    accepted(&edit("127.0.0.1:19090", "127.0.0.2:18080"));
+    // Ephemeral ports never collide.
+    accepted(&edit("127.0.0.1:18080", "0.0.0.0:0").replacen("127.0.0.1:19090", "127.0.0.1:0", 1));
+}
+
+#[test]
+fn get_routes_also_limit_head() {
+    let methods = |m: &str| {
+        accepted(&edit(
+            "methods = [\"GET\", \"POST\"]",
+            &format!("methods = {m}"),
+        ))
+        .routes[0]
+            .methods
+            .clone()
+    };
+    assert_eq!(methods(r#"["GET"]"#), vec![Method::GET, Method::HEAD]);
+    assert_eq!(methods(r#"["get"]"#), vec![Method::GET, Method::HEAD]);
+    assert_eq!(
+        accepted(BASE).routes[0].methods,
+        vec![Method::GET, Method::POST, Method::HEAD]
+    );
+    // Already listed: not duplicated.
+    assert_eq!(
+        methods(r#"["HEAD", "GET"]"#),
+        vec![Method::HEAD, Method::GET]
+    );
+    // No GET: HEAD is not added.
+    assert_eq!(methods(r#"["POST"]"#), vec![Method::POST]);
+    // No methods still means any method.
+    assert!(methods("[]").is_empty());
+}
+
+#[test]
+fn host_trailing_dot_is_stripped() {
+    let host = |h: &str| {
+        accepted(&edit(
+            "path_prefix = \"/api\"",
+            &format!("host = \"{h}\"\npath_prefix = \"/api\""),
+        ))
+        .routes[0]
+            .host
+            .clone()
+    };
+    assert_eq!(
+        host("api.example.com."),
+        Some(HostMatch::Exact("api.example.com".into()))
+    );
+    assert_eq!(
+        host("API.Example.COM."),
+        Some(HostMatch::Exact("api.example.com".into()))
+    );
+    assert_eq!(
+        host("*.example.com."),
+        Some(HostMatch::Suffix(".example.com".into()))
+    );
+    assert_eq!(
+        host("api.example.com"),
+        Some(HostMatch::Exact("api.example.com".into()))
     );
 }

@@ -1,5 +1,5 @@
 //! The memory store stays bounded: buckets whose logs have all slid out of their windows are
-//! swept away, both by a direct `sweep()` and by `Store::maintain()` (what the proxy's
+//! swept away, both by a direct `sweep()` and by `Store::sweep_expired()` (what the proxy's
 //! once-a-second background task calls).
 
 use std::time::{Duration, Instant};
@@ -81,8 +81,8 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     assert_eq!(store.entries(), KEYS + 10 + 2);
 
     tokio::time::sleep(short + Duration::from_millis(50)).await;
-    // The background path: the proxy calls `maintain()` about once a second.
-    store.maintain().await;
+    // The background path: the proxy's sweeper calls `sweep_expired()` about once a second.
+    store.sweep_expired();
     assert_eq!(
         store.len(),
         11,

@@ -538,3 +538,55 @@ async fn refused_server_is_skipped_for_the_next_one_in_the_pool() {
     assert_eq!(up.hits(), 6);
     assert_eq!(get(proxy.addr(), "/dead").await.status, 502);
 }
+
+/// Upstream frameworks decode and normalise paths before routing, so the proxy must too:
+/// encoded, doubled-slash and dot-segment spellings of a limited path share its limit instead of
+/// slipping through to an unlimited route.
+#[tokio::test]
+async fn encoded_and_dotted_paths_cannot_bypass_a_route() {
+    let up = Upstream::start();
+    let proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("login", &limited("/login", 1, "1h"))
+            .route("default", "path_prefix = \"/\"")
+            .build(),
+    );
+    assert_eq!(get(proxy.addr(), "/login").await.status, 200);
+    for path in [
+        "/%6cogin",
+        "//login",
+        "/x/../login",
+        "/./login",
+        "/%2e/login",
+    ] {
+        let r = get(proxy.addr(), path).await;
+        assert_eq!(r.status, 429, "{path} bypassed the login limit: {r:?}");
+    }
+    assert_eq!(get(proxy.addr(), "/logout-not-login").await.status, 200);
+    assert_eq!(up.hits(), 2);
+}
+
+/// `X-Forwarded-For` reaches the upstream like nginx's `$proxy_add_x_forwarded_for`: every
+/// line the client sent, in order, then the socket peer.
+#[tokio::test]
+async fn x_forwarded_for_lines_are_joined_and_the_peer_appended() {
+    let up = Upstream::start();
+    let proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", "path_prefix = \"/\"")
+            .build(),
+    );
+    let headers = [
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-for", "203.0.113.9"),
+    ];
+    assert_eq!(send(proxy.addr(), "GET", "/", &headers).await.status, 200);
+    assert_eq!(
+        up.last_xff().as_deref(),
+        Some("6.6.6.6, 203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(get(proxy.addr(), "/").await.status, 200);
+    assert_eq!(up.last_xff().as_deref(), Some("127.0.0.1"));
+}

@@ -37,6 +37,9 @@ struct Denied {
     /// The store's generation when the decision was made; a different one means the store may
     /// have restarted empty, and the denial proves nothing any more.
     generation: u64,
+    /// The limits it was decided under: a request that started before a reload can finish
+    /// after the cache was cleared, and its old-limit denial must not bind the new limits.
+    limits: Box<[Limit]>,
     verdict: Verdict,
 }
 
@@ -76,7 +79,7 @@ impl DenyCache {
     fn lookup(&self, bucket: &str, limits: &[Limit], now: Instant) -> Option<Verdict> {
         let entry = self.denied.get(bucket)?;
         if now >= entry.until
-            || entry.verdict.states.len() != limits.len()
+            || *entry.limits != *limits
             || entry.generation != self.inner.generation()
         {
             return None;
@@ -117,6 +120,7 @@ impl Store for DenyCache {
                         until: sent + wait,
                         sent,
                         generation,
+                        limits: limits.into(),
                         verdict: verdict.clone(),
                     },
                 );
@@ -131,11 +135,15 @@ impl Store for DenyCache {
     }
 
     async fn maintain(&self) {
+        self.inner.maintain().await;
+    }
+
+    fn sweep_expired(&self) {
         let now = Instant::now();
         let generation = self.inner.generation();
         self.denied
             .retain(|_, d| d.until > now && d.generation == generation);
-        self.inner.maintain().await;
+        self.inner.sweep_expired();
     }
 
     fn is_ready(&self) -> bool {
@@ -202,5 +210,24 @@ mod tests {
             cache.check("b", &raised).await.unwrap().admitted,
             "raised limit admits at once"
         );
+    }
+
+    #[tokio::test]
+    async fn a_denial_only_binds_the_limits_it_was_decided_under() {
+        // A request that began before a reload may insert its old-limit denial after the
+        // reload cleared the cache: requests under the new limits must not see it.
+        let cache = DenyCache::new(Arc::new(MemoryStore::new()));
+        let old = [Limit {
+            requests: 1,
+            window: Duration::from_secs(60),
+        }];
+        assert!(cache.check("b", &old).await.unwrap().admitted);
+        assert!(!cache.check("b", &old).await.unwrap().admitted);
+        let new = [Limit {
+            requests: 2,
+            window: Duration::from_secs(60),
+        }];
+        assert!(cache.check("b", &new).await.unwrap().admitted);
+        assert_eq!(cache.hits(), 0);
     }
 }

@@ -108,7 +108,10 @@ impl MemoryStore {
             });
             !bucket.logs.is_empty()
         });
-        self.buckets.shrink_to_fit();
+        // Give memory back after a wave of one-off clients, but don't rehash every second.
+        if self.buckets.len() < self.buckets.capacity() / 4 {
+            self.buckets.shrink_to_fit();
+        }
     }
 
     fn decide(bucket: &mut Bucket, limits: &[Limit], now: u64) -> Verdict {
@@ -163,7 +166,7 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn maintain(&self) {
+    fn sweep_expired(&self) {
         self.sweep();
     }
 }

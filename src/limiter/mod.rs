@@ -108,9 +108,13 @@ pub trait Store: Send + Sync + 'static {
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`).
     fn backend(&self) -> &'static str;
 
-    /// Called about once a second on Pingora's runtime: connect or reconnect, sweep idle
-    /// buckets, refresh readiness. Must return quickly.
+    /// Called about once a second on the proxy's runtime: connect or reconnect, refresh
+    /// readiness. Must return quickly: it shares the threads that serve requests.
     async fn maintain(&self) {}
+
+    /// Called about once a second on a background thread of its own: drop expired state (idle
+    /// buckets, stale cache entries). May take a while; it never runs on the proxy's workers.
+    fn sweep_expired(&self) {}
 
     /// True when the store can currently answer (used by `/readyz`).
     fn is_ready(&self) -> bool {

@@ -405,12 +405,16 @@ impl RedisStore {
     /// would fail the buckets of the healthy shards too. Its calls stay bounded by the
     /// timeout, and `maintain` closes the gate when no master answers at all.
     fn note_failure(&self, error: &StoreError) {
+        if matches!(error, StoreError::Unavailable(_)) {
+            // A lost connection (to a server or one cluster shard) may hide a restart that
+            // emptied it: cached denials are void from now on.
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
         if matches!(self.target, Target::Cluster(_)) {
             return;
         }
         match error {
             StoreError::Unavailable(_) => {
-                self.generation.fetch_add(1, Ordering::AcqRel);
                 if self.healthy.swap(false, Ordering::AcqRel) {
                     log::warn!("{} store unavailable: {error}", self.backend());
                 }
