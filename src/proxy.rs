@@ -97,16 +97,14 @@ async fn respond(
     session: &mut Session,
     mut header: ResponseHeader,
     content_type: &str,
-    body: Vec<u8>,
+    body: Bytes,
 ) -> Result<()> {
     header.insert_header("Content-Type", content_type)?;
     header.insert_header("Content-Length", body.len())?;
     session
         .write_response_header(Box::new(header), false)
         .await?;
-    session
-        .write_response_body(Some(Bytes::from(body)), true)
-        .await
+    session.write_response_body(Some(body), true).await
 }
 
 #[async_trait]
@@ -134,7 +132,7 @@ impl ProxyHttp for SlideGate {
                 session,
                 ResponseHeader::build(404, Some(4))?,
                 "application/problem+json",
-                body.to_vec(),
+                Bytes::from_static(body),
             )
             .await?;
             return Ok(true);
@@ -165,7 +163,13 @@ impl ProxyHttp for SlideGate {
                     let mut header = ResponseHeader::build(503, Some(4))?;
                     header.insert_header(RETRY_AFTER, "1")?;
                     let body = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"rate limiter unavailable"}"#;
-                    respond(session, header, "application/problem+json", body.to_vec()).await?;
+                    respond(
+                        session,
+                        header,
+                        "application/problem+json",
+                        Bytes::from_static(body),
+                    )
+                    .await?;
                     return Ok(true);
                 }
                 route.metrics.decision(Decision::ErrorAllowed);
@@ -203,7 +207,7 @@ impl ProxyHttp for SlideGate {
         }
         header.insert_header(RETRY_AFTER, retry_after_secs(&verdict))?;
         let body = problem_body(&route.name, &route.policy_names, &verdict);
-        respond(session, header, "application/problem+json", body).await?;
+        respond(session, header, "application/problem+json", body.into()).await?;
         Ok(true)
     }
 
