@@ -377,23 +377,30 @@ async fn a_request_in_flight_finishes_under_the_rules_it_started_with() {
 // ---------------------------------------------------------------------------------------------
 // Lifecycle.
 
-/// SIGTERM closes the listener at once but lets a slow request in flight (800 ms) finish with
-/// 200, then the process exits 0 after grace_period (1 s), within grace_period +
-/// graceful_shutdown_timeout (1 s) + margin.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_the_request_in_flight_and_exits_0() {
+/// A proxy with one catch-all route whose handler for `signal` is installed, and one request
+/// in flight that the upstream answers after `delay_ms`: the setup of every signal test. The
+/// request's task yields its reply and how long it took.
+async fn proxy_with_request_in_flight(
+    signal: i32,
+    delay_ms: u64,
+) -> (
+    Upstream,
+    Proxy,
+    tokio::task::JoinHandle<(Result<Reply, String>, Duration)>,
+) {
     let up = Upstream::start();
-    let mut proxy = Proxy::start(
+    let proxy = Proxy::start(
         &ConfigBuilder::new()
             .upstream("app", up.addr())
             .route("all", "path_prefix = \"/\"")
             .build(),
     );
-    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    proxy.wait_signal_handler(signal, Duration::from_secs(10));
     let addr = proxy.addr();
     let slow = tokio::spawn(async move {
         let started = Instant::now();
-        let r = request(addr, "GET", "/slow", &[(DELAY_HEADER, "800")]).await;
+        let delay = delay_ms.to_string();
+        let r = request(addr, "GET", "/slow", &[(DELAY_HEADER, delay.as_str())]).await;
         (r, started.elapsed())
     });
     wait_until(
@@ -401,6 +408,16 @@ async fn sigterm_drains_the_request_in_flight_and_exits_0() {
         Duration::from_secs(10),
         || up.hits() == 1,
     );
+    (up, proxy, slow)
+}
+
+/// SIGTERM closes the listener at once but lets a slow request in flight (800 ms) finish with
+/// 200, then the process exits 0 after grace_period (1 s), within grace_period +
+/// graceful_shutdown_timeout (1 s) + margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_request_in_flight_and_exits_0() {
+    let (_up, mut proxy, slow) = proxy_with_request_in_flight(libc::SIGTERM, 800).await;
+    let addr = proxy.addr();
     let sent = Instant::now();
     proxy.signal(libc::SIGTERM).expect("SIGTERM");
 
@@ -459,22 +476,7 @@ async fn sigterm_drains_the_request_in_flight_and_exits_0() {
 /// and the process still exits 0 about grace_period after SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cuts_a_request_longer_than_the_grace_period() {
-    let up = Upstream::start();
-    let mut proxy = Proxy::start(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
-    );
-    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
-    let addr = proxy.addr();
-    let slow =
-        tokio::spawn(async move { request(addr, "GET", "/slow", &[(DELAY_HEADER, "4000")]).await });
-    wait_until(
-        "the slow request reaches the upstream",
-        Duration::from_secs(10),
-        || up.hits() == 1,
-    );
+    let (_up, mut proxy, slow) = proxy_with_request_in_flight(libc::SIGTERM, 4000).await;
     let sent = Instant::now();
     proxy.signal(libc::SIGTERM).expect("SIGTERM");
     let status = proxy
@@ -490,7 +492,8 @@ async fn sigterm_cuts_a_request_longer_than_the_grace_period() {
     let outcome = tokio::time::timeout(Duration::from_secs(10), slow)
         .await
         .expect("the cut request ends with the process")
-        .expect("slow request task");
+        .expect("slow request task")
+        .0;
     assert!(
         outcome.is_err(),
         "a 4 s request cannot finish in a 1 s grace period: {outcome:?}"
@@ -500,22 +503,7 @@ async fn sigterm_cuts_a_request_longer_than_the_grace_period() {
 /// SIGINT stops at once: well under the grace period, without waiting for a slow request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_exits_at_once() {
-    let up = Upstream::start();
-    let mut proxy = Proxy::start(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
-    );
-    proxy.wait_signal_handler(libc::SIGINT, Duration::from_secs(10));
-    let addr = proxy.addr();
-    let slow =
-        tokio::spawn(async move { request(addr, "GET", "/slow", &[(DELAY_HEADER, "5000")]).await });
-    wait_until(
-        "the slow request reaches the upstream",
-        Duration::from_secs(10),
-        || up.hits() == 1,
-    );
+    let (_up, mut proxy, slow) = proxy_with_request_in_flight(libc::SIGINT, 5000).await;
     let sent = Instant::now();
     proxy.signal(libc::SIGINT).expect("SIGINT");
     let status = proxy
@@ -528,7 +516,8 @@ async fn sigint_exits_at_once() {
     let outcome = tokio::time::timeout(Duration::from_secs(10), slow)
         .await
         .expect("the in-flight request ends when the process does")
-        .expect("slow request task");
+        .expect("slow request task")
+        .0;
     assert!(
         outcome.is_err(),
         "the slow request cannot have completed: {outcome:?}"
