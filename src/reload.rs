@@ -90,17 +90,18 @@ impl Reloader {
             }
             Err(message) => ReloadOutcome::Refused(message),
         };
+        // Log first, count last: the counter tells watchers the reload is complete, log included.
         match &outcome {
             ReloadOutcome::Applied { needs_restart } => {
-                METRICS.config_reloads.with_label_values(&["ok"]).inc();
                 log::info!("config reloaded from {}", current.source.display());
                 for key in needs_restart {
                     log::warn!("config reload: {key} changed but needs a restart; still running the old value");
                 }
+                METRICS.config_reloads.with_label_values(&["ok"]).inc();
             }
             ReloadOutcome::Refused(message) => {
-                METRICS.config_reloads.with_label_values(&["error"]).inc();
                 log::error!("config reload refused, keeping the running rules: {message}");
+                METRICS.config_reloads.with_label_values(&["error"]).inc();
             }
         }
         outcome

@@ -163,6 +163,8 @@ pub struct ProxyOptions {
     /// them from the listen port under its temporary directory (set `TMPDIR` in `env` to choose
     /// it).
     pub default_paths: bool,
+    /// `server.grace_period` (humantime).
+    pub grace_period: &'static str,
 }
 
 impl Default for ProxyOptions {
@@ -173,6 +175,7 @@ impl Default for ProxyOptions {
             env: Vec::new(),
             ready_timeout: Duration::from_secs(60),
             default_paths: false,
+            grace_period: "1s",
         }
     }
 }
@@ -234,8 +237,8 @@ impl Proxy {
         }
         let mut server_section = format!(
             "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
-             grace_period = \"1s\"\n",
-            opts.threads,
+             grace_period = \"{}\"\n",
+            opts.threads, opts.grace_period,
         );
         let upgrade_sock = if opts.default_paths {
             // As src/config.rs derives it: `<temp dir>/slidegate-<listen port>.sock`.
