@@ -136,14 +136,8 @@ async fn twenty_thousand_distinct_keys_are_each_limited_on_their_own() {
     );
     assert!(proxy.is_running());
     assert_eq!(up.hits(), KEYS as u64 + 1);
-    assert_eq!(
-        proxy.counter(r#"slidegate_requests_total{route="keys",decision="allowed"}"#),
-        KEYS as u64 + 1
-    );
-    assert_eq!(
-        proxy.counter(r#"slidegate_requests_total{route="keys",decision="denied"}"#),
-        denied + 1
-    );
+    assert_eq!(proxy.decisions("keys", "allowed"), KEYS as u64 + 1);
+    assert_eq!(proxy.decisions("keys", "denied"), denied + 1);
 }
 
 /// The memory store stays bounded: a million one-off clients with a short window, and once the

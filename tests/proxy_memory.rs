@@ -74,8 +74,8 @@ async fn exactly_the_limit_passes_under_3000_concurrent_connections() {
     let elapsed = started.elapsed();
     let allowed = statuses.get(&200).copied().unwrap_or(0);
     let denied = statuses.get(&429).copied().unwrap_or(0);
-    let m_allowed = proxy.counter(r#"slidegate_requests_total{route="flood",decision="allowed"}"#);
-    let m_denied = proxy.counter(r#"slidegate_requests_total{route="flood",decision="denied"}"#);
+    let m_allowed = proxy.decisions("flood", "allowed");
+    let m_denied = proxy.decisions("flood", "denied");
     println!(
         "{CLIENTS} concurrent connections in {elapsed:?}: statuses {statuses:?}, transport errors {}, \
          upstream hits {}, metrics allowed={m_allowed} denied={m_denied}",
@@ -211,14 +211,8 @@ async fn route_without_limits_is_never_limited() {
         assert_no_ratelimit_headers(&r);
     }
     assert_eq!(up.hits(), 30);
-    assert_eq!(
-        proxy.counter(r#"slidegate_requests_total{route="free",decision="allowed"}"#),
-        30
-    );
-    assert_eq!(
-        proxy.counter(r#"slidegate_requests_total{route="free",decision="denied"}"#),
-        0
-    );
+    assert_eq!(proxy.decisions("free", "allowed"), 30);
+    assert_eq!(proxy.decisions("free", "denied"), 0);
 }
 
 /// With 127.0.0.0/8 trusted, the client is the rightmost untrusted `X-Forwarded-For` hop: each
@@ -411,10 +405,7 @@ async fn dead_upstream_is_502_and_proxy_survives() {
     assert_eq!(proxy.admin_get("/healthz").0, 200);
     let r = get(proxy.addr(), "/up").await;
     assert_eq!((r.status, r.body.as_str()), (200, UPSTREAM_BODY));
-    assert_eq!(
-        proxy.counter(r#"slidegate_requests_total{route="down",decision="allowed"}"#),
-        3
-    );
+    assert_eq!(proxy.decisions("down", "allowed"), 3);
 }
 
 /// Shadow mode: over the limit still gets the upstream's 200 (and no rate-limit headers), and

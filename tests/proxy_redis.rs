@@ -64,13 +64,6 @@ fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) -> Duration {
     }
 }
 
-/// `slidegate_requests_total{route, decision}`.
-fn decisions(proxy: &Proxy, route: &str, decision: &str) -> u64 {
-    proxy.counter(&format!(
-        "slidegate_requests_total{{route=\"{route}\",decision=\"{decision}\"}}"
-    ))
-}
-
 /// `slidegate_store_errors_total` by kind (absent series count as 0).
 fn store_errors(proxy: &Proxy) -> BTreeMap<&'static str, u64> {
     let text = proxy.metrics_text();
@@ -224,11 +217,11 @@ async fn three_proxies_one_redis(deny_cache: bool) {
 
     let allowed: Vec<u64> = proxies
         .iter()
-        .map(|p| decisions(p, "flood", "allowed"))
+        .map(|p| p.decisions("flood", "allowed"))
         .collect();
     let denied: Vec<u64> = proxies
         .iter()
-        .map(|p| decisions(p, "flood", "denied"))
+        .map(|p| p.decisions("flood", "denied"))
         .collect();
     let errors: Vec<_> = proxies.iter().map(store_errors).collect();
     let calls = script_calls(&redis);
@@ -349,8 +342,8 @@ async fn redis_cluster_stacked_limits_are_all_or_nothing() {
         waits.push(joined.expect("client sequence"));
     }
 
-    let allowed = decisions(&proxy, "stack", "allowed");
-    let denied = decisions(&proxy, "stack", "denied");
+    let allowed = proxy.decisions("stack", "allowed");
+    let denied = proxy.decisions("stack", "denied");
     let errors = store_errors(&proxy);
     // Where the buckets live: both limits of a bucket on one master (one slot).
     let mut tags: HashMap<String, Vec<(usize, String)>> = HashMap::new();
@@ -380,7 +373,7 @@ async fn redis_cluster_stacked_limits_are_all_or_nothing() {
         tags.len(),
     );
     assert_eq!(total(&errors), 0, "store errors (CROSSSLOT?): {errors:?}");
-    assert_eq!(decisions(&proxy, "stack", "error_denied"), 0);
+    assert_eq!(proxy.decisions("stack", "error_denied"), 0);
     assert_eq!(allowed, 5 * CLIENTS.len() as u64);
     assert_eq!(
         denied,
@@ -461,8 +454,8 @@ async fn fault_phase(name: &str, proxy: &Proxy, up: &Upstream, duration: Duratio
     const WORKERS: usize = 4;
     let hits = up.hits();
     let (ea, ed) = (
-        decisions(proxy, "allow", "error_allowed"),
-        decisions(proxy, "deny", "error_denied"),
+        proxy.decisions("allow", "error_allowed"),
+        proxy.decisions("deny", "error_denied"),
     );
     let errors_before = store_errors(proxy);
     let samples = traffic(proxy.addr(), &["/allow", "/deny"], WORKERS, duration).await;
@@ -508,9 +501,9 @@ async fn fault_phase(name: &str, proxy: &Proxy, up: &Upstream, duration: Duratio
         n,
         "{name}: every /allow request reaches the upstream"
     );
-    assert_eq!(decisions(proxy, "allow", "error_allowed") - ea, n, "{name}");
+    assert_eq!(proxy.decisions("allow", "error_allowed") - ea, n, "{name}");
     assert_eq!(
-        decisions(proxy, "deny", "error_denied") - ed,
+        proxy.decisions("deny", "error_denied") - ed,
         n_deny,
         "{name}"
     );
@@ -563,7 +556,7 @@ async fn redis_faults_under_traffic_are_bounded_and_recover() {
     assert!(samples.values().flatten().all(|s| s.status == 200));
     for route in ["allow", "deny"] {
         let sent = samples[format!("/{route}").as_str()].len() as u64;
-        assert_eq!(decisions(&proxy, route, "allowed"), sent, "{route}");
+        assert_eq!(proxy.decisions(route, "allowed"), sent, "{route}");
     }
     assert_eq!(total(&store_errors(&proxy)), 0);
 
@@ -615,7 +608,7 @@ async fn redis_faults_under_traffic_are_bounded_and_recover() {
         "{statuses:?}"
     );
     assert_eq!(up.hits() - hits, u64::from(EXACT));
-    assert_eq!(decisions(&proxy, "exact", "allowed"), u64::from(EXACT));
+    assert_eq!(proxy.decisions("exact", "allowed"), u64::from(EXACT));
     assert!(proxy.is_running(), "slidegate exited");
 }
 
@@ -671,11 +664,8 @@ async fn proxy_started_with_redis_down_serves_then_enforces() {
             "{took_open:?} {took_closed:?}"
         );
     }
-    assert_eq!(decisions(&proxy, "open", "error_allowed"), 2 * LIMIT as u64);
-    assert_eq!(
-        decisions(&proxy, "closed", "error_denied"),
-        2 * LIMIT as u64
-    );
+    assert_eq!(proxy.decisions("open", "error_allowed"), 2 * LIMIT as u64);
+    assert_eq!(proxy.decisions("closed", "error_denied"), 2 * LIMIT as u64);
     assert_eq!(up.hits(), 2 * LIMIT as u64);
 
     redis.restart();
@@ -827,7 +817,7 @@ async fn clock_skewed_proxies_share_one_window() {
     assert_eq!(policy(&after_a, "skew-2s").0, 4);
     assert_eq!(policy(&after_b, "skew-2s").0, 3);
 
-    let allowed = decisions(&ahead, "skew", "allowed") + decisions(&behind, "skew", "allowed");
+    let allowed = ahead.decisions("skew", "allowed") + behind.decisions("skew", "allowed");
     println!(
         "skew: A (+1h) and B (-1h) admitted 3 + 2 of 5 per 2s, then denied with Retry-After \
          {waits:?}; after the slide A r=4, B r=3; allowed {allowed}, upstream hits {}",
@@ -952,12 +942,9 @@ async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {
     }
     let total_allowed: u64 = proxies
         .iter()
-        .map(|p| decisions(p, "cache", "allowed"))
+        .map(|p| p.decisions("cache", "allowed"))
         .sum();
-    let total_denied: u64 = proxies
-        .iter()
-        .map(|p| decisions(p, "cache", "denied"))
-        .sum();
+    let total_denied: u64 = proxies.iter().map(|p| p.decisions("cache", "denied")).sum();
     assert_eq!(total_allowed, admitted.len() as u64);
     assert_eq!(total_denied, denied as u64);
     assert_eq!(up.hits(), admitted.len() as u64);

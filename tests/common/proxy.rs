@@ -393,6 +393,13 @@ impl Proxy {
         }
     }
 
+    /// `slidegate_requests_total{route,decision}`.
+    pub fn decisions(&self, route: &str, decision: &str) -> u64 {
+        self.counter(&format!(
+            "slidegate_requests_total{{route=\"{route}\",decision=\"{decision}\"}}"
+        ))
+    }
+
     /// The config file the process was started with.
     pub fn config_path(&self) -> &Path {
         &self.config_path
