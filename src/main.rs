@@ -40,6 +40,11 @@ fn main() -> ExitCode {
         }
     };
     if cli.test {
+        // Like `nginx -t`, also resolve every upstream server (the one check that needs DNS).
+        if let Err(e) = slidegate::routes::Rules::build(&config) {
+            eprintln!("slidegate: {}: {e}", cli.config.display());
+            return ExitCode::from(1);
+        }
         println!("slidegate: configuration {} is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }

@@ -4,6 +4,8 @@
 //! Labels are bounded: route names come from the config, never from requests.
 
 use once_cell::sync::Lazy;
+
+use crate::limiter::{StoreError, StoreErrorKind};
 use prometheus::{
     register_histogram_vec, register_int_counter, register_int_counter_vec, HistogramVec,
     IntCounter, IntCounterVec,
@@ -134,33 +136,24 @@ impl RouteMetrics {
     }
 }
 
-/// `slidegate_store_errors_total` handles, resolved once.
+/// `slidegate_store_errors_total` handles, resolved once, indexed by [`StoreErrorKind`].
 #[derive(Clone)]
 pub struct StoreErrorMetrics {
-    timeout: IntCounter,
-    unavailable: IntCounter,
-    backend: IntCounter,
+    by_kind: [IntCounter; 3],
 }
 
 impl Default for StoreErrorMetrics {
     fn default() -> Self {
-        let c = |kind: &str| METRICS.store_errors.with_label_values(&[kind]);
+        let c = |kind: StoreErrorKind| METRICS.store_errors.with_label_values(&[kind.as_str()]);
         StoreErrorMetrics {
-            timeout: c("timeout"),
-            unavailable: c("unavailable"),
-            backend: c("backend"),
+            by_kind: StoreErrorKind::ALL.map(c),
         }
     }
 }
 
 impl StoreErrorMetrics {
     /// Count one failed decision.
-    pub fn count(&self, error: &crate::limiter::StoreError) {
-        use crate::limiter::StoreError;
-        match error {
-            StoreError::Timeout(_) => self.timeout.inc(),
-            StoreError::Unavailable(_) => self.unavailable.inc(),
-            StoreError::Backend(_) => self.backend.inc(),
-        }
+    pub fn count(&self, error: &StoreError) {
+        self.by_kind[error.kind() as usize].inc();
     }
 }

@@ -5,11 +5,13 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use once_cell::sync::Lazy;
+
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::HOST;
-use http::HeaderValue;
+use http::{HeaderValue, StatusCode};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
@@ -19,7 +21,7 @@ use crate::config::OnError;
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{Decision, StoreErrorMetrics, METRICS};
-use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs};
+use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs, static_problem};
 use crate::routes::{host_without_port, normalize_path, Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
@@ -28,40 +30,39 @@ const RATELIMIT: &str = "RateLimit";
 /// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
 const RETRY_AFTER: &str = "Retry-After";
 
-/// The proxy: current rules (hot-swappable), the limit store and its time bound.
+/// Bodies of the responses that never vary, built once.
+static NOT_FOUND_BODY: Lazy<Bytes> =
+    Lazy::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
+static UNAVAILABLE_BODY: Lazy<Bytes> =
+    Lazy::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
+
+/// The proxy: current rules (hot-swappable) and the limit store.
 pub struct SlideGate {
     rules: Arc<ArcSwap<Rules>>,
     store: Arc<dyn Store>,
-    timeout: Duration,
     limiter_duration: Histogram,
     store_errors: StoreErrorMetrics,
 }
 
 impl SlideGate {
-    /// A proxy over `rules` (shared with the reloader) deciding with `store`, each decision
-    /// bounded by `timeout`.
-    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>, timeout: Duration) -> Self {
+    /// A proxy over `rules` (shared with the reloader) deciding with `store`. The store owns
+    /// the decision deadline (see [`Store`]): no second timer runs here.
+    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
         let limiter_duration = METRICS
             .limiter_duration
             .with_label_values(&[store.backend()]);
         SlideGate {
             rules,
             store,
-            timeout,
             limiter_duration,
             store_errors: StoreErrorMetrics::default(),
         }
     }
 
-    /// Decide with the store, bounded by the timeout whatever the store does.
+    /// Decide with the store, timing and counting the outcome.
     async fn decide(&self, bucket: &str, route: &Route) -> Result<Verdict, StoreError> {
         let started = Instant::now();
-        let result =
-            match tokio::time::timeout(self.timeout, self.store.check(bucket, &route.limits)).await
-            {
-                Ok(r) => r,
-                Err(_) => Err(StoreError::Timeout(self.timeout)),
-            };
+        let result = self.store.check(bucket, &route.spec.limits).await;
         self.limiter_duration
             .observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
@@ -90,6 +91,18 @@ impl RequestCtx {
     fn route(&self) -> Option<&Route> {
         Some(&self.rules.as_ref()?.routes[self.route?])
     }
+}
+
+/// Add the `RateLimit-Policy` / `RateLimit` pair of one decision to a response.
+fn insert_ratelimit_fields(
+    header: &mut ResponseHeader,
+    route: &Route,
+    ratelimit: HeaderValue,
+) -> Result<()> {
+    if let Some(p) = &route.policy_header {
+        header.insert_header(RATELIMIT_POLICY, p.clone())?;
+    }
+    header.insert_header(RATELIMIT, ratelimit)
 }
 
 /// Write a complete small response from the proxy itself.
@@ -127,18 +140,17 @@ impl ProxyHttp for SlideGate {
         let path = normalize_path(req.uri.path());
         let Some((idx, route)) = rules.find(host, &path, &req.method) else {
             METRICS.no_route.inc();
-            let body = br#"{"type":"about:blank","title":"Not Found","status":404,"detail":"no route matches this request"}"#;
             respond(
                 session,
                 ResponseHeader::build(404, Some(4))?,
                 "application/problem+json",
-                Bytes::from_static(body),
+                NOT_FOUND_BODY.clone(),
             )
             .await?;
             return Ok(true);
         };
         ctx.route = Some(idx);
-        if route.limits.is_empty() {
+        if route.spec.limits.is_empty() {
             route.metrics.decision(Decision::Allowed);
             return Ok(false);
         }
@@ -150,24 +162,29 @@ impl ProxyHttp for SlideGate {
             .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
         let client = rules.client_ip.resolve(peer, &req.headers);
-        bucket_key(&mut ctx.key, &route.name, &route.key, &req.headers, client);
+        bucket_key(
+            &mut ctx.key,
+            &route.spec.name,
+            &route.spec.key,
+            &req.headers,
+            client,
+        );
 
         let verdict = match self.decide(&ctx.key, route).await {
             Ok(v) => v,
             Err(e) => {
                 // Per request at debug level only: an outage would otherwise write a log line
                 // per request; the store logs its state changes and the metrics count errors.
-                log::debug!("route {}: limiter error: {e}", route.name);
-                if route.on_error == OnError::Deny && !route.shadow {
+                log::debug!("route {}: limiter error: {e}", route.spec.name);
+                if route.spec.on_error == OnError::Deny && !route.spec.shadow {
                     route.metrics.decision(Decision::ErrorDenied);
                     let mut header = ResponseHeader::build(503, Some(4))?;
                     header.insert_header(RETRY_AFTER, "1")?;
-                    let body = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"rate limiter unavailable"}"#;
                     respond(
                         session,
                         header,
                         "application/problem+json",
-                        Bytes::from_static(body),
+                        UNAVAILABLE_BODY.clone(),
                     )
                     .await?;
                     return Ok(true);
@@ -177,18 +194,18 @@ impl ProxyHttp for SlideGate {
             }
         };
 
-        if route.shadow {
+        if route.spec.shadow {
             // Dry run: count what would have happened, but show the client nothing.
             if verdict.admitted {
                 route.metrics.decision(Decision::Allowed);
             } else {
                 route.metrics.decision(Decision::ShadowDenied);
-                log::debug!("route {}: shadow deny for {}", route.name, ctx.key);
+                log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
             }
             return Ok(false);
         }
 
-        let mut field = String::with_capacity(48 * route.limits.len());
+        let mut field = String::with_capacity(48 * route.spec.limits.len());
         ratelimit_field(&mut field, &route.policy_names, &verdict);
         let ratelimit = HeaderValue::try_from(field).ok();
         if verdict.admitted {
@@ -199,14 +216,11 @@ impl ProxyHttp for SlideGate {
 
         route.metrics.decision(Decision::Denied);
         let mut header = ResponseHeader::build(429, Some(6))?;
-        if let Some(p) = &route.policy_header {
-            header.insert_header(RATELIMIT_POLICY, p.clone())?;
-        }
         if let Some(r) = ratelimit {
-            header.insert_header(RATELIMIT, r)?;
+            insert_ratelimit_fields(&mut header, route, r)?;
         }
         header.insert_header(RETRY_AFTER, retry_after_secs(&verdict))?;
-        let body = problem_body(&route.name, &route.policy_names, &verdict);
+        let body = problem_body(&route.spec.name, &route.policy_names, &verdict);
         respond(session, header, "application/problem+json", body.into()).await?;
         Ok(true)
     }
@@ -219,15 +233,16 @@ impl ProxyHttp for SlideGate {
         let (Some(rules), Some(route)) = (ctx.rules.as_ref(), ctx.route) else {
             return Error::e_explain(ErrorType::InternalError, "no route selected");
         };
-        let up = rules.routes[route].upstream;
+        let pool = &rules.upstreams[rules.routes[route].spec.upstream];
         // Skip servers this request already failed to connect to.
         let failed = &ctx.failed_servers;
-        let pool = &rules.upstreams[up];
-        let backend = pool.select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr));
+        let backend = pool
+            .lb
+            .select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr));
         let backend = backend.ok_or_else(|| {
             Error::explain(
                 ErrorType::ConnectNoRoute,
-                format!("upstream {} has no server", rules.upstream_names[up]),
+                format!("upstream {} has no server", pool.name),
             )
         })?;
         let mut peer = HttpPeer::new(backend.addr, false, String::new());
@@ -254,7 +269,9 @@ impl ProxyHttp for SlideGate {
         let servers = ctx
             .route()
             .zip(ctx.rules.as_ref())
-            .map_or(1, |(route, rules)| rules.upstream_sizes[route.upstream]);
+            .map_or(1, |(route, rules)| {
+                rules.upstreams[route.spec.upstream].size
+            });
         if ctx.failed_servers.len() < servers {
             log::warn!("upstream {peer} unreachable, trying the next server: {e}");
             e.set_retry(true);
@@ -302,11 +319,8 @@ impl ProxyHttp for SlideGate {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let Some(r) = ctx.ratelimit.take() {
-            if let Some(p) = ctx.route().and_then(|route| route.policy_header.clone()) {
-                resp.insert_header(RATELIMIT_POLICY, p)?;
-            }
-            resp.insert_header(RATELIMIT, r)?;
+        if let (Some(r), Some(route)) = (ctx.ratelimit.take(), ctx.route()) {
+            insert_ratelimit_fields(resp, route, r)?;
         }
         Ok(())
     }

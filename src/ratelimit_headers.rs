@@ -26,38 +26,44 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value for a route's limits (computed once per route at load).
-pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
-    let mut out = String::new();
-    for (i, (name, limit)) in names.iter().zip(limits).enumerate() {
+/// Write an RFC 9651 list of strings with two integer parameters each:
+/// `"name";a=1;b=2, "other";a=3;b=4` (the shape of both rate-limit fields).
+fn write_items<'a>(
+    out: &mut String,
+    [a, b]: [&str; 2],
+    items: impl Iterator<Item = (&'a str, u64, u64)>,
+) {
+    out.clear();
+    for (i, (name, x, y)) in items.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        // `w` is an integer number of seconds; sub-second windows round up to 1.
-        let _ = write!(
-            out,
-            "\"{name}\";q={};w={}",
-            limit.requests,
-            ceil_secs(limit.window).max(1)
-        );
+        let _ = write!(out, "\"{name}\";{a}={x};{b}={y}");
     }
+}
+
+/// The `RateLimit-Policy` value for a route's limits (computed once per route at load).
+pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
+    let mut out = String::new();
+    // `w` is an integer number of seconds; sub-second windows round up to 1.
+    let items = names.iter().zip(limits).map(|(name, limit)| {
+        let w = ceil_secs(limit.window).max(1);
+        (name.as_str(), u64::from(limit.requests), w)
+    });
+    write_items(&mut out, ["q", "w"], items);
     out
 }
 
 /// The `RateLimit` value for one decision: remaining quota and seconds until a slot frees.
 pub fn ratelimit_field(out: &mut String, names: &[String], verdict: &Verdict) {
-    out.clear();
-    for (i, (name, state)) in names.iter().zip(&verdict.states).enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        let _ = write!(
-            out,
-            "\"{name}\";r={};t={}",
-            state.remaining,
-            ceil_secs(state.reset)
-        );
-    }
+    let items = names.iter().zip(&verdict.states).map(|(name, state)| {
+        (
+            name.as_str(),
+            u64::from(state.remaining),
+            ceil_secs(state.reset),
+        )
+    });
+    write_items(out, ["r", "t"], items);
 }
 
 /// `Retry-After` for a denied verdict: whole seconds, at least 1.
@@ -65,31 +71,58 @@ pub fn retry_after_secs(verdict: &Verdict) -> u64 {
     verdict.retry_after().map(ceil_secs).unwrap_or(1).max(1)
 }
 
-/// RFC 9457 problem details for a 429 (serialized from a struct: no map per request).
+/// RFC 9457 problem details: the body of every response slidegate writes itself (404, 429,
+/// 503). Serialized from a struct, so no map is built per request.
 #[derive(serde::Serialize)]
-struct Problem<'a> {
+pub struct Problem<'a> {
+    /// Problem type URI (`about:blank` when the status says it all).
     #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: String,
-    #[serde(rename = "violated-policies")]
-    violated_policies: Vec<&'a str>,
+    pub kind: &'static str,
+    /// The status's reason phrase.
+    pub title: &'static str,
+    /// HTTP status code.
+    pub status: u16,
+    /// Human-readable explanation.
+    pub detail: &'a str,
+    /// The policies a 429 violated.
+    #[serde(rename = "violated-policies", skip_serializing_if = "Option::is_none")]
+    pub violated_policies: Option<Vec<&'a str>>,
+}
+
+impl Problem<'_> {
+    /// The `application/problem+json` bytes.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// A plain problem body for `status` (`about:blank`), for responses that never vary.
+pub fn static_problem(status: http::StatusCode, detail: &str) -> bytes::Bytes {
+    Problem {
+        kind: "about:blank",
+        title: status.canonical_reason().unwrap_or(""),
+        status: status.as_u16(),
+        detail,
+        violated_policies: None,
+    }
+    .to_json()
+    .into()
 }
 
 /// The problem+json body of a 429, naming the violated policies.
 pub fn problem_body(route: &str, names: &[String], verdict: &Verdict) -> Vec<u8> {
-    let problem = Problem {
+    let detail = format!(
+        "rate limit exceeded on route {route}; retry after {} s",
+        retry_after_secs(verdict)
+    );
+    Problem {
         kind: QUOTA_EXCEEDED_TYPE,
         title: "Too Many Requests",
         status: 429,
-        detail: format!(
-            "rate limit exceeded on route {route}; retry after {} s",
-            retry_after_secs(verdict)
-        ),
-        violated_policies: verdict.violated().map(|i| names[i].as_str()).collect(),
-    };
-    serde_json::to_vec(&problem).unwrap_or_default()
+        detail: &detail,
+        violated_policies: Some(verdict.violated().map(|i| names[i].as_str()).collect()),
+    }
+    .to_json()
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub enum ReloadOutcome {
     /// New rules are live; the listed settings changed but need a restart and were ignored.
     Applied {
         /// Settings that differ from the running ones and only take effect on restart.
-        needs_restart: Vec<&'static str>,
+        needs_restart: Vec<String>,
     },
     /// The file was refused; the previous rules are still live.
     Refused(String),
@@ -75,17 +75,11 @@ impl Reloader {
                 Ok((new, rules))
             }) {
             Ok((new, rules)) => {
-                let needs_restart = restart_only_changes(&current, &new);
+                let needs_restart = current.restart_only_changes(&new);
                 self.rules.store(Arc::new(rules));
                 self.store.rules_changed();
-                // Keep the running values of restart-only settings so a later diff is honest.
-                let mut kept = new;
-                kept.server = current.server.clone();
-                kept.store.backend = current.store.backend.clone();
-                kept.store.prefix = current.store.prefix.clone();
-                kept.store.timeout = current.store.timeout;
-                kept.store.local_deny_cache = current.store.local_deny_cache;
-                *current = kept;
+                // Keep the running restart-only settings so a later diff is honest.
+                current.routing = new.routing;
                 ReloadOutcome::Applied { needs_restart }
             }
             Err(message) => ReloadOutcome::Refused(message),
@@ -106,40 +100,6 @@ impl Reloader {
         }
         outcome
     }
-}
-
-/// Settings that are fixed for the life of the process.
-fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    let (o, n) = (&old.server, &new.server);
-    if o.listen != n.listen {
-        out.push("server.listen");
-    }
-    if o.admin_listen != n.admin_listen {
-        out.push("server.admin_listen");
-    }
-    if o.threads != n.threads {
-        out.push("server.threads");
-    }
-    if o.grace_period != n.grace_period {
-        out.push("server.grace_period");
-    }
-    if o.pid_file != n.pid_file || o.upgrade_sock != n.upgrade_sock {
-        out.push("server.pid_file/upgrade_sock");
-    }
-    if old.store.backend != new.store.backend {
-        out.push("store.backend/url");
-    }
-    if old.store.prefix != new.store.prefix {
-        out.push("store.prefix");
-    }
-    if old.store.timeout != new.store.timeout {
-        out.push("store.timeout");
-    }
-    if old.store.local_deny_cache != new.store.local_deny_cache {
-        out.push("store.local_deny_cache");
-    }
-    out
 }
 
 #[async_trait]

@@ -11,29 +11,15 @@ use std::sync::Arc;
 use http::{HeaderValue, Method};
 use pingora::lb::{selection::RoundRobin, LoadBalancer};
 
-use crate::config::{Config, HostMatch, KeySpec, OnError};
+use crate::config::{Config, RouteSpec};
 use crate::keys::ClientIpResolver;
-use crate::limiter::Limit;
 use crate::metrics::RouteMetrics;
 use crate::ratelimit_headers::{policy_field, policy_name};
 
-/// One route, ready for the hot path.
+/// One route, ready for the hot path: its validated spec plus what is precomputed from it.
 pub struct Route {
-    /// Unique route name.
-    pub name: String,
-    host: Option<HostMatch>,
-    path_prefix: String,
-    methods: Vec<Method>,
-    /// Index into [`Rules::upstreams`].
-    pub upstream: usize,
-    /// How clients are grouped into buckets.
-    pub key: KeySpec,
-    /// Evaluate and count, never deny.
-    pub shadow: bool,
-    /// What to do when the store cannot decide.
-    pub on_error: OnError,
-    /// The limits, decided together.
-    pub limits: Vec<Limit>,
+    /// The route as configured.
+    pub spec: RouteSpec,
     /// `<route>-<window>` per limit, as used in the RateLimit fields and problem bodies.
     pub policy_names: Vec<String>,
     /// The `RateLimit-Policy` field value (absent when the route has no limits).
@@ -43,93 +29,106 @@ pub struct Route {
 }
 
 impl Route {
-    /// Does this route take a request for `host` (lower-case, no port), `path`, `method`?
+    fn new(spec: &RouteSpec) -> Route {
+        let policy_names: Vec<String> = spec
+            .limits
+            .iter()
+            .map(|l| policy_name(&spec.name, l))
+            .collect();
+        let policy_header = (!spec.limits.is_empty())
+            .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
+            .flatten();
+        Route {
+            spec: spec.clone(),
+            policy_names,
+            policy_header,
+            metrics: RouteMetrics::new(&spec.name),
+        }
+    }
+
+    /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
     pub fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
-        if !path.starts_with(&self.path_prefix) {
+        let spec = &self.spec;
+        if !path.starts_with(&spec.path_prefix) {
             return false;
         }
-        if !self.methods.is_empty() && !self.methods.contains(method) {
+        if !spec.methods.is_empty() && !spec.methods.contains(method) {
             return false;
         }
-        match (&self.host, host) {
+        match (&spec.host, host) {
             (None, _) => true,
             (Some(_), None) => false,
-            (Some(HostMatch::Exact(h)), Some(host)) => h.eq_ignore_ascii_case(host),
-            (Some(HostMatch::Suffix(s)), Some(host)) => {
-                host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
-            }
+            (Some(m), Some(host)) => m.matches(host),
         }
     }
 }
 
-/// An upstream pool: round-robin over its servers, with Pingora's keepalive pool underneath.
-pub type Pool = Arc<LoadBalancer<RoundRobin>>;
+/// An upstream: round-robin over its servers, resolved once when the rules are built, with
+/// Pingora's keepalive pool underneath.
+pub struct UpstreamPool {
+    /// The `[upstreams.<name>]` name (for logs).
+    pub name: String,
+    /// The load balancer over the resolved addresses.
+    pub lb: Arc<LoadBalancer<RoundRobin>>,
+    /// Number of resolved addresses (bounds connect retries).
+    pub size: usize,
+}
 
 /// A complete, immutable rule set.
 pub struct Rules {
     /// Routes in file order.
     pub routes: Vec<Route>,
-    /// Upstream pools, indexed by [`Route::upstream`].
-    pub upstreams: Vec<Pool>,
-    /// Upstream names, parallel to `upstreams` (for logs).
-    pub upstream_names: Vec<String>,
-    /// Number of servers of each upstream (bounds connect retries).
-    pub upstream_sizes: Vec<usize>,
+    /// Upstream pools, indexed by [`RouteSpec::upstream`].
+    pub upstreams: Vec<UpstreamPool>,
     /// Client address resolution.
     pub client_ip: ClientIpResolver,
 }
 
-/// Why a validated config could not be turned into rules (upstream resolution at build time).
+/// An upstream server that does not resolve: the one step of building rules that does I/O.
 #[derive(Debug, thiserror::Error)]
-#[error("upstreams.{upstream}: {source}")]
+#[error("upstreams.{upstream}.servers: {server} does not resolve: {source}")]
 pub struct RulesError {
     upstream: String,
+    server: String,
     source: std::io::Error,
 }
 
 impl Rules {
-    /// Build the rule set of a validated config.
+    /// Build the rule set of a validated config, resolving every upstream server (the only
+    /// place host names are looked up).
     pub fn build(config: &Config) -> Result<Rules, RulesError> {
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for up in &config.upstreams {
-            let lb = LoadBalancer::try_from_iter(up.servers.iter().map(String::as_str)).map_err(
-                |source| RulesError {
+            let mut addrs = Vec::with_capacity(up.servers.len());
+            for server in &up.servers {
+                let failed = |source| RulesError {
                     upstream: up.name.clone(),
+                    server: server.to_string(),
                     source,
-                },
-            )?;
-            upstreams.push(Arc::new(lb));
-        }
-        let routes = config
-            .routes
-            .iter()
-            .map(|r| {
-                let policy_names: Vec<String> =
-                    r.limits.iter().map(|l| policy_name(&r.name, l)).collect();
-                let policy_header = (!r.limits.is_empty())
-                    .then(|| HeaderValue::from_str(&policy_field(&policy_names, &r.limits)).ok())
-                    .flatten();
-                Route {
-                    name: r.name.clone(),
-                    host: r.host.clone(),
-                    path_prefix: r.path_prefix.clone(),
-                    methods: r.methods.clone(),
-                    upstream: r.upstream,
-                    key: r.key.clone(),
-                    shadow: r.shadow,
-                    on_error: r.on_error,
-                    limits: r.limits.clone(),
-                    policy_names,
-                    policy_header,
-                    metrics: RouteMetrics::new(&r.name),
+                };
+                let before = addrs.len();
+                let target = (server.host.as_str(), server.port);
+                addrs.extend(std::net::ToSocketAddrs::to_socket_addrs(&target).map_err(failed)?);
+                if addrs.len() == before {
+                    let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+                    return Err(failed(none));
                 }
-            })
-            .collect();
+            }
+            let size = addrs.len();
+            let lb = LoadBalancer::try_from_iter(addrs).map_err(|source| RulesError {
+                upstream: up.name.clone(),
+                server: String::new(),
+                source,
+            })?;
+            upstreams.push(UpstreamPool {
+                name: up.name.clone(),
+                lb: Arc::new(lb),
+                size,
+            });
+        }
         Ok(Rules {
-            routes,
+            routes: config.routes.iter().map(Route::new).collect(),
             upstreams,
-            upstream_names: config.upstreams.iter().map(|u| u.name.clone()).collect(),
-            upstream_sizes: config.upstreams.iter().map(|u| u.servers.len()).collect(),
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone()),
         })
     }

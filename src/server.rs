@@ -15,7 +15,7 @@ use pingora::services::background::BackgroundService;
 use pingora::services::Service;
 
 use crate::admin::admin_service;
-use crate::config::{Backend, Config};
+use crate::config::Config;
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
@@ -28,13 +28,13 @@ use crate::routes::Rules;
 /// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
 /// stores get the exact local deny cache in front unless it is disabled.
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store: Arc<dyn Store> = match &config.store.backend {
-        Backend::Memory => return Ok(Arc::new(MemoryStore::new())),
-        Backend::Redis { .. } | Backend::RedisCluster { .. } => {
-            Arc::new(RedisStore::new(&config.store).context("cannot set up the Redis store")?)
-        }
+    let settings = &config.store;
+    let Some(target) = settings.redis_target() else {
+        return Ok(Arc::new(MemoryStore::new()));
     };
-    Ok(if config.store.local_deny_cache {
+    let store: Arc<dyn Store> =
+        Arc::new(RedisStore::new(&target).context("cannot set up the Redis store")?);
+    Ok(if settings.local_deny_cache {
         Arc::new(DenyCache::new(store))
     } else {
         store
@@ -167,7 +167,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     let mut proxy = pingora::proxy::http_proxy_service(
         &server.configuration,
-        SlideGate::new(rules.clone(), store.clone(), config.store.timeout),
+        SlideGate::new(rules.clone(), store.clone()),
     );
     if let Some(app) = proxy.app_logic_mut() {
         // Like nginx's keepalive_requests: recycle a client connection's per-connection memory

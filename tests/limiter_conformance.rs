@@ -34,7 +34,7 @@ async fn redis_single() -> Fixture {
     let server = tokio::task::spawn_blocking(RedisServer::start)
         .await
         .unwrap();
-    let store = RedisStore::new(&server.store_settings(STORE_TIMEOUT)).unwrap();
+    let store = RedisStore::new(&server.redis_target(STORE_TIMEOUT)).unwrap();
     assert_eq!(store.backend(), "redis");
     wait_ready(&store, Duration::from_secs(10)).await;
     (Arc::new(store), Box::new(server))
@@ -44,7 +44,7 @@ async fn redis_cluster() -> Fixture {
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
         .await
         .unwrap();
-    let store = RedisStore::new(&cluster.store_settings(STORE_TIMEOUT)).unwrap();
+    let store = RedisStore::new(&cluster.redis_target(STORE_TIMEOUT)).unwrap();
     assert_eq!(store.backend(), "redis_cluster");
     wait_ready(&store, Duration::from_secs(20)).await;
     (Arc::new(store), Box::new(cluster))

@@ -55,7 +55,7 @@ async fn timed_maintain(store: &RedisStore) -> Duration {
 }
 
 async fn connected_store(server: &RedisServer) -> RedisStore {
-    let store = RedisStore::new(&server.store_settings(TIMEOUT)).unwrap();
+    let store = RedisStore::new(&server.redis_target(TIMEOUT)).unwrap();
     wait_ready(&store, Duration::from_secs(10)).await;
     store
 }
@@ -154,7 +154,7 @@ async fn restart_on_same_port_recovers_through_maintain() {
 async fn store_started_before_redis_connects_once_it_is_up() {
     let mut server = RedisServer::start();
     server.kill();
-    let store = RedisStore::new(&server.store_settings(TIMEOUT)).unwrap();
+    let store = RedisStore::new(&server.redis_target(TIMEOUT)).unwrap();
     assert!(!store.is_ready());
 
     // Nothing listens: maintain fails quickly, check fails at once.
@@ -175,7 +175,7 @@ async fn store_started_before_redis_connects_once_it_is_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_before_first_maintain_is_unavailable() {
     let server = RedisServer::start();
-    let store = RedisStore::new(&server.store_settings(TIMEOUT)).unwrap();
+    let store = RedisStore::new(&server.redis_target(TIMEOUT)).unwrap();
     let (result, _) = bounded_check(&store, "early:c").await;
     assert!(
         matches!(result, Err(Some(StoreError::Unavailable(_)))),
@@ -210,7 +210,7 @@ async fn cluster_with_a_dead_master_keeps_serving_the_other_shards() {
     // A roomier timeout than the proxy's default: this test is about shard isolation, and a
     // live shard must not miss 50 ms just because the test machine is busy.
     let timeout = Duration::from_millis(150);
-    let store = RedisStore::new(&cluster.store_settings(timeout)).unwrap();
+    let store = RedisStore::new(&cluster.redis_target(timeout)).unwrap();
     wait_ready(&store, Duration::from_secs(20)).await;
     let buckets: Vec<String> = (0..24).map(|i| format!("cluster:c{i}")).collect();
     for b in &buckets {

@@ -395,7 +395,7 @@ fn stacked_limits_record_in_all_or_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noscript_after_script_flush_recovers_through_store() {
     let redis = RedisServer::start();
-    let store = Arc::new(RedisStore::new(&redis.store_settings(Duration::from_secs(1))).unwrap());
+    let store = Arc::new(RedisStore::new(&redis.redis_target(Duration::from_secs(1))).unwrap());
     wait_ready(store.as_ref(), Duration::from_secs(10)).await;
     let limits = [Limit {
         requests: 10,

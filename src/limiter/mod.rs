@@ -85,13 +85,42 @@ pub enum StoreError {
     Backend(String),
 }
 
-impl StoreError {
-    /// A short, bounded label for the `slidegate_store_errors_total{kind}` metric.
-    pub fn kind(&self) -> &'static str {
+/// The kinds of [`StoreError`], as counted in `slidegate_store_errors_total{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// [`StoreError::Timeout`].
+    Timeout,
+    /// [`StoreError::Unavailable`].
+    Unavailable,
+    /// [`StoreError::Backend`].
+    Backend,
+}
+
+impl StoreErrorKind {
+    /// Every kind, in discriminant order (metric handles are resolved for each at start).
+    pub const ALL: [StoreErrorKind; 3] = [
+        StoreErrorKind::Timeout,
+        StoreErrorKind::Unavailable,
+        StoreErrorKind::Backend,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
         match self {
-            StoreError::Timeout(_) => "timeout",
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::Backend(_) => "backend",
+            StoreErrorKind::Timeout => "timeout",
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::Backend => "backend",
+        }
+    }
+}
+
+impl StoreError {
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::Timeout(_) => StoreErrorKind::Timeout,
+            StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
+            StoreError::Backend(_) => StoreErrorKind::Backend,
         }
     }
 }
@@ -99,6 +128,9 @@ impl StoreError {
 /// A limit store. `check` must be atomic per bucket: concurrent calls for the same bucket,
 /// from any number of tasks (or, for shared stores, processes), never admit more than
 /// `requests` in any window.
+///
+/// The store owns its deadline: `check` returns within the timeout it was built with
+/// ([`StoreError::Timeout`] when that runs out), so callers need no timer of their own.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Decide one request for `bucket` (route and client, already bounded in size and free of

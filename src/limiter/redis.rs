@@ -44,7 +44,6 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInf
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::{Limit, LimitState, Store, StoreError, Verdict};
-use crate::config::{Backend, StoreSettings};
 
 /// Source of the sliding-window script, compiled into the binary.
 pub const SCRIPT_SOURCE: &str = include_str!("../../lua/sliding_window.lua");
@@ -61,6 +60,31 @@ const TIMEOUTS_BEFORE_FAIL_FAST: u32 = 3;
 /// builds a new one. The libraries reconnect on their own after a closed socket, but not after a
 /// half-open one (host gone, no RST) where every command just times out.
 const PINGS_BEFORE_REBUILD: u32 = 5;
+
+/// Everything the Redis store needs, built from the `[store]` settings by the config layer.
+#[derive(Debug, Clone)]
+pub struct RedisTarget {
+    /// The server or the cluster's seed nodes.
+    pub nodes: RedisNodes,
+    /// Key namespace, free of `{`, `}` and whitespace.
+    pub prefix: String,
+    /// Deadline of one decision (and of one PING). The store owns it: it enforces it and counts
+    /// its expiries towards failing fast.
+    pub timeout: Duration,
+}
+
+/// One Redis, or a Redis Cluster's seed nodes.
+#[derive(Debug, Clone)]
+pub enum RedisNodes {
+    /// One Redis server (or a primary behind a proxy).
+    Single(Box<redis::ConnectionInfo>),
+    /// Seed nodes of a Redis Cluster.
+    Cluster(Vec<redis::ConnectionInfo>),
+}
+
+/// Library-level timeouts are set to this multiple of the store's deadline: a safety net that
+/// never fires before the store's own timer.
+const SAFETY_NET_FACTOR: u32 = 2;
 
 /// Where the store connects; built without connecting.
 // One per store, built once: the size difference between the variants does not matter.
@@ -127,42 +151,37 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// A store for `settings.backend` (`Redis` or `RedisCluster`). Only parses and validates the
-    /// URLs: it does not connect and needs no runtime. The first [`Store::maintain`] connects;
-    /// until then `check` returns [`StoreError::Unavailable`].
-    pub fn new(settings: &StoreSettings) -> Result<RedisStore, StoreError> {
-        let timeout = settings.timeout;
-        let target = match &settings.backend {
-            Backend::Redis { url } => Target::Single(
-                redis::Client::open(url.as_str())
+    /// A store for `target`. Builds clients without connecting and needs no runtime. The first
+    /// [`Store::maintain`] connects; until then `check` returns [`StoreError::Unavailable`].
+    pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
+        let timeout = target.timeout;
+        let client = match &target.nodes {
+            RedisNodes::Single(info) => Target::Single(
+                redis::Client::open((**info).clone())
                     .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?,
             ),
-            Backend::RedisCluster { urls } => {
-                let connect_timeout = connect_timeout(timeout);
-                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            RedisNodes::Cluster(seeds) => {
+                let client = ClusterClientBuilder::new(seeds.iter().cloned())
                     // Retries happen inside one call, so they must fit in `store.timeout`:
                     // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
                     .retries(2)
                     .min_retry_wait(1)
                     .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
-                    .connection_timeout(connect_timeout)
-                    // Also the overall bound of one call, retries and redirects included.
-                    .response_timeout(timeout)
+                    .connection_timeout(connect_timeout(timeout))
+                    // The store's own deadline bounds every call (see `check`); the library's
+                    // per-attempt timeout is only a safety net that frees a hung attempt.
+                    .response_timeout(timeout * SAFETY_NET_FACTOR)
+                    .overall_response_timeout(None)
                     .build()
                     .map_err(|e| {
                         StoreError::Backend(format!("invalid Redis Cluster config: {e}"))
                     })?;
                 Target::Cluster(client)
             }
-            Backend::Memory => {
-                return Err(StoreError::Backend(
-                    "RedisStore::new called with backend = \"memory\"".into(),
-                ))
-            }
         };
         Ok(RedisStore {
-            target,
-            prefix: settings.prefix.clone(),
+            target: client,
+            prefix: target.prefix.clone(),
             timeout,
             conn: ArcSwapOption::empty(),
             healthy: AtomicBool::new(false),
@@ -200,7 +219,10 @@ impl RedisStore {
                         .set_min_delay(Duration::from_millis(10))
                         .set_max_delay(Duration::from_millis(100))
                         .set_connection_timeout(Some(connect_timeout(self.timeout)))
-                        .set_response_timeout(Some(self.timeout));
+                        // No library response timer: the store's deadline in `check` and
+                        // `ping` is the only one (a second timer of the same length would
+                        // race it, and its expiries would escape the fail-fast count).
+                        .set_response_timeout(None);
                     ConnectionManager::new_with_config(client.clone(), config)
                         .await
                         .map(Conn::Single)

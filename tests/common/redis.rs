@@ -13,7 +13,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use slidegate::config::{Backend, OnError, StoreSettings};
+use ::redis::IntoConnectionInfo;
+use slidegate::limiter::redis::{RedisNodes, RedisTarget};
 
 /// How long a server may take to answer PING after being spawned.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -209,15 +210,14 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
-    /// `[store]` settings pointing a `RedisStore` at this server.
-    pub fn store_settings(&self, timeout: Duration) -> StoreSettings {
-        StoreSettings {
-            backend: Backend::Redis { url: self.url() },
+    /// Where a `RedisStore` for this server connects.
+    pub fn redis_target(&self, timeout: Duration) -> RedisTarget {
+        RedisTarget {
+            nodes: RedisNodes::Single(Box::new(
+                self.url().into_connection_info().expect("valid url"),
+            )),
             prefix: "sgtest".into(),
             timeout,
-            on_error: OnError::Allow,
-            // Store-level tests exercise the store itself, never a cache in front of it.
-            local_deny_cache: false,
         }
     }
 
@@ -362,15 +362,13 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    /// `[store]` settings pointing a cluster `RedisStore` at these nodes.
-    pub fn store_settings(&self, timeout: Duration) -> StoreSettings {
-        StoreSettings {
-            backend: Backend::RedisCluster { urls: self.urls() },
+    /// Where a cluster `RedisStore` for these nodes connects.
+    pub fn redis_target(&self, timeout: Duration) -> RedisTarget {
+        let seeds = self.urls().into_iter().map(|u| u.into_connection_info());
+        RedisTarget {
+            nodes: RedisNodes::Cluster(seeds.collect::<Result<_, _>>().expect("valid urls")),
             prefix: "sgtest".into(),
             timeout,
-            on_error: OnError::Allow,
-            // Store-level tests exercise the store itself, never a cache in front of it.
-            local_deny_cache: false,
         }
     }
 

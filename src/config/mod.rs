@@ -1,0 +1,393 @@
+//! Configuration: the TOML file users write, validated into the typed model the rest of the
+//! proxy runs on.
+//!
+//! Three steps, one file each:
+//! - [`raw`]: the serde schema, with spans (unknown keys, bad durations, addresses, CIDRs are
+//!   rejected here, with the line the TOML parser reports);
+//! - [`validate`]: pure cross-field checks (no DNS, no sockets) that build the model;
+//! - this module: the model itself, and [`Config::load`].
+//!
+//! The model is split by what a reload may change: [`ServerSettings`] and [`StoreSettings`] are
+//! fixed for the life of the process, [`RoutingSpec`] (routes, upstreams, client address
+//! resolution) is swapped in whole on reload. [`Config::restart_only_changes`] diffs the
+//! former field by field, so a new process-level setting is covered without a hand-kept list.
+
+mod raw;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::limiter::redis::{RedisNodes, RedisTarget};
+use crate::limiter::Limit;
+
+pub use raw::MAX_WINDOW;
+
+/// A configuration error: which file, which line (when the parser knows it), which key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read config: {source}")]
+    Io {
+        /// The config file.
+        file: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid configuration.
+    #[error("{file}:{}: `{key}`: {message}", line.map(|l| l.to_string()).unwrap_or_else(|| "?".into()))]
+    Invalid {
+        /// The config file.
+        file: PathBuf,
+        /// 1-based line number, when known.
+        line: Option<usize>,
+        /// Dotted key path, e.g. `routes[1].limits[0].window`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// What to do with a request when the store cannot decide in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Fail open: forward the request (counted as `error_allowed`).
+    Allow,
+    /// Fail closed: answer 503 with `Retry-After: 1` (counted as `error_denied`).
+    Deny,
+}
+
+/// A Redis URL as written, with the connection info parsed from it once, at validation.
+#[derive(Debug, Clone)]
+pub struct RedisUrl {
+    /// The URL as written (compared across reloads; never logged: it may hold a password).
+    pub text: String,
+    /// What the store connects with.
+    pub info: Box<redis::ConnectionInfo>,
+}
+
+impl PartialEq for RedisUrl {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Serialize for RedisUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(s)
+    }
+}
+
+/// Which store holds the limit state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Backend {
+    /// In-process store: exact within one process, not shared.
+    Memory,
+    /// One Redis server (or a primary behind a proxy).
+    Redis {
+        /// `redis://`, `rediss://`, with optional `user:password@` and `/db`.
+        url: RedisUrl,
+    },
+    /// A Redis Cluster, reached through one or more seed nodes.
+    RedisCluster {
+        /// Seed node URLs.
+        urls: Vec<RedisUrl>,
+    },
+}
+
+/// `[server]`: listeners and Pingora process settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerSettings {
+    /// Proxy listener.
+    pub listen: SocketAddr,
+    /// Admin listener: `/metrics`, `/healthz`, `/readyz`.
+    pub admin_listen: SocketAddr,
+    /// Pingora worker threads for the proxy service.
+    pub threads: usize,
+    /// How long SIGTERM waits for in-flight requests.
+    pub grace_period: Duration,
+    /// Pingora pid file; defaults to a path derived from the listen address so instances on one
+    /// host never collide.
+    pub pid_file: PathBuf,
+    /// Pingora upgrade socket (zero-downtime upgrade); derived like `pid_file` by default.
+    pub upgrade_sock: PathBuf,
+}
+
+/// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into
+/// every [`RouteSpec::on_error`].)
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoreSettings {
+    /// The backend and its address(es).
+    pub backend: Backend,
+    /// Key namespace in Redis.
+    pub prefix: String,
+    /// Deadline of one limiter decision; the store owns it (see [`crate::limiter::Store`]).
+    pub timeout: Duration,
+    /// Answer locally while a bucket is known to be full (shared stores only; exact).
+    pub local_deny_cache: bool,
+}
+
+impl StoreSettings {
+    /// What the Redis store needs to connect, or `None` for the memory backend.
+    pub fn redis_target(&self) -> Option<RedisTarget> {
+        let nodes = match &self.backend {
+            Backend::Memory => return None,
+            Backend::Redis { url } => RedisNodes::Single(url.info.clone()),
+            Backend::RedisCluster { urls } => {
+                RedisNodes::Cluster(urls.iter().map(|u| (*u.info).clone()).collect())
+            }
+        };
+        Some(RedisTarget {
+            nodes,
+            prefix: self.prefix.clone(),
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// `[client_ip]`: how the client address is found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClientIpSettings {
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// `host:port` of an upstream server, checked for syntax only (resolved when rules are built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// Host name or IP address (without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl FromStr for HostPort {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, port) = match s.strip_prefix('[') {
+            Some(rest) => {
+                let (v6, port) = rest.split_once("]:").ok_or("expected [IPv6]:port")?;
+                v6.parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| "invalid IPv6 address")?;
+                (v6, port)
+            }
+            None => {
+                let (host, port) = s.rsplit_once(':').ok_or("missing :port")?;
+                if host.is_empty()
+                    || host.contains(|c: char| c.is_whitespace() || "/[]:@".contains(c))
+                {
+                    return Err("invalid host");
+                }
+                (host, port)
+            }
+        };
+        let port = port
+            .parse()
+            .map_err(|_| "port must be a number from 0 to 65535")?;
+        Ok(HostPort {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// `[upstreams.<name>]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSpec {
+    /// The table name, referenced by routes.
+    pub name: String,
+    /// Servers, in file order.
+    pub servers: Vec<HostPort>,
+}
+
+/// How a route groups requests into buckets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySpec {
+    /// The client address (see [`ClientIpSettings`]).
+    ClientIp,
+    /// The value of a request header; requests without it are keyed by client address.
+    Header(HeaderName),
+    /// One bucket for every client.
+    Global,
+}
+
+/// A host match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// `example.com`: that host only (case-insensitive, port ignored).
+    Exact(String),
+    /// `*.example.com`: any subdomain of `example.com`, stored as `.example.com`.
+    Suffix(String),
+}
+
+impl HostMatch {
+    /// Parse a configured host: lower-cased, without a trailing dot; `None` if it names no host.
+    pub fn parse(text: &str) -> Option<HostMatch> {
+        let mut v = text.to_ascii_lowercase();
+        // "api.example.com." is the same host in absolute form; store it without the dot so
+        // configured hosts never end with '.' (the request side strips it too).
+        if v.ends_with('.') {
+            v.pop();
+        }
+        let bare = v.strip_prefix("*.").unwrap_or(&v);
+        // Empty labels ("..", a leading '.', a second trailing '.') name no host.
+        if bare.is_empty()
+            || bare.contains(['*', '/', ' ', ':'])
+            || bare.split('.').any(str::is_empty)
+        {
+            return None;
+        }
+        Some(match v.strip_prefix('*') {
+            Some(suffix) => HostMatch::Suffix(suffix.to_string()),
+            None => HostMatch::Exact(v),
+        })
+    }
+
+    /// Does `host` (any case, no port, no trailing dot) match?
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostMatch::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostMatch::Suffix(s) => {
+                host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+            }
+        }
+    }
+}
+
+/// One `[[routes]]` entry, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteSpec {
+    /// Unique name; used in metric labels and policy names.
+    pub name: String,
+    /// Optional host match.
+    pub host: Option<HostMatch>,
+    /// Path prefix (default `/`).
+    pub path_prefix: String,
+    /// Methods matched; empty means any.
+    ///
+    /// When `GET` is listed and `HEAD` is not, `HEAD` is added: as in nginx's
+    /// `limit_except GET`, a HEAD request is served by the GET handler, so it must not bypass
+    /// a GET-only limit.
+    pub methods: Vec<Method>,
+    /// Index into [`RoutingSpec::upstreams`].
+    pub upstream: usize,
+    /// How clients are grouped.
+    pub key: KeySpec,
+    /// Evaluate and count, never deny.
+    pub shadow: bool,
+    /// Failure policy for this route (the store default when not overridden).
+    pub on_error: OnError,
+    /// Limits, all decided together.
+    pub limits: Vec<Limit>,
+}
+
+/// Everything a reload swaps in at once: routes, upstreams, client address resolution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingSpec {
+    /// `[client_ip]`.
+    pub client_ip: ClientIpSettings,
+    /// `[upstreams.*]`, sorted by name.
+    pub upstreams: Vec<UpstreamSpec>,
+    /// `[[routes]]`, in file order (first match wins).
+    pub routes: Vec<RouteSpec>,
+}
+
+/// A complete, validated configuration.
+///
+/// `server` and `store` are fixed for the life of the process: a reload that changes them logs
+/// that a restart is needed and keeps the running values. `routing` is swapped in whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it was loaded from (for messages and reloads).
+    pub source: PathBuf,
+    /// `[server]` (restart only).
+    pub server: ServerSettings,
+    /// `[store]` (restart only).
+    pub store: StoreSettings,
+    /// Routes, upstreams and client address resolution (reloadable).
+    pub routing: RoutingSpec,
+}
+
+/// A configuration reads as its rule set: `config.routes`, `config.upstreams`.
+impl std::ops::Deref for Config {
+    type Target = RoutingSpec;
+
+    fn deref(&self) -> &RoutingSpec {
+        &self.routing
+    }
+}
+
+impl Config {
+    /// Read and validate a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(path, &text)
+    }
+
+    /// Validate config text; `path` is used in messages and as [`Config::source`].
+    pub fn from_toml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let raw: raw::RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e
+                .path()
+                .to_string()
+                .replace(".$__serde_spanned_private_value", "");
+            let inner = e.into_inner();
+            ConfigError::Invalid {
+                file: path.to_path_buf(),
+                line: inner.span().map(|s| validate::line_of(text, s.start)),
+                key: if key == "." {
+                    "(top level)".into()
+                } else {
+                    key
+                },
+                message: inner.message().to_string(),
+            }
+        })?;
+        validate::Validator { path, text }.validate(raw)
+    }
+
+    /// The restart-only keys (`server.threads`, `store.prefix`, …) whose values differ in
+    /// `new`: computed from the settings' serialized form, so every field is covered without a
+    /// hand-kept list.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
+        let mut out = changed_fields("server", &self.server, &new.server);
+        out.extend(changed_fields("store", &self.store, &new.store));
+        out
+    }
+}
+
+/// `section.field` for every top-level field of `old` whose serialized value differs in `new`.
+fn changed_fields<T: Serialize>(section: &str, old: &T, new: &T) -> Vec<String> {
+    let fields = |v: &T| match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let (old, new) = (fields(old), fields(new));
+    old.iter()
+        .filter(|(field, value)| new.get(*field) != Some(*value))
+        .map(|(field, _)| format!("{section}.{field}"))
+        .collect()
+}

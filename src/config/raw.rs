@@ -1,0 +1,234 @@
+//! The schema users write: what serde reads from the TOML file, before any cross-field check.
+//!
+//! Serde already rejects unknown keys, malformed durations, addresses and CIDRs here, and the
+//! TOML parser attaches the offending value's line to the error. Values that later checks must
+//! point at are kept in [`Spanned`] so [`super::validate`] can name their line too.
+//!
+//! Durations are bounded at parse time ([`BoundedDuration`], [`Window`]) so that the arithmetic
+//! other modules do on them (`timeout * 4`, `window.as_micros() as u64`, window plus a
+//! microsecond timestamp in Lua doubles) can never overflow or lose precision.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::OnError;
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub client_ip: RawClientIp,
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, RawUpstream>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+/// `[server]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub listen: Spanned<SocketAddr>,
+    pub admin_listen: Spanned<SocketAddr>,
+    #[serde(default = "default_threads")]
+    pub threads: Spanned<usize>,
+    #[serde(default = "default_grace")]
+    pub grace_period: GracePeriod,
+    pub pid_file: Option<PathBuf>,
+    pub upgrade_sock: Option<PathBuf>,
+}
+
+fn default_threads() -> Spanned<usize> {
+    Spanned::new(0..0, 1)
+}
+fn default_grace() -> GracePeriod {
+    BoundedDuration(Duration::from_secs(5))
+}
+
+/// `[store].backend`.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawBackend {
+    #[default]
+    Memory,
+    Redis,
+    RedisCluster,
+}
+
+/// `[store]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    #[serde(default = "default_backend")]
+    pub backend: Spanned<RawBackend>,
+    pub url: Option<Spanned<String>>,
+    pub urls: Option<Spanned<Vec<String>>>,
+    #[serde(default = "default_prefix")]
+    pub prefix: Spanned<String>,
+    #[serde(default = "default_timeout")]
+    pub timeout: StoreTimeout,
+    #[serde(default = "default_on_error")]
+    pub on_error: OnError,
+    #[serde(default = "default_true")]
+    pub local_deny_cache: bool,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        RawStore {
+            backend: default_backend(),
+            url: None,
+            urls: None,
+            prefix: default_prefix(),
+            timeout: default_timeout(),
+            on_error: default_on_error(),
+            local_deny_cache: true,
+        }
+    }
+}
+
+fn default_backend() -> Spanned<RawBackend> {
+    Spanned::new(0..0, RawBackend::Memory)
+}
+fn default_prefix() -> Spanned<String> {
+    Spanned::new(0..0, "slidegate".into())
+}
+fn default_timeout() -> StoreTimeout {
+    BoundedDuration(Duration::from_millis(50))
+}
+fn default_true() -> bool {
+    true
+}
+fn default_on_error() -> OnError {
+    OnError::Allow
+}
+
+/// `[client_ip]`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClientIp {
+    #[serde(default)]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// `[upstreams.<name>]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub servers: Spanned<Vec<String>>,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub name: Spanned<String>,
+    pub host: Option<Spanned<String>>,
+    #[serde(default = "default_path_prefix")]
+    pub path_prefix: Spanned<String>,
+    #[serde(default)]
+    pub methods: Vec<Spanned<String>>,
+    pub upstream: Spanned<String>,
+    #[serde(default = "default_key")]
+    pub key: Spanned<String>,
+    #[serde(default)]
+    pub shadow: bool,
+    pub on_error: Option<OnError>,
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
+}
+
+fn default_path_prefix() -> Spanned<String> {
+    Spanned::new(0..0, "/".into())
+}
+fn default_key() -> Spanned<String> {
+    Spanned::new(0..0, "client_ip".into())
+}
+
+/// One entry of a route's `limits`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub requests: NonZeroU32,
+    pub window: Spanned<Window>,
+}
+
+/// Parse a humantime duration and check it lies in `min..=max`; messages start with `what`.
+///
+/// Runs inside deserialization, so the TOML parser attaches the value's line to the error.
+fn parse_bounded(what: &str, text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let dur =
+        humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))?;
+    if dur < min {
+        return Err(format!(
+            "{what} {text:?} is shorter than {}",
+            humantime::format_duration(min)
+        ));
+    }
+    if dur > max {
+        return Err(format!(
+            "{what} {text:?} is longer than {}",
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(dur)
+}
+
+/// A humantime duration bounded to `MIN_MS..=MAX_MS` milliseconds, checked while parsing so
+/// an out-of-range value is reported with its line like any other parse error.
+#[derive(Clone, Copy)]
+pub(super) struct BoundedDuration<const MIN_MS: u64, const MAX_MS: u64>(pub Duration);
+
+impl<'de, const MIN_MS: u64, const MAX_MS: u64> Deserialize<'de>
+    for BoundedDuration<MIN_MS, MAX_MS>
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let min = Duration::from_millis(MIN_MS);
+        let max = Duration::from_millis(MAX_MS);
+        parse_bounded("duration", &text, min, max)
+            .map(BoundedDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// `store.timeout`: 1 ms ..= 60 s. Zero would time out every decision before the store could
+/// answer; unbounded values overflow `timeout * 4` in the Redis store's connect timeout.
+pub(super) type StoreTimeout = BoundedDuration<1, 60_000>;
+
+/// `server.grace_period`: 0 ..= 1 h. Zero (no drain) is allowed; an hour is far beyond any
+/// sane drain and keeps the seconds pingora is given small.
+pub(super) type GracePeriod = BoundedDuration<0, 3_600_000>;
+
+/// Longest window: 30 days. Window plus a microsecond timestamp then stays far below 2^53,
+/// so Lua's doubles in the Redis script are exact, and `as_micros() as u64` cannot truncate.
+pub const MAX_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A window length: humantime syntax, whole milliseconds, 1 ms ..= [`MAX_WINDOW`].
+#[derive(Clone, Copy)]
+pub(super) struct Window(pub Duration);
+
+impl<'de> Deserialize<'de> for Window {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let dur = parse_bounded("window", &text, Duration::from_millis(1), MAX_WINDOW)
+            .map_err(serde::de::Error::custom)?;
+        if !dur.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(serde::de::Error::custom(format!(
+                "window {text:?} must be a whole number of milliseconds"
+            )));
+        }
+        Ok(Window(dur))
+    }
+}
