@@ -91,6 +91,8 @@ pub struct ServerSettings {
     pub pid_file: PathBuf,
     /// Pingora upgrade socket (zero-downtime upgrade); derived like `pid_file` by default.
     pub upgrade_sock: PathBuf,
+    /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
+    pub admin_token: Option<String>,
 }
 
 /// `[store]`: where limit state lives and how failures are handled.
@@ -216,6 +218,7 @@ struct RawServer {
     grace_period: GracePeriod,
     pid_file: Option<PathBuf>,
     upgrade_sock: Option<PathBuf>,
+    admin_token: Option<Spanned<String>>,
 }
 
 fn default_threads() -> Spanned<usize> {
@@ -513,6 +516,17 @@ impl Validator<'_> {
                 format!("{admin} overlaps server.listen {listen}: use a different port"),
             );
         }
+        if let Some(token) = &raw.admin_token {
+            // Sent as `Authorization: Bearer <token>`: a header value, and never guessable empty.
+            let t = token.get_ref();
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return self.err(
+                    Some(token.span()),
+                    "server.admin_token",
+                    "must be non-empty visible ASCII without spaces",
+                );
+            }
+        }
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
         let tag = format!("slidegate-{}", listen.port());
@@ -528,6 +542,7 @@ impl Validator<'_> {
             upgrade_sock: raw
                 .upgrade_sock
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
+            admin_token: raw.admin_token.map(Spanned::into_inner),
         })
     }
 

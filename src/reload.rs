@@ -127,6 +127,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     if o.pid_file != n.pid_file || o.upgrade_sock != n.upgrade_sock {
         out.push("server.pid_file/upgrade_sock");
     }
+    if o.admin_token != n.admin_token {
+        out.push("server.admin_token");
+    }
     if old.store.backend != new.store.backend {
         out.push("store.backend/url");
     }

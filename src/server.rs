@@ -154,6 +154,7 @@ pub struct RunOptions {
 
 /// Run slidegate until it is stopped by a signal.
 pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
+    crate::metrics::init();
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
@@ -190,9 +191,18 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             store: store.clone(),
         },
     ));
+    if config.server.admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {
+        log::warn!(
+            "admin_listen {} is not a loopback address and server.admin_token is not set: \
+             anyone who reaches it can read and reset rate-limit buckets",
+            config.server.admin_listen
+        );
+    }
     server.add_service(admin_service(
         &config.server.admin_listen.to_string(),
         store.clone(),
+        rules.clone(),
+        config.server.admin_token.clone(),
     ));
     server.add_service(background_service(
         "config reload",
