@@ -40,18 +40,13 @@ const REQUEST_BUCKETS: &[f64] = &[
     60.0,
 ];
 
-/// Register the standard `process_*` metrics (CPU, memory, open fds, start time) in the default
-/// registry, next to ours, and create every unlabelled series. Called once at start; a second
-/// call is harmless.
+/// Create every series that has no labels, so `/metrics` shows them (at zero) from the start.
+///
+/// The standard `process_*` metrics (CPU, memory, open fds, start time) need no call: with the
+/// prometheus crate's `process` feature, its default registry registers a `ProcessCollector` for
+/// this process when it is first used (Linux only), and `/metrics` gathers that registry.
 pub fn init() {
-    static PROCESS: std::sync::Once = std::sync::Once::new();
     Lazy::force(&METRICS);
-    PROCESS.call_once(|| {
-        let collector = prometheus::process_collector::ProcessCollector::for_self();
-        if let Err(e) = prometheus::register(Box::new(collector)) {
-            log::warn!("process metrics unavailable: {e}");
-        }
-    });
 }
 
 /// Counts a request in `slidegate_requests_in_flight` for as long as it lives: created with the
