@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod browser;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;

@@ -48,6 +48,12 @@ function fmtSecs(ms) {
   return (ms / 1000).toFixed(2) + " s";
 }
 
+// An axis label: as few digits as the value needs ("5 s", "2.5 s", "250 ms").
+function fmtSpan(ms) {
+  if (ms < 1000) return `${+ms.toFixed(1)} ms`;
+  return `${+(ms / 1000).toFixed(2)} s`;
+}
+
 function fmtWindow(ms) {
   if (ms % 3600000 === 0) return ms / 3600000 + "h";
   if (ms % 60000 === 0) return ms / 60000 + "m";
@@ -171,7 +177,7 @@ function buildCards() {
     for (let i = 0; i <= 4; i++) {
       const x = i * 150;
       axis.append(el("svg:line", { class: "tick", x1: x, y1: 10, x2: x, y2: 44 }));
-      const label = i === 4 ? "now" : `−${fmtSecs(l.window_ms * (4 - i) / 4)}`;
+      const label = i === 4 ? "now" : `−${fmtSpan(l.window_ms * (4 - i) / 4)}`;
       const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
       axis.append(el("svg:text", { class: "label", x, y: 60, "text-anchor": anchor }, label));
     }
