@@ -31,6 +31,9 @@ pub struct Metrics {
     pub upstream_duration: HistogramVec,
     /// `slidegate_requests_in_flight`: requests between their first hook and their end.
     pub in_flight: IntGauge,
+    /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
+    /// Prometheus can alert on readiness without probing `/readyz`.
+    pub store_ready: IntGauge,
 }
 
 /// Buckets of the request and upstream duration histograms: 0.5 ms (a limited route answered
@@ -127,6 +130,11 @@ pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
         "Requests being processed by the proxy"
     )
     .expect("register slidegate_requests_in_flight"),
+    store_ready: register_int_gauge!(
+        "slidegate_store_ready",
+        "1 while the limit store answers (as /readyz), 0 otherwise"
+    )
+    .expect("register slidegate_store_ready"),
 });
 
 /// `slidegate_request_duration_seconds{route=""}`: requests that matched no route.

@@ -47,7 +47,10 @@ async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => store.maintain().await,
+            _ = tick.tick() => {
+                store.maintain().await;
+                crate::metrics::METRICS.store_ready.set(i64::from(store.is_ready()));
+            }
             _ = shutdown.changed() => return,
         }
     }
