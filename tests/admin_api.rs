@@ -410,3 +410,81 @@ fn an_empty_admin_token_is_a_config_error() {
         "names file, line and key: {stderr}"
     );
 }
+
+/// Run `scripts/boundary-test` against `proxy`; exit success and its output.
+fn boundary_test(proxy: &Proxy, args: &[&str]) -> (bool, String) {
+    common::admin::require_tool("python3", "python3");
+    let out = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/boundary-test"),
+    )
+    .arg("--proxy")
+    .arg(format!("http://{}", proxy.addr()))
+    .arg("--admin")
+    .arg(format!("http://{}", proxy.admin_addr()))
+    .args(args)
+    .output()
+    .expect("run scripts/boundary-test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boundary_test_script_on_memory_and_redis() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let redis_store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    for store in ["backend = \"memory\"", redis_store.as_str()] {
+        let toml = ConfigBuilder::new()
+            .store(store)
+            .upstream("app", up.addr())
+            .route(
+                "login",
+                "path_prefix = \"/login\"\n\
+                 limits = [{ requests = 4, window = \"30s\" }, { requests = 50, window = \"1m\" }]",
+            )
+            .route(
+                "api",
+                "path_prefix = \"/api\"\nkey = \"header:X-Api-Key\"\n\
+                 limits = [{ requests = 3, window = \"30s\" }]",
+            )
+            .route(
+                "dry",
+                "path_prefix = \"/dry\"\nshadow = true\nlimits = [{ requests = 1, window = \"1m\" }]",
+            )
+            .build();
+        let proxy = Proxy::start(&toml);
+        wait_readyz(&proxy, 200, Duration::from_secs(20));
+        // Twice: the second run starts from a full bucket, which the reset must clear.
+        for _ in 0..2 {
+            let (ok, out) = boundary_test(&proxy, &["--route", "login", "--path", "/login"]);
+            assert!(ok && out.contains("PASS"), "{store}:\n{out}");
+            assert!(out.contains("4 requests: 4 passed"), "{out}");
+            assert!(out.contains("request 5: 429, Retry-After: "), "{out}");
+            assert!(
+                out.contains("login-30s: 4 in window, remaining 0/4"),
+                "{out}"
+            );
+        }
+        let (ok, out) = boundary_test(
+            &proxy,
+            &["--route", "api", "--path", "/api/x", "--client", "tenant-7"],
+        );
+        assert!(ok, "{store}:\n{out}");
+        assert_eq!(
+            window(&proxy, "api", "tenant-7").await["limits"][0]["count"],
+            3
+        );
+        let (ok, out) = boundary_test(&proxy, &["--route", "dry", "--path", "/dry"]);
+        assert!(
+            !ok && out.contains("shadow"),
+            "a shadow route cannot show a boundary: {out}"
+        );
+        // A path the route does not take: the boundary does not hold, and the script says so.
+        let (ok, out) = boundary_test(&proxy, &["--route", "login", "--path", "/api/x"]);
+        assert!(!ok && out.contains("FAIL"), "{out}");
+    }
+}
