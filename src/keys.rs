@@ -77,13 +77,48 @@ fn is_plain(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'@' | b'=' | b'+' | b'/')
 }
 
-/// Write the bucket key for a request into `out` (cleared first): `<route>:<kind>:<value>`.
+/// Who a bucket belongs to, as far as the key is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketClient<'a> {
+    /// The route-wide bucket (`key = "global"`).
+    Global,
+    /// A client address (`key = "client_ip"`, or a header key whose header is missing).
+    Ip(IpAddr),
+    /// A non-empty header value (`key = "header:<Name>"`), as sent.
+    Header(&'a [u8]),
+}
+
+/// Write the bucket key of `client` on `route` into `out` (cleared first):
+/// `<route>:<kind>:<value>`.
 ///
-/// `ip:<addr>` for client addresses (also the fallback when a header key is missing, so those
-/// requests are never pooled into one shared bucket nor left unlimited), `h:<value>` for header
-/// values, `h:#<xxh3-128 hex>` for header values that are long or contain unusual bytes, and
-/// `global` for the route-wide bucket. The result is at most route name + 3 +
-/// [`MAX_PLAIN_KEY_LEN`] bytes.
+/// `ip:<addr>` for client addresses, `h:<value>` for header values, `h:#<xxh3-128 hex>` for
+/// header values that are long or contain unusual bytes, and `global` for the route-wide bucket.
+/// The result is at most route name + 3 + [`MAX_PLAIN_KEY_LEN`] bytes. The proxy (through
+/// [`bucket_key`]) and the admin inspector both build keys here, so they always agree.
+pub fn write_bucket_key(out: &mut String, route: &str, client: BucketClient<'_>) {
+    out.clear();
+    out.push_str(route);
+    match client {
+        BucketClient::Global => out.push_str(":global"),
+        BucketClient::Header(bytes) => {
+            out.push_str(":h:");
+            if bytes.len() <= MAX_PLAIN_KEY_LEN && bytes.iter().all(|b| is_plain(*b)) {
+                // Plain bytes are ASCII, so this cannot fail.
+                out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
+            } else {
+                let _ = write!(out, "#{:032x}", xxhash_rust::xxh3::xxh3_128(bytes));
+            }
+        }
+        BucketClient::Ip(ip) => {
+            let _ = write!(out, ":ip:{ip}");
+        }
+    }
+}
+
+/// Write the bucket key for a request into `out` (cleared first); see [`write_bucket_key`].
+///
+/// A request without the header of a `header:<Name>` key is keyed by its client address, so
+/// those requests are never pooled into one shared bucket nor left unlimited.
 pub fn bucket_key(
     out: &mut String,
     route: &str,
@@ -91,29 +126,15 @@ pub fn bucket_key(
     headers: &HeaderMap,
     client: IpAddr,
 ) {
-    out.clear();
-    out.push_str(route);
-    match spec {
-        KeySpec::Global => out.push_str(":global"),
+    let client = match spec {
+        KeySpec::Global => BucketClient::Global,
         KeySpec::Header(name) => match headers.get(name) {
-            Some(v) if !v.is_empty() => {
-                let bytes = v.as_bytes();
-                out.push_str(":h:");
-                if bytes.len() <= MAX_PLAIN_KEY_LEN && bytes.iter().all(|b| is_plain(*b)) {
-                    // Plain bytes are ASCII, so this cannot fail.
-                    out.push_str(std::str::from_utf8(bytes).unwrap_or_default());
-                } else {
-                    let _ = write!(out, "#{:032x}", xxhash_rust::xxh3::xxh3_128(bytes));
-                }
-            }
-            _ => {
-                let _ = write!(out, ":ip:{client}");
-            }
+            Some(v) if !v.is_empty() => BucketClient::Header(v.as_bytes()),
+            _ => BucketClient::Ip(client),
         },
-        KeySpec::ClientIp => {
-            let _ = write!(out, ":ip:{client}");
-        }
-    }
+        KeySpec::ClientIp => BucketClient::Ip(client),
+    };
+    write_bucket_key(out, route, client);
 }
 
 #[cfg(test)]

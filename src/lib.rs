@@ -9,7 +9,7 @@
 //! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`, problem bodies.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`proxy`]: Pingora's `ProxyHttp` hooks.
-//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`reload`]: SIGHUP reload with atomic swap.
 //! - [`server`]: assembling the Pingora server.
 

@@ -7,8 +7,8 @@ use once_cell::sync::Lazy;
 
 use crate::limiter::{StoreError, StoreErrorKind};
 use prometheus::{
-    register_histogram_vec, register_int_counter, register_int_counter_vec, HistogramVec,
-    IntCounter, IntCounterVec,
+    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 /// All slidegate metrics.
@@ -25,6 +25,51 @@ pub struct Metrics {
     pub store_errors: IntCounterVec,
     /// `slidegate_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
+    /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
+    /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
+    pub request_duration: HistogramVec,
+    /// `slidegate_upstream_duration_seconds{route}`: from choosing the upstream (connect
+    /// included) until its final response head (a `100 Continue` is not one).
+    pub upstream_duration: HistogramVec,
+    /// `slidegate_requests_in_flight`: requests between their first hook and their end.
+    pub in_flight: IntGauge,
+    /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
+    /// Prometheus can alert on readiness without probing `/readyz`.
+    pub store_ready: IntGauge,
+}
+
+/// Buckets of the request and upstream duration histograms: 0.5 ms (a limited route answered
+/// locally) to 60 s (the upstream read timeout).
+const REQUEST_BUCKETS: &[f64] = &[
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Create every series that has no labels, so `/metrics` shows them (at zero) from the start.
+///
+/// The standard `process_*` metrics (CPU, memory, open fds, start time) need no call: with the
+/// prometheus crate's `process` feature, its default registry registers a `ProcessCollector` for
+/// this process when it is first used (Linux only), and `/metrics` gathers that registry.
+pub fn init() {
+    Lazy::force(&METRICS);
+}
+
+/// Counts a request in `slidegate_requests_in_flight` for as long as it lives: created with the
+/// request's context, dropped with it, so no early return or error path can leak a count.
+pub struct InFlight(());
+
+impl InFlight {
+    /// Count one more request in flight.
+    pub fn enter() -> InFlight {
+        METRICS.in_flight.inc();
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        METRICS.in_flight.dec();
+    }
 }
 
 /// The process-wide metrics.
@@ -68,7 +113,35 @@ pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
         &["result"]
     )
     .expect("register slidegate_config_reloads_total"),
+    request_duration: register_histogram_vec!(
+        "slidegate_request_duration_seconds",
+        "Whole requests, first byte read to last byte sent, by route (\"\" = no route matched)",
+        &["route"],
+        REQUEST_BUCKETS.to_vec()
+    )
+    .expect("register slidegate_request_duration_seconds"),
+    upstream_duration: register_histogram_vec!(
+        "slidegate_upstream_duration_seconds",
+        "Upstream time, connect included, until the upstream's final response head, by route",
+        &["route"],
+        REQUEST_BUCKETS.to_vec()
+    )
+    .expect("register slidegate_upstream_duration_seconds"),
+    in_flight: register_int_gauge!(
+        "slidegate_requests_in_flight",
+        "Requests being processed by the proxy"
+    )
+    .expect("register slidegate_requests_in_flight"),
+    store_ready: register_int_gauge!(
+        "slidegate_store_ready",
+        "1 while the limit store answers (as /readyz), 0 otherwise"
+    )
+    .expect("register slidegate_store_ready"),
 });
+
+/// `slidegate_request_duration_seconds{route=""}`: requests that matched no route.
+pub static NO_ROUTE_DURATION: Lazy<Histogram> =
+    Lazy::new(|| METRICS.request_duration.with_label_values(&[""]));
 
 /// The decisions counted in `slidegate_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +159,15 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// Every decision, in the order of their metric handles.
+    pub const ALL: [Decision; 5] = [
+        Decision::Allowed,
+        Decision::Denied,
+        Decision::ShadowDenied,
+        Decision::ErrorAllowed,
+        Decision::ErrorDenied,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -104,6 +186,10 @@ pub struct RouteMetrics {
     decisions: [IntCounter; 5],
     /// Upstream responses by status class 1xx..5xx (index 0..4); anything else goes to 5xx.
     upstream: [IntCounter; 5],
+    /// `slidegate_request_duration_seconds{route}`.
+    pub request_duration: Histogram,
+    /// `slidegate_upstream_duration_seconds{route}`.
+    pub upstream_duration: Histogram,
 }
 
 impl RouteMetrics {
@@ -121,7 +207,14 @@ impl RouteMetrics {
                 d(Decision::ErrorDenied),
             ],
             upstream: [u("1xx"), u("2xx"), u("3xx"), u("4xx"), u("5xx")],
+            request_duration: m.request_duration.with_label_values(&[route]),
+            upstream_duration: m.upstream_duration.with_label_values(&[route]),
         }
+    }
+
+    /// The current value of every decision counter of this route, in [`Decision::ALL`] order.
+    pub fn decision_counts(&self) -> [(Decision, u64); 5] {
+        Decision::ALL.map(|d| (d, self.decisions[d as usize].get()))
     }
 
     /// Count one decision.

@@ -20,7 +20,7 @@ use prometheus::Histogram;
 use crate::config::OnError;
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
-use crate::metrics::{Decision, StoreErrorMetrics, METRICS};
+use crate::metrics::{Decision, InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
 use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs, static_problem};
 use crate::routes::{host_without_port, normalize_path, Route, Rules};
 
@@ -85,6 +85,12 @@ pub struct RequestCtx {
     key: String,
     /// Servers this request could not connect to (each retried on another server).
     failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
+    /// When the request head had been read (`new_ctx`), for the request duration histogram.
+    started: Option<Instant>,
+    /// When the first upstream was chosen; taken at the upstream's final response head.
+    upstream_started: Option<Instant>,
+    /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.
+    in_flight: Option<InFlight>,
 }
 
 impl RequestCtx {
@@ -125,7 +131,11 @@ impl ProxyHttp for SlideGate {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::default()
+        RequestCtx {
+            started: Some(Instant::now()),
+            in_flight: Some(InFlight::enter()),
+            ..RequestCtx::default()
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
@@ -234,6 +244,8 @@ impl ProxyHttp for SlideGate {
             return Error::e_explain(ErrorType::InternalError, "no route selected");
         };
         let pool = &rules.upstreams[rules.routes[route].spec.upstream];
+        // The first attempt starts the upstream clock: retries on other servers count too.
+        ctx.upstream_started.get_or_insert_with(Instant::now);
         // Skip servers this request already failed to connect to.
         let failed = &ctx.failed_servers;
         let backend = pool
@@ -305,10 +317,23 @@ impl ProxyHttp for SlideGate {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        let status = upstream_response.status;
+        // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
+        let final_head =
+            !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
+        let upstream_started = if final_head {
+            ctx.upstream_started.take()
+        } else {
+            None
+        };
         if let Some(route) = ctx.route() {
-            route
-                .metrics
-                .upstream_status(upstream_response.status.as_u16());
+            route.metrics.upstream_status(status.as_u16());
+            if let Some(t) = upstream_started {
+                route
+                    .metrics
+                    .upstream_duration
+                    .observe(t.elapsed().as_secs_f64());
+            }
         }
         Ok(())
     }
@@ -323,5 +348,22 @@ impl ProxyHttp for SlideGate {
             insert_ratelimit_fields(resp, route, r)?;
         }
         Ok(())
+    }
+
+    async fn logging(
+        &self,
+        _session: &mut Session,
+        _e: Option<&pingora::Error>,
+        ctx: &mut RequestCtx,
+    ) {
+        if let Some(started) = ctx.started {
+            let histogram = match ctx.route() {
+                Some(route) => &route.metrics.request_duration,
+                None => &*NO_ROUTE_DURATION,
+            };
+            histogram.observe(started.elapsed().as_secs_f64());
+        }
+        // Done: leave the in-flight gauge now rather than whenever the context is dropped.
+        ctx.in_flight = None;
     }
 }

@@ -47,7 +47,10 @@ async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => store.maintain().await,
+            _ = tick.tick() => {
+                store.maintain().await;
+                crate::metrics::METRICS.store_ready.set(i64::from(store.is_ready()));
+            }
             _ = shutdown.changed() => return,
         }
     }
@@ -154,6 +157,7 @@ pub struct RunOptions {
 
 /// Run slidegate until it is stopped by a signal.
 pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
+    crate::metrics::init();
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
@@ -190,9 +194,18 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             store: store.clone(),
         },
     ));
+    if config.server.admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {
+        log::warn!(
+            "admin_listen {} is not a loopback address and server.admin_token is not set: \
+             anyone who reaches it can read and reset rate-limit buckets",
+            config.server.admin_listen
+        );
+    }
     server.add_service(admin_service(
         &config.server.admin_listen.to_string(),
         store.clone(),
+        rules.clone(),
+        config.server.admin_token.clone(),
     ));
     server.add_service(background_service(
         "config reload",

@@ -119,6 +119,17 @@ pub struct ServerSettings {
     pub pid_file: PathBuf,
     /// Pingora upgrade socket (zero-downtime upgrade); derived like `pid_file` by default.
     pub upgrade_sock: PathBuf,
+    /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
+    #[serde(serialize_with = "redacted")]
+    pub admin_token: Option<String>,
+}
+
+/// Secrets take part in the restart-only diff without their value being kept in it.
+fn redacted<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut h);
+    s.serialize_u64(h.finish())
 }
 
 /// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into

@@ -47,6 +47,7 @@ pub(super) struct RawServer {
     pub grace_period: GracePeriod,
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
+    pub admin_token: Option<Spanned<String>>,
 }
 
 fn default_threads() -> Spanned<usize> {

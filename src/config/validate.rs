@@ -106,6 +106,17 @@ impl Validator<'_> {
                 format!("{admin} overlaps server.listen {listen}: use a different port"),
             );
         }
+        if let Some(token) = &raw.admin_token {
+            // Sent as `Authorization: Bearer <token>`: a header value, and never guessable empty.
+            let t = token.get_ref();
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return self.err(
+                    Some(token.span()),
+                    "server.admin_token",
+                    "must be non-empty visible ASCII without spaces",
+                );
+            }
+        }
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
         let tag = format!("slidegate-{}", listen.port());
@@ -121,6 +132,7 @@ impl Validator<'_> {
             upgrade_sock: raw
                 .upgrade_sock
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
+            admin_token: raw.admin_token.map(Spanned::into_inner),
         })
     }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use super::{Limit, LimitState, Store, StoreError, Verdict};
+use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
 
 /// Upper bound on cached buckets; past it new denials are simply not cached (correct, only
 /// slower), so a flood of distinct clients cannot grow memory without bound.
@@ -148,6 +148,19 @@ impl Store for DenyCache {
 
     fn is_ready(&self) -> bool {
         self.inner.is_ready()
+    }
+
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+        self.inner.inspect(bucket, limits).await
+    }
+
+    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        self.inner.reset(bucket, limits).await?;
+        // After the store forgot the bucket: a denial cached from now on was decided after the
+        // reset. (A check already in flight when the reset ran may still cache its older denial;
+        // it lapses at its deadline. Other proxies' caches are not reached from here.)
+        self.denied.remove(bucket);
+        Ok(())
     }
 
     fn rules_changed(&self) {

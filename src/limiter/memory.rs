@@ -5,12 +5,12 @@
 //! both; it is the default store for single-instance deployments and tests.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use super::{Limit, LimitState, Store, StoreError, Verdict};
+use super::{Limit, LimitState, LimitView, Store, StoreError, Verdict, WindowView};
 
 /// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
 /// oldest first.
@@ -57,6 +57,9 @@ impl Bucket {
 pub struct MemoryStore {
     buckets: DashMap<Box<str>, Bucket>,
     epoch: Instant,
+    /// Wall-clock time of `epoch`, µs since the Unix epoch: the inspector shows timestamps on a
+    /// clock people can read, while decisions stay on the monotonic one.
+    epoch_unix_us: u64,
 }
 
 impl Default for MemoryStore {
@@ -71,6 +74,9 @@ impl MemoryStore {
         MemoryStore {
             buckets: DashMap::new(),
             epoch: Instant::now(),
+            epoch_unix_us: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
         }
     }
 
@@ -164,6 +170,41 @@ impl Store for MemoryStore {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+        let now = self.now_us();
+        let to_unix = |t: u64| t + self.epoch_unix_us;
+        // A read lock only: nothing is evicted or recorded (eviction is the next check's job).
+        let b = self.buckets.get(bucket);
+        let limits = limits
+            .iter()
+            .map(|limit| {
+                let window_us = limit.window.as_micros() as u64;
+                let cutoff = now.saturating_sub(window_us);
+                let entries: Vec<u64> = b
+                    .as_ref()
+                    .and_then(|b| b.logs.iter().find(|l| l.window_us == window_us))
+                    .map(|log| {
+                        log.entries
+                            .iter()
+                            .filter(|&&t| t > cutoff)
+                            .map(|&t| to_unix(t))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                LimitView::from_entries(limit, &entries, to_unix(now))
+            })
+            .collect();
+        Ok(WindowView {
+            now_us: to_unix(now),
+            limits,
+        })
+    }
+
+    async fn reset(&self, bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
+        self.buckets.remove(bucket);
+        Ok(())
     }
 
     fn sweep_expired(&self) {

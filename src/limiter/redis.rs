@@ -43,13 +43,19 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use super::{Limit, LimitState, Store, StoreError, Verdict};
+use super::{Limit, LimitState, LimitView, Store, StoreError, Verdict, WindowView};
 
 /// Source of the sliding-window script, compiled into the binary.
 pub const SCRIPT_SOURCE: &str = include_str!("../../lua/sliding_window.lua");
 
 /// The script with its SHA1 computed once; shared by every store.
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCRIPT_SOURCE));
+
+/// Source of the read-only inspector script (`lua/inspect.lua`).
+pub const INSPECT_SOURCE: &str = include_str!("../../lua/inspect.lua");
+
+/// The inspector script with its SHA1 computed once.
+static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(INSPECT_SOURCE));
 
 /// After this many `check` timeouts in a row, `check` stops sending and fails fast until a
 /// `maintain` PING succeeds: a frozen Redis then costs one timeout per second, not one per
@@ -416,6 +422,14 @@ impl Store for RedisStore {
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+        self.inspect_window(bucket, limits).await
+    }
+
+    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        self.reset_bucket(bucket, limits).await
+    }
 }
 
 impl RedisStore {
@@ -453,4 +467,116 @@ impl RedisStore {
             StoreError::Backend(_) => {}
         }
     }
+}
+
+/// The admin inspector's calls. They use the same connection and timeout as `check` but stay
+/// out of its health bookkeeping: an operator's read must not open or close the gate.
+impl RedisStore {
+    /// The live connection, or `Unavailable`.
+    fn admin_conn(&self) -> Result<Conn, StoreError> {
+        match self.conn.load_full() {
+            Some(conn) if self.healthy.load(Ordering::Acquire) => Ok((*conn).clone()),
+            _ => Err(StoreError::Unavailable("not connected".into())),
+        }
+    }
+
+    /// Run one admin command, bounded by the store timeout.
+    async fn admin_call<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(&e, self.timeout)),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// One `EVALSHA` of the read-only `lua/inspect.lua`.
+    async fn inspect_window(
+        &self,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<WindowView, StoreError> {
+        if limits.is_empty() {
+            let mut conn = self.admin_conn()?;
+            let (secs, micros): (u64, u64) = self
+                .admin_call(async {
+                    match &mut conn {
+                        Conn::Single(c) => redis::cmd("TIME").query_async(c).await,
+                        Conn::Cluster(c) => redis::cmd("TIME").query_async(c).await,
+                    }
+                })
+                .await?;
+            return Ok(WindowView {
+                now_us: secs * 1_000_000 + micros,
+                limits: Vec::new(),
+            });
+        }
+        let mut call = INSPECT.prepare_invoke();
+        for limit in limits {
+            call.key(self.key(bucket, limit));
+        }
+        for limit in limits {
+            call.arg(limit.requests)
+                .arg(limit.window.as_micros() as u64);
+        }
+        call.arg(super::MAX_VIEW_ENTRIES);
+        let mut conn = self.admin_conn()?;
+        let reply: Vec<i64> = self.admin_call(conn.invoke(&call)).await?;
+        parse_inspect(&reply, limits.len())
+    }
+
+    /// `DEL` of every key of the bucket (one slot: they share the hash tag).
+    async fn reset_bucket(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let mut del = redis::cmd("DEL");
+        for limit in limits {
+            del.arg(self.key(bucket, limit));
+        }
+        let mut conn = self.admin_conn()?;
+        let _: i64 = self
+            .admin_call(async {
+                match &mut conn {
+                    Conn::Single(c) => del.query_async(c).await,
+                    Conn::Cluster(c) => del.query_async(c).await,
+                }
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// Decode `lua/inspect.lua`'s reply (documented in its header), checking its shape.
+fn parse_inspect(reply: &[i64], limits: usize) -> Result<WindowView, StoreError> {
+    let bad = || {
+        StoreError::Backend(format!(
+            "inspect script returned a malformed reply for {limits} limits"
+        ))
+    };
+    let (&now, mut rest) = reply.split_first().ok_or_else(bad)?;
+    let mut views = Vec::with_capacity(limits);
+    for _ in 0..limits {
+        let [count, remaining, reset, k, ..] = *rest else {
+            return Err(bad());
+        };
+        let k = usize::try_from(k).map_err(|_| bad())?;
+        let entries = rest.get(4..4 + k).ok_or_else(bad)?;
+        views.push(LimitView {
+            count: count.max(0) as u64,
+            remaining: remaining.clamp(0, i64::from(u32::MAX)) as u32,
+            reset: Duration::from_micros(reset.max(0) as u64),
+            entries_us: entries.iter().map(|&t| t.max(0) as u64).collect(),
+        });
+        rest = &rest[4 + k..];
+    }
+    if !rest.is_empty() {
+        return Err(bad());
+    }
+    Ok(WindowView {
+        now_us: now.max(0) as u64,
+        limits: views,
+    })
 }

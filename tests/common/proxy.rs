@@ -165,6 +165,8 @@ pub struct ProxyOptions {
     pub default_paths: bool,
     /// `server.grace_period` (humantime).
     pub grace_period: &'static str,
+    /// Extra lines of the `[server]` table, e.g. `admin_token = "..."`.
+    pub server_extra: String,
 }
 
 impl Default for ProxyOptions {
@@ -176,6 +178,7 @@ impl Default for ProxyOptions {
             ready_timeout: Duration::from_secs(60),
             default_paths: false,
             grace_period: "1s",
+            server_extra: String::new(),
         }
     }
 }
@@ -258,6 +261,10 @@ impl Proxy {
             );
             sock
         };
+        server_section.push_str(&opts.server_extra);
+        if !opts.server_extra.ends_with('\n') {
+            server_section.push('\n');
+        }
         server_section.push('\n');
         let config_path = dir.path().join("slidegate.toml");
         std::fs::write(&config_path, format!("{server_section}{config_toml}"))

@@ -1,0 +1,249 @@
+//! The inspector's JSON API (the page uses it; so can scripts):
+//!
+//! - `GET /api/v1/routes`: every route in file order with its limits and decision counters.
+//! - `GET /api/v1/window?route=R&client=C`: one bucket, read without recording anything.
+//! - `POST /api/v1/reset?route=R&client=C`: forget one bucket (and its local deny-cache entry).
+//!
+//! Times are milliseconds with microsecond fractions; timestamps are on the store's clock (Redis
+//! `TIME` for Redis), milliseconds since the Unix epoch. Errors are `application/problem+json`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::config::KeySpec;
+use crate::keys::{write_bucket_key, BucketClient};
+use crate::limiter::Store;
+use crate::routes::{Route, Rules};
+
+/// A JSON response.
+fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
+    let body = serde_json::to_vec(body).expect("a JSON value serializes");
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .expect("valid response")
+}
+
+/// An RFC 9457 problem response.
+pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response<Vec<u8>> {
+    let body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut resp = json_response(status, &body);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
+fn bad_request(detail: &str) -> Response<Vec<u8>> {
+    problem(StatusCode::BAD_REQUEST, "Bad Request", detail)
+}
+
+/// Milliseconds, with the microseconds as a fraction.
+fn ms(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+fn us_to_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// `key` as configured (header names are case-insensitive and shown lower-case).
+fn key_text(key: &KeySpec) -> String {
+    match key {
+        KeySpec::ClientIp => "client_ip".into(),
+        KeySpec::Header(name) => format!("header:{name}"),
+        KeySpec::Global => "global".into(),
+    }
+}
+
+fn limits_json(route: &Route) -> Vec<Value> {
+    route
+        .spec
+        .limits
+        .iter()
+        .zip(&route.policy_names)
+        .map(|(l, name)| {
+            json!({"name": name, "requests": l.requests, "window_ms": l.window.as_millis() as u64})
+        })
+        .collect()
+}
+
+/// `GET /api/v1/routes`.
+pub fn routes(rules: &Rules) -> Response<Vec<u8>> {
+    let routes: Vec<Value> = rules
+        .routes
+        .iter()
+        .map(|r| {
+            let mut v = json!({
+                "name": r.spec.name,
+                "key": key_text(&r.spec.key),
+                "shadow": r.spec.shadow,
+                "limits": limits_json(r),
+            });
+            for (decision, count) in r.metrics.decision_counts() {
+                v[decision.as_str()] = count.into();
+            }
+            v
+        })
+        .collect();
+    json_response(StatusCode::OK, &Value::Array(routes))
+}
+
+/// The bucket a query names, or the response explaining why it names none.
+struct Target<'a> {
+    route: &'a Route,
+    client: String,
+    bucket: String,
+}
+
+/// Why a query names no bucket.
+enum Rejection {
+    /// 400: the query is malformed.
+    Bad(String),
+    /// 404: no such route.
+    NoRoute(String),
+}
+
+impl Rejection {
+    fn response(self) -> Response<Vec<u8>> {
+        match self {
+            Rejection::Bad(detail) => bad_request(&detail),
+            Rejection::NoRoute(detail) => problem(StatusCode::NOT_FOUND, "Not Found", &detail),
+        }
+    }
+}
+
+fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
+    let (mut route, mut client) = (None, None);
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let slot = match &*k {
+            "route" => &mut route,
+            "client" => &mut client,
+            other => return Err(Rejection::Bad(format!("unknown query parameter {other:?}"))),
+        };
+        if slot.replace(v.into_owned()).is_some() {
+            return Err(Rejection::Bad(format!("query parameter {k:?} given twice")));
+        }
+    }
+    let Some(name) = route.filter(|r| !r.is_empty()) else {
+        return Err(Rejection::Bad("missing query parameter \"route\"".into()));
+    };
+    let Some(route) = rules.routes.iter().find(|r| r.spec.name == name) else {
+        return Err(Rejection::NoRoute(format!("no route named {name:?}")));
+    };
+    let client = client.unwrap_or_default();
+    let mut bucket = String::new();
+    match &route.spec.key {
+        KeySpec::Global => {
+            if !client.is_empty() {
+                return Err(Rejection::Bad(format!(
+                    "route {name:?} keys globally: leave \"client\" empty"
+                )));
+            }
+            write_bucket_key(&mut bucket, &route.spec.name, BucketClient::Global);
+        }
+        KeySpec::ClientIp => {
+            let ip: IpAddr = client.trim().parse().map_err(|_| {
+                Rejection::Bad(format!(
+                    "route {name:?} keys by client IP: \"client\" must be an IP address"
+                ))
+            })?;
+            write_bucket_key(&mut bucket, &route.spec.name, BucketClient::Ip(ip));
+        }
+        KeySpec::Header(header) => {
+            if client.is_empty() {
+                return Err(Rejection::Bad(format!(
+                    "route {name:?} keys by header {header}: \"client\" must be its value"
+                )));
+            }
+            write_bucket_key(
+                &mut bucket,
+                &route.spec.name,
+                BucketClient::Header(client.as_bytes()),
+            );
+        }
+    }
+    Ok(Target {
+        route,
+        client,
+        bucket,
+    })
+}
+
+fn store_error(e: &crate::limiter::StoreError) -> Response<Vec<u8>> {
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Service Unavailable",
+        &format!("the limit store did not answer: {e}"),
+    )
+}
+
+/// `GET /api/v1/window?route=R&client=C`.
+pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<Vec<u8>> {
+    let t = match target(rules, query) {
+        Ok(t) => t,
+        Err(rejection) => return rejection.response(),
+    };
+    let view = match store.inspect(&t.bucket, &t.route.spec.limits).await {
+        Ok(v) => v,
+        Err(e) => return store_error(&e),
+    };
+    let limits: Vec<Value> = t
+        .route
+        .spec
+        .limits
+        .iter()
+        .zip(&t.route.policy_names)
+        .zip(&view.limits)
+        .map(|((limit, name), lv)| {
+            json!({
+                "name": name,
+                "requests": limit.requests,
+                "window_ms": limit.window.as_millis() as u64,
+                "remaining": lv.remaining,
+                "reset_ms": ms(lv.reset),
+                "count": lv.count,
+                "entries_ms": lv.entries_us.iter().map(|&t| us_to_ms(t)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "route": t.route.spec.name,
+            "client": t.client,
+            "backend": store.backend(),
+            "now_ms": us_to_ms(view.now_us),
+            "limits": limits,
+        }),
+    )
+}
+
+/// `POST /api/v1/reset?route=R&client=C`.
+pub async fn reset(rules: &Rules, store: &dyn Store, query: &str) -> Response<Vec<u8>> {
+    let t = match target(rules, query) {
+        Ok(t) => t,
+        Err(rejection) => return rejection.response(),
+    };
+    if let Err(e) = store.reset(&t.bucket, &t.route.spec.limits).await {
+        return store_error(&e);
+    }
+    // The client (maybe an API key) stays out of the log.
+    log::info!("admin: reset one bucket of route {}", t.route.spec.name);
+    json_response(
+        StatusCode::OK,
+        &json!({"route": t.route.spec.name, "client": t.client, "reset": true}),
+    )
+}

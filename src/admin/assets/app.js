@@ -1,0 +1,292 @@
+// slidegate inspector. Polls the admin API of the origin that served this page:
+//   /api/v1/routes every 2 s (rates from counter deltas), /api/v1/window every 500 ms for the
+//   selected bucket, and animates between polls on the store's clock (now_ms + time since the
+//   reply arrived), so entries slide along the axis and the ring counts down smoothly.
+"use strict";
+
+const ROUTES_EVERY_MS = 2000;
+const WINDOW_EVERY_MS = 500;
+const SVG = "http://www.w3.org/2000/svg";
+const RING_R = 50;
+const RING_C = 2 * Math.PI * RING_R;
+
+const $ = (sel) => document.querySelector(sel);
+let routes = [];
+let prevCounts = null; // { at, byRoute: {name: {allowed, denied}} }
+let selected = null; // { route, client }
+let view = null; // last /api/v1/window reply
+let viewAt = 0; // performance.now() when it arrived
+let cards = []; // per limit: elements updated by animate()
+
+function el(tag, attrs = {}, text) {
+  const node = tag.startsWith("svg:")
+    ? document.createElementNS(SVG, tag.slice(4))
+    : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function status(text, isError = false) {
+  const s = $("#status");
+  s.textContent = text;
+  s.classList.toggle("error", isError);
+}
+
+async function api(method, path) {
+  const resp = await fetch(path, { method, headers: { Accept: "application/json" } });
+  const body = await resp.json().catch(() => null);
+  if (!resp.ok) {
+    const detail = body && body.detail ? body.detail : resp.statusText;
+    throw new Error(`${resp.status}: ${detail}`);
+  }
+  return body;
+}
+
+function fmtSecs(ms) {
+  if (ms >= 10000) return (ms / 1000).toFixed(0) + " s";
+  return (ms / 1000).toFixed(2) + " s";
+}
+
+// An axis label: as few digits as the value needs ("5 s", "2.5 s", "250 ms").
+function fmtSpan(ms) {
+  if (ms < 1000) return `${+ms.toFixed(1)} ms`;
+  return `${+(ms / 1000).toFixed(2)} s`;
+}
+
+function fmtWindow(ms) {
+  if (ms % 3600000 === 0) return ms / 3600000 + "h";
+  if (ms % 60000 === 0) return ms / 60000 + "m";
+  if (ms % 1000 === 0) return ms / 1000 + "s";
+  return ms + "ms";
+}
+
+// ---- routes table -------------------------------------------------------------------------
+
+function renderRoutes(rates) {
+  const tbody = $("#routes tbody");
+  tbody.replaceChildren();
+  for (const r of routes) {
+    const tr = el("tr", { "data-route": r.name });
+    const name = el("th", { scope: "row" }, r.name);
+    if (r.shadow) name.append(" ", el("span", { class: "shadow-tag", title: "shadow: never denies" }, "shadow"));
+    tr.append(name, el("td", {}, r.key));
+    const limits = r.limits.length
+      ? r.limits.map((l) => `${l.requests} per ${fmtWindow(l.window_ms)}`).join(", ")
+      : "none";
+    tr.append(el("td", {}, limits));
+    const rate = rates[r.name];
+    tr.append(el("td", { class: "num rate-allowed" }, rate ? rate.allowed.toFixed(1) : "–"));
+    tr.append(el("td", { class: "num rate-denied" + (rate && rate.denied > 0 ? " deny" : "") },
+      rate ? rate.denied.toFixed(1) : "–"));
+    tr.append(el("td", { class: "num" }, String(r.allowed)), el("td", { class: "num" }, String(r.denied)));
+    const link = el("a", { href: `?route=${encodeURIComponent(r.name)}` }, "inspect");
+    link.setAttribute("aria-label", `inspect route ${r.name}`);
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      $("#route").value = r.name;
+      updateHint();
+      $("#client").focus();
+    });
+    const td = el("td");
+    td.append(link);
+    tr.append(td);
+    tbody.append(tr);
+  }
+}
+
+function fillRouteSelect() {
+  const select = $("#route");
+  const current = select.value || (selected && selected.route) || "";
+  select.replaceChildren();
+  for (const r of routes) select.append(el("option", { value: r.name }, r.name));
+  if (current) select.value = current;
+  updateHint();
+}
+
+function updateHint() {
+  const r = routes.find((x) => x.name === $("#route").value);
+  const hint = !r ? "" : r.key === "client_ip" ? "(an IP address)"
+    : r.key === "global" ? "(leave empty: one bucket for everyone)"
+    : `(the value of ${r.key.slice("header:".length)})`;
+  $("#client-hint").textContent = hint;
+}
+
+async function pollRoutes() {
+  try {
+    const first = routes.length === 0;
+    routes = await api("GET", "/api/v1/routes");
+    const now = performance.now();
+    const byRoute = {};
+    for (const r of routes) byRoute[r.name] = { allowed: r.allowed, denied: r.denied };
+    const rates = {};
+    if (prevCounts) {
+      const dt = (now - prevCounts.at) / 1000;
+      for (const r of routes) {
+        const p = prevCounts.byRoute[r.name];
+        if (p && dt > 0) {
+          rates[r.name] = {
+            allowed: Math.max(0, r.allowed - p.allowed) / dt,
+            denied: Math.max(0, r.denied - p.denied) / dt,
+          };
+        }
+      }
+    }
+    prevCounts = { at: now, byRoute };
+    renderRoutes(rates);
+    if (first) fillRouteSelect();
+  } catch (e) {
+    status(`routes: ${e.message}`, true);
+  }
+}
+
+// ---- bucket view --------------------------------------------------------------------------
+
+function buildCards() {
+  const box = $("#limits");
+  box.replaceChildren();
+  cards = [];
+  if (!view) return;
+  for (const l of view.limits) {
+    const card = el("article", { class: "limit", "data-limit": l.name });
+    const h3 = el("h3", {}, l.name);
+    const remaining = el("span", { class: "remaining" });
+    h3.append(remaining);
+    card.append(h3);
+
+    const ring = el("svg:svg", { class: "ring", viewBox: "0 0 120 120", role: "img" });
+    const title = el("svg:title");
+    ring.append(title);
+    ring.append(el("svg:circle", { class: "track", cx: 60, cy: 60, r: RING_R }));
+    const progress = el("svg:circle", {
+      class: "progress", cx: 60, cy: 60, r: RING_R,
+      "stroke-dasharray": RING_C.toFixed(2), "stroke-dashoffset": "0",
+    });
+    ring.append(progress);
+    const secs = el("svg:text", { class: "secs countdown", x: 60, y: 64 });
+    const what = el("svg:text", { class: "what", x: 60, y: 80 });
+    ring.append(secs, what);
+    const empty = el("p", { class: "empty-note" });
+    const ringBox = el("div");
+    ringBox.append(ring, empty);
+
+    const axis = el("svg:svg", { class: "axis", viewBox: "0 0 600 70",
+      role: "img", "aria-label": `entries of ${l.name} on a ${fmtWindow(l.window_ms)} time axis` });
+    const dots = el("svg:g");
+    axis.append(el("svg:line", { class: "base", x1: 0, y1: 40, x2: 600, y2: 40 }));
+    for (let i = 0; i <= 4; i++) {
+      const x = i * 150;
+      axis.append(el("svg:line", { class: "tick", x1: x, y1: 10, x2: x, y2: 44 }));
+      const label = i === 4 ? "now" : `−${fmtSpan(l.window_ms * (4 - i) / 4)}`;
+      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+      axis.append(el("svg:text", { class: "label", x, y: 60, "text-anchor": anchor }, label));
+    }
+    axis.append(dots);
+    card.append(ringBox, axis);
+    box.append(card);
+    cards.push({ ring, title, progress, secs, what, empty, dots, remaining });
+  }
+}
+
+function animate() {
+  if (view) {
+    const elapsed = performance.now() - viewAt;
+    const storeNow = view.now_ms + elapsed;
+    $("#store-clock").textContent = new Date(storeNow).toISOString().replace("T", " ").replace("Z", " UTC");
+    $("#store-clock").setAttribute("datetime", new Date(storeNow).toISOString());
+    view.limits.forEach((l, i) => {
+      const c = cards[i];
+      if (!c) return;
+      const full = l.remaining === 0;
+      c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} in window`;
+      c.remaining.classList.toggle("full", full);
+      const hasEntries = l.count > 0;
+      c.ring.style.display = hasEntries ? "" : "none";
+      c.empty.textContent = hasEntries ? "" : "no entries in the window";
+      const left = Math.max(0, l.reset_ms - elapsed);
+      c.secs.textContent = fmtSecs(left);
+      c.secs.setAttribute("data-ms", left.toFixed(0));
+      c.what.textContent = full ? "next free slot" : "oldest leaves";
+      c.ring.classList.toggle("full", full);
+      c.ring.setAttribute("aria-label",
+        `${l.name}: ${full ? "next free slot" : "oldest entry leaves"} in ${fmtSecs(left)}`);
+      c.title.textContent = c.ring.getAttribute("aria-label");
+      c.progress.setAttribute("stroke-dashoffset", (RING_C * (1 - left / l.window_ms)).toFixed(2));
+      // Entries slide left as the store clock advances; the pivot (the entry whose exit frees
+      // the next slot) is drawn in red.
+      c.dots.replaceChildren();
+      const pivot = Math.max(0, l.entries_ms.length - l.requests);
+      l.entries_ms.forEach((t, j) => {
+        const x = ((t - (storeNow - l.window_ms)) / l.window_ms) * 600;
+        if (x < 0 || x > 600) return;
+        c.dots.append(el("svg:rect", { class: "entry" + (full && j === pivot ? " pivot" : ""),
+          x: (x - 1.5).toFixed(1), y: 18, width: 3, height: 22 }));
+      });
+    });
+  }
+  requestAnimationFrame(animate);
+}
+
+async function pollWindow() {
+  if (!selected) return;
+  const q = `route=${encodeURIComponent(selected.route)}&client=${encodeURIComponent(selected.client)}`;
+  try {
+    const v = await api("GET", `/api/v1/window?${q}`);
+    const reshape = !view || view.route !== v.route || view.limits.length !== v.limits.length;
+    view = v;
+    viewAt = performance.now();
+    if (reshape) buildCards();
+    $("#reset").disabled = false;
+    if ($("#status").classList.contains("error")) status("");
+  } catch (e) {
+    view = null;
+    buildCards();
+    $("#reset").disabled = true;
+    status(`window: ${e.message}`, true);
+  }
+}
+
+function select(route, client, push) {
+  selected = { route, client };
+  view = null;
+  if (push) {
+    const url = `?route=${encodeURIComponent(route)}&client=${encodeURIComponent(client)}`;
+    history.replaceState(null, "", url);
+  }
+  status(`inspecting route ${route}${client ? ` for ${client}` : ""}`);
+  pollWindow();
+}
+
+async function resetBucket() {
+  if (!selected) return;
+  const q = `route=${encodeURIComponent(selected.route)}&client=${encodeURIComponent(selected.client)}`;
+  try {
+    await api("POST", `/api/v1/reset?${q}`);
+    status(`bucket reset at ${new Date().toLocaleTimeString()}`);
+    await pollWindow();
+  } catch (e) {
+    status(`reset: ${e.message}`, true);
+  }
+}
+
+async function main() {
+  $("#bucket-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    select($("#route").value, $("#client").value.trim(), true);
+  });
+  $("#route").addEventListener("change", updateHint);
+  $("#reset").addEventListener("click", resetBucket);
+  await pollRoutes();
+  const params = new URLSearchParams(location.search);
+  if (params.get("route")) {
+    $("#route").value = params.get("route");
+    $("#client").value = params.get("client") || "";
+    updateHint();
+    select(params.get("route"), params.get("client") || "", false);
+  }
+  setInterval(pollRoutes, ROUTES_EVERY_MS);
+  setInterval(pollWindow, WINDOW_EVERY_MS);
+  requestAnimationFrame(animate);
+}
+
+main();

@@ -1,0 +1,155 @@
+//! The admin listener: `GET /metrics` (Prometheus text), `/healthz` (the process answers),
+//! `/readyz` (the limit store answers; 503 until it does), and the inspector: the JSON API under
+//! `/api/v1/` ([`api`]) and the page on `/` ([`page`]).
+//!
+//! With `[server] admin_token` set, the inspector (API and page) requires
+//! `Authorization: Bearer <token>` (or HTTP Basic with the token as password, so a browser can
+//! log in by itself); `/metrics`, `/healthz` and `/readyz` stay open for scrapers and probes.
+
+pub mod api;
+pub mod page;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use base64::Engine as _;
+use http::{Method, Response, StatusCode};
+use pingora::apps::http_app::{HttpServer, ServeHttp};
+use pingora::protocols::http::ServerSession;
+use pingora::services::listening::Service;
+use pingora_prometheus::PrometheusHttpApp;
+
+use crate::limiter::Store;
+use crate::routes::Rules;
+
+/// The admin HTTP application.
+pub struct AdminApp {
+    store: Arc<dyn Store>,
+    rules: Arc<ArcSwap<Rules>>,
+    token: Option<String>,
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .body(body.as_bytes().to_vec())
+        .expect("static response is valid")
+}
+
+/// Compare without an early exit, so response timing does not reveal how much of a guess was
+/// right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl AdminApp {
+    /// Is this request allowed into the inspector?
+    fn authorized(&self, session: &ServerSession) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let Some(value) = session
+            .req_header()
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return false;
+        };
+        let (scheme, credentials) = value.trim().split_once(' ').unwrap_or((value, ""));
+        let credentials = credentials.trim();
+        if scheme.eq_ignore_ascii_case("bearer") {
+            return constant_time_eq(credentials.as_bytes(), token.as_bytes());
+        }
+        if scheme.eq_ignore_ascii_case("basic") {
+            // Any user name; the token is the password.
+            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(credentials) else {
+                return false;
+            };
+            let password = match decoded.iter().position(|&b| b == b':') {
+                Some(i) => &decoded[i + 1..],
+                None => return false,
+            };
+            return constant_time_eq(password, token.as_bytes());
+        }
+        false
+    }
+}
+
+/// 401 for the inspector: the Basic challenge makes a browser ask for the token (as password)
+/// and resend it with the page's own API calls.
+fn unauthorized() -> Response<Vec<u8>> {
+    let mut resp = api::problem(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        "this admin listener requires Authorization: Bearer <server.admin_token>",
+    );
+    let headers = resp.headers_mut();
+    headers.append(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Bearer realm=\"slidegate admin\""),
+    );
+    headers.append(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Basic realm=\"slidegate admin\", charset=\"UTF-8\""),
+    );
+    resp
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let path = session.req_header().uri.path().to_string();
+        match path.as_str() {
+            // pingora-prometheus gathers the default registry our metrics are registered in.
+            "/metrics" => return PrometheusHttpApp.response(session).await,
+            "/healthz" => return text(StatusCode::OK, "ok\n"),
+            "/readyz" if self.store.is_ready() => return text(StatusCode::OK, "ready\n"),
+            "/readyz" => return text(StatusCode::SERVICE_UNAVAILABLE, "store not ready\n"),
+            _ => {}
+        }
+        if !self.authorized(session) {
+            return unauthorized();
+        }
+        let method = session.req_header().method.clone();
+        let query = session.req_header().uri.query().unwrap_or("").to_string();
+        let rules = self.rules.load_full();
+        match (method, path.as_str()) {
+            (Method::GET, "/api/v1/routes") => api::routes(&rules),
+            (Method::GET, "/api/v1/window") => api::window(&rules, &*self.store, &query).await,
+            (Method::POST, "/api/v1/reset") => api::reset(&rules, &*self.store, &query).await,
+            (_, "/api/v1/routes" | "/api/v1/window" | "/api/v1/reset") => api::problem(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed",
+                "GET /api/v1/routes, GET /api/v1/window, POST /api/v1/reset",
+            ),
+            (Method::GET | Method::HEAD, p) => {
+                page::asset(p).unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n"))
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+}
+
+/// The admin service, listening on `addr`. `token` is `[server] admin_token`.
+pub fn admin_service(
+    addr: &str,
+    store: Arc<dyn Store>,
+    rules: Arc<ArcSwap<Rules>>,
+    token: Option<String>,
+) -> Service<HttpServer<AdminApp>> {
+    let mut service = Service::new(
+        "slidegate admin".to_string(),
+        HttpServer::new_app(AdminApp {
+            store,
+            rules,
+            token,
+        }),
+    );
+    service.add_tcp(addr);
+    service.threads = Some(1);
+    service
+}

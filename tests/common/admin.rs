@@ -1,0 +1,76 @@
+//! The admin listener's inspector API as tests use it, and the external tools (chromium,
+//! chromedriver, prometheus, promtool) the browser and Prometheus tests need.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::proxy::{send, Proxy, Reply};
+
+/// Panic with an install hint unless `program --version` runs. Never skip: a missing tool is a
+/// failed test that says what to install.
+pub fn require_tool(program: &str, apt_package: &str) {
+    match Command::new(program).arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "`{program} --version` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!(
+            "`{program}` is required by this test but could not be run ({e}). \
+             Install it with `apt-get install {apt_package}` (.ci/run does)."
+        ),
+    }
+}
+
+/// Poll `/readyz` until it answers `want`. Panics after `within`.
+pub fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let (status, _) = proxy.admin_get("/readyz");
+        if status == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "/readyz still {status} (want {want}) after {within:?}; log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A request to the admin listener.
+pub async fn admin(proxy: &Proxy, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    send(proxy.admin_addr(), method, path, headers).await
+}
+
+/// Percent-encode a query value.
+pub fn enc(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /api/v1/window?route=..&client=..`, which must answer 200: the JSON body.
+pub async fn window(proxy: &Proxy, route: &str, client: &str) -> Value {
+    let path = format!("/api/v1/window?route={}&client={}", enc(route), enc(client));
+    let reply = admin(proxy, "GET", &path, &[]).await;
+    assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    serde_json::from_str(&reply.body).expect("window JSON")
+}
+
+/// `POST /api/v1/reset?route=..&client=..`, which must answer 200.
+pub async fn reset(proxy: &Proxy, route: &str, client: &str) {
+    let path = format!("/api/v1/reset?route={}&client={}", enc(route), enc(client));
+    let reply = admin(proxy, "POST", &path, &[]).await;
+    assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+}

@@ -1,0 +1,141 @@
+//! The inspector page in a real headless chromium (Debian's, over chromedriver): routes listed,
+//! a bucket with entries shows its countdown ring, the countdown decreases, and the reset button
+//! empties the bucket. A screenshot is saved in the proxy's temporary directory (printed).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::admin::window;
+use common::browser::Browser;
+use common::proxy::{get, ConfigBuilder, Proxy};
+use common::upstream::Upstream;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_routes_ring_countdown_and_resets() {
+    let up = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "login",
+            "path_prefix = \"/login\"\n\
+             limits = [{ requests = 3, window = \"20s\" }, { requests = 10, window = \"1m\" }]",
+        )
+        .route(
+            "api",
+            "path_prefix = \"/api\"\nkey = \"header:X-Api-Key\"\n\
+             limits = [{ requests = 100, window = \"1m\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&toml);
+    // Fill the 20 s limit: 3 admitted, then a 429.
+    for want in [200, 200, 200, 429] {
+        assert_eq!(get(proxy.addr(), "/login").await.status, want);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+
+    let browser = Browser::start().await;
+    let url = format!(
+        "http://{}/?route=login&client=127.0.0.1",
+        proxy.admin_addr()
+    );
+    let started = Instant::now();
+    browser.goto(&url).await;
+    let routes = browser
+        .wait_for(
+            "routes listed",
+            "const rows = [...document.querySelectorAll('#routes tbody tr')];
+             return rows.length ? rows.map(r => r.dataset.route) : null;",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(routes, serde_json::json!(["login", "api"]));
+    let load_ms = browser
+        .eval("const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd;")
+        .await;
+
+    // The deep link opened the bucket: the full limit shows its ring and a countdown.
+    let ring_script = "const c = document.querySelector('[data-limit=\"login-20s\"]');
+        if (!c) return null;
+        const ring = c.querySelector('svg.ring');
+        const t = c.querySelector('.countdown');
+        if (!ring || getComputedStyle(ring).display === 'none' || !t.dataset.ms) return null;
+        return { ms: Number(t.dataset.ms), full: ring.classList.contains('full'),
+                 remaining: c.querySelector('.remaining').textContent,
+                 entries: c.querySelectorAll('.axis rect.entry').length };";
+    let first = browser
+        .wait_for(
+            "ring with a countdown",
+            ring_script,
+            Duration::from_secs(10),
+        )
+        .await;
+    println!(
+        "page: routes listed {:?} after navigation; loadEventEnd {load_ms} ms",
+        started.elapsed()
+    );
+    assert_eq!(first["full"], true, "{first}");
+    assert_eq!(first["entries"], 3, "three entries on the axis: {first}");
+    assert!(
+        first["remaining"].as_str().unwrap().starts_with("0 of 3"),
+        "{first}"
+    );
+    let first_ms = first["ms"].as_f64().unwrap();
+    assert!(first_ms > 0.0 && first_ms <= 20_000.0, "{first}");
+    // The countdown runs: a later sample is smaller (bounded wait, no fixed sleep).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let second_ms = loop {
+        let v = browser.eval(ring_script).await;
+        let ms = v["ms"].as_f64().unwrap_or(first_ms);
+        if ms < first_ms - 200.0 {
+            break ms;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "countdown stuck at {first_ms} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("countdown: {first_ms} ms, then {second_ms} ms");
+    // And it agrees with the API (same store clock), within the polling period.
+    let api = window(&proxy, "login", "127.0.0.1").await;
+    let api_reset = api["limits"][0]["reset_ms"].as_f64().unwrap();
+    assert!(
+        (api_reset - second_ms).abs() < 2_000.0,
+        "page {second_ms} vs API {api_reset}"
+    );
+    // The store clock is shown.
+    let clock = browser
+        .eval("return document.querySelector('#store-clock').textContent;")
+        .await;
+    assert!(clock.as_str().unwrap().contains("UTC"), "{clock}");
+
+    let shot = proxy.dir().join("inspector.png");
+    browser.screenshot(&shot).await;
+    println!("screenshot: {}", shot.display());
+    if let Ok(copy) = std::env::var("SLIDEGATE_SCREENSHOT") {
+        std::fs::copy(&shot, copy).expect("copy screenshot");
+    }
+
+    // Reset from the page: the bucket empties, the ring goes, the proxy admits again.
+    browser.click("#reset").await;
+    browser
+        .wait_for(
+            "bucket empty after reset",
+            "const c = document.querySelector('[data-limit=\"login-20s\"]');
+             const r = c && c.querySelector('.remaining').textContent;
+             const ring = c && c.querySelector('svg.ring');
+             return !!r && r.startsWith('3 of 3') && getComputedStyle(ring).display === 'none';",
+            Duration::from_secs(10),
+        )
+        .await;
+    let status = browser
+        .eval("return document.querySelector('#status').textContent;")
+        .await;
+    assert!(status.as_str().unwrap().contains("reset"), "{status}");
+    assert_eq!(
+        window(&proxy, "login", "127.0.0.1").await["limits"][0]["count"],
+        0
+    );
+    assert_eq!(get(proxy.addr(), "/login").await.status, 200);
+}
