@@ -117,6 +117,29 @@ impl Conn {
         }
     }
 
+    /// Run one prepared `EVALSHA` of the sliding-window script; on `NOSCRIPT` (Redis restarted,
+    /// failed over, `SCRIPT FLUSH`) load the script and send it again.
+    async fn decide(&mut self, evalsha: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let first = match self {
+            Conn::Single(c) => evalsha.query_async(c).await,
+            Conn::Cluster(c) => evalsha.query_async(c).await,
+        };
+        match first {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let load = SCRIPT.prepare_invoke();
+                match self {
+                    Conn::Single(c) => load.load_async(c).await?,
+                    Conn::Cluster(c) => load.load_async(c).await?,
+                };
+                match self {
+                    Conn::Single(c) => evalsha.query_async(c).await,
+                    Conn::Cluster(c) => evalsha.query_async(c).await,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// PING. A Cluster counts as up while any master answers: one failed shard must not
     /// stop the others (checks for its slots fail on their own, within the timeout).
     async fn ping(&mut self) -> redis::RedisResult<()> {
@@ -200,16 +223,24 @@ impl RedisStore {
 
     /// The Redis key holding `limit`'s log for `bucket`: `<prefix>:{<bucket>}:<window ms>`.
     pub fn key(&self, bucket: &str, limit: &Limit) -> String {
+        let mut key = Vec::new();
+        self.write_key(&mut key, bucket, limit);
+        String::from_utf8(key).expect("prefix and bucket are UTF-8")
+    }
+
+    /// Write [`RedisStore::key`] into `out` (cleared first), without allocating.
+    fn write_key(&self, out: &mut Vec<u8>, bucket: &str, limit: &Limit) {
         debug_assert!(
             !bucket.contains(['{', '}']),
             "bucket {bucket:?} contains a brace"
         );
-        format!(
-            "{}:{{{}}}:{}",
-            self.prefix,
-            bucket,
-            limit.window.as_millis()
-        )
+        out.clear();
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(b":{");
+        out.extend_from_slice(bucket.as_bytes());
+        out.extend_from_slice(b"}:");
+        let window_ms = limit.window.as_millis() as u64;
+        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
     }
 
     /// Open a new connection, bounded so that `maintain` returns promptly.
@@ -267,24 +298,47 @@ impl RedisStore {
         }
     }
 
-    /// Turn a script reply into a verdict, checking its shape.
-    fn verdict(reply: &[i64], limits: &[Limit]) -> Result<Verdict, StoreError> {
-        if reply.len() != 1 + 2 * limits.len() {
-            return Err(StoreError::Backend(format!(
-                "script returned {} values for {} limits",
-                reply.len(),
-                limits.len()
-            )));
+    /// The `EVALSHA` of one decision, written straight into one command buffer: keys built
+    /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
+    /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
+    fn evalsha(&self, bucket: &str, limits: &[Limit]) -> redis::Cmd {
+        let key_len = self.prefix.len() + bucket.len() + 16;
+        let mut cmd = redis::Cmd::with_capacity(3 + 3 * limits.len(), 64 + limits.len() * (key_len + 24));
+        cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(limits.len());
+        let mut key = Vec::with_capacity(key_len);
+        for limit in limits {
+            self.write_key(&mut key, bucket, limit);
+            cmd.arg(&key[..]);
         }
-        let states = reply[1..]
-            .chunks_exact(2)
-            .map(|pair| LimitState {
-                remaining: pair[0].clamp(0, i64::from(u32::MAX)) as u32,
-                reset: Duration::from_micros(pair[1].max(0) as u64),
+        for limit in limits {
+            cmd.arg(limit.requests).arg(limit.window.as_micros() as u64);
+        }
+        cmd
+    }
+
+    /// Turn a script reply into a verdict, checking its shape (read from the reply in place).
+    fn verdict(reply: &redis::Value, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        let bad = || StoreError::Backend(format!("unexpected script reply {reply:?}"));
+        let redis::Value::Array(items) = reply else {
+            return Err(bad());
+        };
+        let int = |i: usize| match items.get(i) {
+            Some(redis::Value::Int(v)) => Ok(*v),
+            _ => Err(bad()),
+        };
+        if items.len() != 1 + 2 * limits.len() {
+            return Err(bad());
+        }
+        let states = (0..limits.len())
+            .map(|i| {
+                Ok(LimitState {
+                    remaining: int(1 + 2 * i)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    reset: Duration::from_micros(int(2 + 2 * i)?.max(0) as u64),
+                })
             })
-            .collect();
+            .collect::<Result<_, StoreError>>()?;
         Ok(Verdict {
-            admitted: reply[0] == 1,
+            admitted: int(0)? == 1,
             states,
         })
     }
@@ -340,17 +394,9 @@ impl Store for RedisStore {
             return Err(StoreError::Unavailable("connection not ready".into()));
         }
 
-        let mut call = SCRIPT.prepare_invoke();
-        for limit in limits {
-            call.key(self.key(bucket, limit));
-        }
-        for limit in limits {
-            call.arg(limit.requests)
-                .arg(limit.window.as_micros() as u64);
-        }
-
+        let evalsha = self.evalsha(bucket, limits);
         let mut conn = (*conn).clone();
-        match tokio::time::timeout(self.timeout, conn.invoke(&call)).await {
+        match tokio::time::timeout(self.timeout, conn.decide(&evalsha)).await {
             Ok(Ok(reply)) => {
                 self.timeouts.store(0, Ordering::Release);
                 Self::verdict(&reply, limits)
