@@ -40,18 +40,57 @@ CLOCK
   freezing the window until the clock catches up. Because TTLs are measured on the wall clock
   (see TTL), a big step backwards heals after one window plus TTL_MARGIN_MS instead of lasting as
   long as the step.
+  The newest entry is read only when it could be ahead of TIME. Every admission evicts what
+  left the window before it pushes, so each list keeps the invariant newest < head + window
+  (its window is fixed: it is part of the key). So when the head has left the window by TIME,
+  i.e. head + window <= TIME, the newest entry is behind TIME and cannot move `now`: the steady
+  state with eviction needs no read of the tail.
 
 TTL
   Every key written has a TTL of at most window + TTL_MARGIN_MS, and never expires while an
   entry is still in its window. PEXPIRE is a write that costs about as much as the RPUSH, so it
   is not sent on every admission but on the first push into each 500 ms epoch of the Redis
-  clock (TTL_REFRESH_US), or into an empty list: the last PEXPIRE then happened less than
-  500 ms before the newest entry, and window + TTL_MARGIN_MS from then is still more than
-  400 ms after that entry leaves the window. A busy key gets at most 2 PEXPIREs a second.
-  Denied calls write nothing and leave the TTL alone. Only the declared KEYS are touched.
+  clock (TTL_REFRESH_US), or into an empty list: the last PEXPIRE then happened at or after the
+  start of the newest entry's epoch, less than 500 ms before it, and window + TTL_MARGIN_MS from
+  then is still more than 400 ms after that entry leaves the window. A busy key gets at most 2
+  PEXPIREs a second. Whether the last PEXPIRE was in this epoch is known without a read when the
+  newest entry was read, or when the first entry left in the window is already in this epoch
+  (the newest is between the two); otherwise one PTTL (an integer reply, the cheapest call)
+  tells when the TTL was last set. Only the declared KEYS are touched.
+
+DENIAL
+  A denied call writes nothing at all: it records nothing, refreshes no TTL and evicts nothing.
+  Its counts and resets are computed from reads alone (expired entries are skipped, not
+  trimmed); the next admitted call evicts them, or the key's TTL does.
 
 WINDOW BOUNDS
   An entry at time t is in the window while t > now - window: it leaves exactly at t + window.
+
+COST
+  Each redis.call is a full command inside Redis. Measured with callgrind on Redis 7.0: about 3k
+  instructions for an integer reply (LLEN, PTTL), 4.5k for a string (LINDEX, LPOP) or a push,
+  6.6k for TIME, 1k to turn a 16-digit string into a number, 1.2k per Lua table, against 21k
+  for an EVALSHA that calls nothing (scripts/bench-script measures the whole in us). The
+  sequence, per call then per list:
+    TIME
+    LLEN                  count (0: nothing more to read)
+    LINDEX 0              the head
+    LINDEX -1             the newest entry, only with 2+ entries and a head that has not left
+                          the window by TIME (the newest may then be ahead of TIME, see CLOCK)
+    LINDEX 1              only when the head has left: is the next entry in the window?
+  and, admitted, per list:
+    LPOP                  one entry slid out (LTRIM when more did, DEL when all did)
+    RPUSH
+    PTTL                  when the newest entry was not read and the first entry left in the
+                          window is in an earlier TTL epoch (windows of 500 ms and more)
+    PEXPIRE               at most twice a second (see TTL)
+  Steady state, one limit evicting one entry per call: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
+  (+ PTTL for windows >= 500 ms); not evicting: TIME LLEN LINDEX 0 LINDEX -1 RPUSH; denied:
+  TIME LLEN LINDEX 0 LINDEX -1. A longer expired prefix is found by reading the newest entry,
+  then galloping and bisecting with LINDEX, so an idle client coming back to a full 100k-entry
+  list costs ~2 log2(100k) reads, not 100k pops. Arguments of the hot calls are Lua strings: a
+  Lua number argument costs a float-to-decimal conversion inside Redis, so `now` is pushed as
+  the string it was read or built as.
 --]]
 
 local TTL_MARGIN_MS = 1000
@@ -67,110 +106,183 @@ if redis.REDIS_VERSION_NUM == nil and redis.replicate_commands then
     redis.replicate_commands()
 end
 
-local n = #KEYS
+local keys, argv = KEYS, ARGV
+local n = #keys
 local t = call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Arithmetic coerces the decimal strings; every value here is exact in a double (< 2^53).
+local time = t[1] * 1000000 + t[2]
+local now = time
+-- `now` as the decimal string RPUSH stores, when the clock guard set it (see pass 3).
+local now_s = nil
 
--- Pass 1: length, head and newest entry of every list (LLEN only when empty; LINDEX -1 only
--- when there are 2+ entries). `now` must be final before any eviction, and the clock guard
--- needs the newest entry of every list.
-local len, head, newest = {}, {}, {}
+-- Scratch, 6 slots per limit (one table: each table is an allocation plus GC work):
+--   st[6i-5] entries in the list           st[6i-2] window (µs)
+--   st[6i-4] head, then first entry left   st[6i-1] expired entries at the head
+--            in the window (false: none)   st[6i]   requests
+--   st[6i-3] newest entry (false: not read, because it cannot be ahead of TIME)
+local st = { 0, 0, 0, 0, 0, 0 }
+
+-- Pass 1: length, head and, when it may matter, newest entry of every list. `now` must be
+-- final before anything is compared with a cutoff.
 for i = 1, n do
-    local key = KEYS[i]
+    local key, j = keys[i], 6 * i
+    local w = argv[2 * i] + 0
     local c = call('LLEN', key)
-    len[i] = c
+    local h, last = false, false
     if c > 0 then
-        local h = tonumber(call('LINDEX', key, 0))
-        local last = h
-        if c > 1 then
-            last = tonumber(call('LINDEX', key, -1))
+        local s = call('LINDEX', key, '0')
+        h = s + 0
+        if c == 1 then
+            last = h
+        elseif h + w > time then
+            -- The head is still in the window by TIME (or ahead of it): so may the newest be.
+            s = call('LINDEX', key, '-1')
+            last = s + 0
         end
-        head[i], newest[i] = h, last
-        if last > now then
-            now = last
+        -- Otherwise the head left the window by TIME, and the newest entry is before
+        -- head + window (see CLOCK), so before TIME: it cannot move `now`.
+        if last and last > now then
+            now, now_s = last, s
         end
     end
+    st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
 end
 
--- Pass 2: evict each list's expired prefix, count, decide. Steady state costs nothing (head
--- still in the window) or one probe plus one LTRIM (one entry expired). A long expired prefix
--- is found by galloping then bisecting with LINDEX, so an idle client coming back to a full
--- 100k-entry list costs ~2 log2(100k) reads, not 100k pops.
+-- Pass 2, reads only: expired entries at the head of each list, first entry left in the
+-- window, count, decision. Nothing is written yet, so a denial leaves every list as it is.
 local admitted = true
 for i = 1, n do
-    local c = len[i]
-    if c > 0 then
-        local cutoff = now - tonumber(ARGV[2 * i])
-        if head[i] <= cutoff then
-            local key = KEYS[i]
-            if newest[i] <= cutoff then
-                -- Everything expired.
-                call('DEL', key)
-                c = 0
-            else
-                -- Invariant: entry[lo] is expired, entry[hi] (value hv) is in the window.
-                local lo, hi, hv = 0, c - 1, newest[i]
-                local step = 1
-                while lo + step < hi do
-                    local v = tonumber(call('LINDEX', key, lo + step))
-                    if v <= cutoff then
-                        lo = lo + step
-                        step = step * 2
-                    else
-                        hi, hv = lo + step, v
-                        break
-                    end
-                end
-                while hi - lo > 1 do
-                    local mid = floor((lo + hi) / 2)
-                    local v = tonumber(call('LINDEX', key, mid))
-                    if v <= cutoff then
-                        lo = mid
-                    else
-                        hi, hv = mid, v
-                    end
-                end
-                -- entry[hi] is the first one in the window: drop the `hi` entries before it.
-                call('LTRIM', key, hi, -1)
-                c = c - hi
-                head[i] = hv
+    local j = 6 * i
+    local c, h, last = st[j - 5], st[j - 4], st[j - 3]
+    local e = 0
+    if c > 0 and h <= now - st[j - 2] then
+        local key, cutoff = keys[i], now - st[j - 2]
+        if c == 1 then
+            e, h = 1, false
+        elseif last and last <= cutoff then
+            e, h = c, false
+        else
+            -- Invariant: entry[lo] is expired; entry[hi] (value hv) is in the window, or
+            -- hi = c when no entry is known to be.
+            local lo, hi, hv = 0, c, false
+            if last then
+                hi, hv = c - 1, last
             end
-            len[i] = c
+            if hi > 1 then
+                local v = call('LINDEX', key, '1') + 0
+                if v > cutoff then
+                    hi, hv = 1, v
+                else
+                    lo = 1
+                    if not last then
+                        -- Two or more entries slid out: an idle client may come back to a
+                        -- long list that expired entirely, which the newest entry tells.
+                        last = call('LINDEX', key, '-1') + 0
+                        st[j - 3] = last
+                        if last <= cutoff then
+                            lo = c - 1
+                        else
+                            hi, hv = c - 1, last
+                        end
+                    end
+                    local step = 2
+                    while lo + step < hi do
+                        v = call('LINDEX', key, lo + step) + 0
+                        if v <= cutoff then
+                            lo = lo + step
+                            step = step * 2
+                        else
+                            hi, hv = lo + step, v
+                            break
+                        end
+                    end
+                    while hi - lo > 1 do
+                        local mid = floor((lo + hi) / 2)
+                        v = call('LINDEX', key, mid) + 0
+                        if v <= cutoff then
+                            lo = mid
+                        else
+                            hi, hv = mid, v
+                        end
+                    end
+                end
+            end
+            -- entry[hi] is the first one in the window: the `hi` entries before it are gone.
+            e, h = hi, hv
         end
     end
-    if c >= tonumber(ARGV[2 * i - 1]) then
+    local r = argv[2 * i - 1] + 0
+    st[j - 4], st[j - 1], st[j] = h, e, r
+    if c - e >= r then
         admitted = false
     end
 end
 
 -- Pass 3: record in every list (admitted) or in none (denied), and build the reply.
-local reply = { admitted and 1 or 0 }
-for i = 1, n do
-    local key = KEYS[i]
-    local c, r, w = len[i], tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
-    local oldest = head[i]
-    if admitted then
-        call('RPUSH', key, now)
-        -- Refresh the TTL on the first push of each TTL_REFRESH_US epoch (see TTL).
-        if c == 0 or floor(now / TTL_REFRESH_US) ~= floor(newest[i] / TTL_REFRESH_US) then
+local reply = { 0, 0, 0 }
+if admitted then
+    reply[1] = 1
+    if now_s == nil then
+        -- TIME's microseconds come without leading zeros.
+        local us = t[2]
+        if #us < 6 then
+            us = string.sub('00000', #us) .. us
+        end
+        now_s = t[1] .. us
+    end
+    local epoch = now - now % TTL_REFRESH_US -- start of the current TTL epoch
+    for i = 1, n do
+        local key, j = keys[i], 6 * i
+        local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
+        local k = c - e -- in the window, before this push
+        if k == 0 then
+            if e > 0 then
+                call('DEL', key)
+            end
+        elseif e == 1 then
+            call('LPOP', key)
+        elseif e > 1 then
+            call('LTRIM', key, e, -1)
+        end
+        call('RPUSH', key, now_s)
+        -- Refresh the TTL on the first push of each epoch, or when the push created the key
+        -- (see TTL): the newest entry tells, or the first one left in the window when it is
+        -- already in this epoch; otherwise PTTL tells when the TTL was last set.
+        local refresh
+        if k == 0 then
+            refresh = true
+        elseif last then
+            refresh = last < epoch
+        elseif h >= epoch then
+            refresh = false
+        else
+            refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
+        end
+        if refresh then
             call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
         end
-        if c == 0 then
-            oldest = now
-        end
-        c = c + 1
+        -- Admitted means k < requests; when it is now full, the oldest entry is the one
+        -- whose leaving frees a slot.
+        reply[2 * i], reply[2 * i + 1] = st[j] - k - 1, (h or now) + w - now
     end
-    if c == 0 then
-        reply[2 * i], reply[2 * i + 1] = r, w
-    elseif c < r then
-        reply[2 * i], reply[2 * i + 1] = r - c, oldest + w - now
-    else
-        -- Full: admits again once the count drops below r, i.e. when entry[c - r] leaves
-        -- (the oldest, unless `requests` was lowered by a reload).
-        if c > r then
-            oldest = tonumber(call('LINDEX', key, c - r))
+else
+    for i = 1, n do
+        local j = 6 * i
+        local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
+        local k = st[j - 5] - e
+        if k == 0 then
+            reply[2 * i], reply[2 * i + 1] = r, w
+        elseif k < r then
+            reply[2 * i], reply[2 * i + 1] = r - k, h + w - now
+        else
+            -- Full: admits again once the count drops below r, i.e. when entry[k - r] of the
+            -- window leaves (the oldest, unless `requests` was lowered by a reload). Nothing was
+            -- trimmed, so it sits at index e + k - r of the stored list.
+            if k > r then
+                h = call('LINDEX', keys[i], e + k - r) + 0
+            end
+            reply[2 * i], reply[2 * i + 1] = 0, h + w - now
         end
-        reply[2 * i], reply[2 * i + 1] = 0, oldest + w - now
     end
 end
 return reply

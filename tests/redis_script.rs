@@ -392,6 +392,199 @@ fn stacked_limits_record_in_all_or_none() {
     assert_eq!(entries(&mut conn, keys[1]).len(), 3);
 }
 
+fn rpush(conn: &mut Connection, key: &str, values: &[i64]) {
+    let _: () = redis::cmd("RPUSH")
+        .arg(key)
+        .arg(values)
+        .query(conn)
+        .unwrap();
+}
+
+/// Redis's count of writes since the last save: a call that writes nothing leaves it alone.
+fn dirty(conn: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("persistence").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .expect("rdb_changes_since_last_save")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn clock_step_back_with_head_in_window_still_reads_the_newest_entry() {
+    // The newest entry is skipped only when the head has left the window by TIME. Here the
+    // head is still in it, and the newest entry is ahead of TIME (the clock stepped back):
+    // the new entry must take the newest's time, not TIME, so the list stays sorted.
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let key = "t:{r:c}:10000";
+    let t = redis_time(&mut conn);
+    let future = t + 3_000_000;
+    rpush(&mut conn, key, &[t - 5_000_000, t - 4_000_000, future]);
+    let reply = eval(&mut conn, &[key], &[(10, 10_000)]);
+    assert!(reply.admitted);
+    assert_eq!(
+        entries(&mut conn, key),
+        vec![t - 5_000_000, t - 4_000_000, future, future]
+    );
+    // now = future: the oldest entry leaves at t - 5 s + 10 s.
+    assert_eq!(reply.states[0], (6, t - 5_000_000 + 10_000_000 - future));
+}
+
+#[test]
+fn step_back_on_one_list_moves_now_for_a_list_whose_head_left() {
+    // List a's head left its 1 s window by TIME, so a's newest is not read; list b's newest is
+    // ahead of TIME. `now` is b's newest, and a is evicted against it.
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let (a, b) = ("t:{r:c}:1000", "t:{r:c}:60000");
+    let t = redis_time(&mut conn);
+    let future = t + 400_000;
+    // a: head gone by TIME; the second entry is in the window by TIME but not by `future`.
+    rpush(&mut conn, a, &[t - 1_500_000, t - 700_000, t - 300_000]);
+    rpush(&mut conn, b, &[future]);
+    let reply = eval(&mut conn, &[a, b], &[(10, 1000), (10, 60_000)]);
+    assert!(reply.admitted);
+    assert_eq!(entries(&mut conn, a), vec![t - 300_000, future]);
+    assert_eq!(entries(&mut conn, b), vec![future, future]);
+    assert_eq!(reply.states[0], (8, t - 300_000 + 1_000_000 - future));
+}
+
+#[test]
+fn denied_call_writes_nothing_even_with_expired_entries() {
+    // Limit b is full; limit a holds expired entries. The denial evicts nothing, refreshes no
+    // TTL, records nothing: Redis counts no write at all.
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let (a, b) = ("t:{r:c}:1000", "t:{r:c}:60000");
+    let t = redis_time(&mut conn);
+    rpush(&mut conn, a, &[t - 3_000_000, t - 2_000_000, t - 100_000]);
+    rpush(&mut conn, b, &[t - 1_000_000, t - 500_000]);
+    let before = dirty(&mut conn);
+    let reply = eval(&mut conn, &[a, b], &[(5, 1000), (2, 60_000)]);
+    assert!(!reply.admitted);
+    assert_eq!(dirty(&mut conn), before, "a denied call wrote");
+    assert_eq!(
+        entries(&mut conn, a),
+        vec![t - 3_000_000, t - 2_000_000, t - 100_000]
+    );
+    // a counts only its one entry in the window; b is full.
+    assert_eq!(reply.states[0].0, 4);
+    assert_eq!(reply.states[1].0, 0);
+    // The next admitted call evicts what slid out.
+    let _: () = redis::cmd("DEL").arg(b).query(&mut conn).unwrap();
+    assert!(eval(&mut conn, &[a, b], &[(5, 1000), (2, 60_000)]).admitted);
+    let list = entries(&mut conn, a);
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0], t - 100_000);
+}
+
+#[test]
+fn lowered_requests_reset_counts_from_the_window_not_the_expired_prefix() {
+    // A denial trims nothing, so with expired entries still at the head, the entry whose
+    // leaving frees a slot is entry[expired + count - requests] of the stored list.
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let key = "t:{r:c}:10000";
+    let t = redis_time(&mut conn);
+    let expired = [t - 30_000_000, t - 20_000_000];
+    let in_window: Vec<i64> = (0..8).map(|i| t - 8_000_000 + i * 500_000).collect();
+    rpush(&mut conn, key, &expired);
+    rpush(&mut conn, key, &in_window);
+    let t0 = redis_time(&mut conn);
+    let denied = eval(&mut conn, &[key], &[(5, 10_000)]);
+    let t1 = redis_time(&mut conn);
+    assert!(!denied.admitted);
+    let (remaining, reset) = denied.states[0];
+    assert_eq!(remaining, 0);
+    // 8 in the window, 5 allowed: admits again when in_window[3] leaves.
+    let frees = in_window[3] + 10_000_000;
+    assert!(reset >= frees - t1 && reset <= frees - t0, "reset {reset}");
+    assert_eq!(entries(&mut conn, key).len(), 10, "a denial trimmed");
+}
+
+#[test]
+fn ttl_is_set_on_every_admission_path() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let w = 1000; // ms: at least a TTL epoch, so the PTTL path is reachable
+    let check = |conn: &mut Connection, key: &str, what: &str| {
+        let ttl = pttl(conn, key);
+        assert!(
+            ttl > w && ttl <= w + MARGIN_MS,
+            "{what}: PTTL {ttl} ms, window {w} ms"
+        );
+    };
+    let t = redis_time(&mut conn);
+
+    // Empty list: the push creates the key.
+    let key = "t:{r:empty}:1000";
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    check(&mut conn, key, "empty");
+
+    // Every entry slid out (DEL, then a new key).
+    let key = "t:{r:all}:1000";
+    rpush(
+        &mut conn,
+        key,
+        &[t - 5_000_000, t - 4_000_000, t - 3_000_000],
+    );
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    assert_eq!(entries(&mut conn, key).len(), 1);
+    check(&mut conn, key, "all expired");
+
+    // One entry slid out (LPOP), the newest not read, the last TTL set long ago: PTTL says so
+    // and the TTL is refreshed.
+    let key = "t:{r:one}:1000";
+    rpush(&mut conn, key, &[t - 1_500_000, t - 700_000, t - 600_000]);
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(300)
+        .query(&mut conn)
+        .unwrap();
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    assert_eq!(entries(&mut conn, key).len(), 3);
+    check(&mut conn, key, "one expired, old TTL");
+
+    // Same, with a TTL just set: no PEXPIRE (at most one per 500 ms epoch), and the key still
+    // outlives its newest entry's window.
+    let key = "t:{r:fresh}:1000";
+    let t = redis_time(&mut conn);
+    rpush(&mut conn, key, &[t - 1_500_000, t - 700_000, t - 600_000]);
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(w + MARGIN_MS)
+        .query(&mut conn)
+        .unwrap();
+    let before = pttl(&mut conn, key);
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    let after = pttl(&mut conn, key);
+    assert!(after <= before, "TTL refreshed twice in one epoch");
+    assert!(
+        after > w,
+        "key may expire before its newest entry leaves: {after} ms"
+    );
+
+    // Several slid out (LTRIM).
+    let key = "t:{r:some}:1000";
+    let t = redis_time(&mut conn);
+    rpush(
+        &mut conn,
+        key,
+        &[t - 2_500_000, t - 2_000_000, t - 1_500_000, t - 600_000],
+    );
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    assert_eq!(entries(&mut conn, key).len(), 2);
+    check(&mut conn, key, "several expired");
+
+    // Nothing slid out (newest read).
+    let key = "t:{r:none}:1000";
+    rpush(&mut conn, key, &[t - 600_000, t - 500_000]);
+    assert!(eval(&mut conn, &[key], &[(10, w)]).admitted);
+    check(&mut conn, key, "none expired");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noscript_after_script_flush_recovers_through_store() {
     let redis = RedisServer::start();
