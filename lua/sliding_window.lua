@@ -37,9 +37,9 @@ REPLY  an array of 1 + 2n integers
 CLOCK
   now = max(Redis TIME, newest entry of any list of this call). Every proxy shares the one Redis
   clock; the max() keeps lists sorted if that clock steps backwards (NTP), at the price of
-  freezing the window until the clock catches up. Because TTLs are measured on the wall clock
-  (see TTL), a big step backwards heals after one window plus TTL_MARGIN_MS instead of lasting as
-  long as the step.
+  freezing the window until the clock catches up. Redis keeps expiries as absolute wall-clock
+  times, so a TTL does not shorten that: after a step back of X, a bucket that was full stays
+  full for up to X longer (nothing is ever admitted beyond the limit; clients of that bucket wait).
   The newest entry is read only when it could be ahead of TIME. Every admission evicts what
   left the window before it pushes, so each list keeps the invariant newest < head + window
   (its window is fixed: it is part of the key). So when the head has left the window by TIME,

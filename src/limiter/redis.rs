@@ -140,6 +140,22 @@ impl Conn {
         }
     }
 
+    /// `SCRIPT LOAD` the sliding-window script (on every master of a Cluster).
+    async fn load_script(&mut self) -> redis::RedisResult<()> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(SCRIPT_SOURCE);
+        match self {
+            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
+            Conn::Cluster(c) => {
+                let all_masters = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                c.route_command(cmd, all_masters).await.map(drop)
+            }
+        }
+    }
+
     /// PING. A Cluster counts as up while any master answers: one failed shard must not
     /// stop the others (checks for its slots fail on their own, within the timeout).
     async fn ping(&mut self) -> redis::RedisResult<()> {
@@ -276,7 +292,15 @@ impl RedisStore {
 
     /// One PING, bounded by the store timeout.
     async fn ping(&self, conn: &mut Conn) -> Result<(), StoreError> {
-        match tokio::time::timeout(self.timeout, conn.ping()).await {
+        self.bounded(conn.ping()).await
+    }
+
+    /// A maintenance call, bounded by the store timeout.
+    async fn bounded(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<()>>,
+    ) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(classify(&e, self.timeout)),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
@@ -303,7 +327,8 @@ impl RedisStore {
     /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
     fn evalsha(&self, bucket: &str, limits: &[Limit]) -> redis::Cmd {
         let key_len = self.prefix.len() + bucket.len() + 16;
-        let mut cmd = redis::Cmd::with_capacity(3 + 3 * limits.len(), 64 + limits.len() * (key_len + 24));
+        let mut cmd =
+            redis::Cmd::with_capacity(3 + 3 * limits.len(), 64 + limits.len() * (key_len + 24));
         cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(limits.len());
         let mut key = Vec::with_capacity(key_len);
         for limit in limits {
@@ -448,6 +473,14 @@ impl Store for RedisStore {
             // ConnectionManager start a new attempt without waiting for it; a second PING
             // waits for that attempt, so a Redis that is back is back in one `maintain`.
             result = self.ping(&mut conn).await;
+        }
+        // Coming back (first connect, restart, failover): load the script before opening the
+        // gate, so the first burst of requests does not pay NOSCRIPT + SCRIPT LOAD each.
+        // Best effort: a shard that misses it (down now) is covered by the NOSCRIPT fallback.
+        if result.is_ok() && !self.healthy.load(Ordering::Acquire) {
+            if let Err(e) = self.bounded(conn.load_script()).await {
+                log::debug!("{} store: SCRIPT LOAD failed: {e}", self.backend());
+            }
         }
         match result {
             Ok(()) => {
