@@ -450,7 +450,7 @@ impl RedisStore {
                     );
                 }
             }
-            StoreError::Backend(_) => {}
+            StoreError::Backend(_) | StoreError::Full => {}
         }
     }
 }
