@@ -321,7 +321,11 @@ impl<A> EdgeApp<A> {
 
 #[async_trait]
 impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
-    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
         let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
             // Over max_connections: close now (dropping the stream), keep the descriptor free.
             METRICS.client_connections_refused.inc();

@@ -14,6 +14,8 @@ pub struct NofileLimits {
 /// Raise `RLIMIT_NOFILE`'s soft limit to its hard limit. Every client connection costs one
 /// descriptor and every proxied request usually a second one upstream; the common default soft
 /// limit of 1024 would otherwise run out long before `max_connections`.
+// `rlim_t` is u64 on Linux but not on every platform libc supports: keep the casts.
+#[allow(clippy::unnecessary_cast)]
 pub fn raise_nofile() -> std::io::Result<NofileLimits> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,

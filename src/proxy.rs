@@ -132,7 +132,11 @@ impl ProxyHttp for SlideGate {
         RequestCtx::default()
     }
 
-    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut RequestCtx) -> Result<()> {
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
         crate::edge_conn::head_received(session);
         Ok(())
     }

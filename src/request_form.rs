@@ -84,7 +84,9 @@ pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
 /// Upper-case letters, `-` and `_` only (what nginx accepts in a method).
 fn valid_method(m: &Method) -> bool {
     let s = m.as_str().as_bytes();
-    !s.is_empty() && s.iter().all(|b| b.is_ascii_uppercase() || *b == b'-' || *b == b'_')
+    !s.is_empty()
+        && s.iter()
+            .all(|b| b.is_ascii_uppercase() || *b == b'-' || *b == b'_')
 }
 
 /// The authority of an absolute-form target (`http://` or `https://`, any case), if it is one.
@@ -178,7 +180,11 @@ pub fn forward(form: &RequestForm, upstream: &mut RequestHeader) -> pingora::Res
             .path_and_query()
             .map(|pq| pq.as_str().to_string())
             .unwrap_or_else(|| "/".into());
-        let pq = if pq.starts_with('/') { pq } else { format!("/{pq}") };
+        let pq = if pq.starts_with('/') {
+            pq
+        } else {
+            format!("/{pq}")
+        };
         upstream.set_raw_path(pq.as_bytes())?;
         upstream.insert_header(HOST, authority.as_str())?;
     }
@@ -245,7 +251,10 @@ mod tests {
             Err(BadRequest::Target)
         );
         assert!(check(&mut req("OPTIONS", "*", &[("Host", "a")])).is_ok());
-        assert_eq!(check(&mut req("GET", "/", &[])), Err(BadRequest::MissingHost));
+        assert_eq!(
+            check(&mut req("GET", "/", &[])),
+            Err(BadRequest::MissingHost)
+        );
     }
 
     #[test]
@@ -257,7 +266,11 @@ mod tests {
         let mut r = req(
             "POST",
             "/",
-            &[("Host", "a"), ("Content-Length", "5"), ("Content-Length", "5")],
+            &[
+                ("Host", "a"),
+                ("Content-Length", "5"),
+                ("Content-Length", "5"),
+            ],
         );
         check(&mut r).unwrap();
         assert_eq!(r.headers.get_all(CONTENT_LENGTH).iter().count(), 1);

@@ -16,13 +16,13 @@ use pingora::services::listening::Service as ListeningService;
 use pingora::services::Service;
 
 use crate::admin::admin_service;
-use crate::edge_conn::{ConnLimits, EdgeApp};
-use crate::limits_os::raise_nofile;
 use crate::config::Config;
+use crate::edge_conn::{ConnLimits, EdgeApp};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
+use crate::limits_os::raise_nofile;
 use crate::proxy::SlideGate;
 use crate::ratelimit_headers::ceil_secs;
 use crate::reload::Reloader;

@@ -290,7 +290,11 @@ fn parse_byte_size(text: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
-        _ => return Err(format!("invalid size {text:?}: unit must be B, KB, MB or GB")),
+        _ => {
+            return Err(format!(
+                "invalid size {text:?}: unit must be B, KB, MB or GB"
+            ))
+        }
     };
     let bytes = n
         .checked_mul(1 << shift)

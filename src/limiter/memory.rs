@@ -415,13 +415,15 @@ impl MemoryStore {
             let b = &shard.slots[slot];
             limits
                 .iter()
-                .map(|l| match b.logs.iter().find(|g| g.window_ms == window_ms(l)) {
-                    Some(g) if g.entries.len() == g.entries.capacity() => {
-                        (g.entries.capacity().max(1) * 8).next_multiple_of(16)
-                    }
-                    Some(_) => 0,
-                    None => 16,
-                })
+                .map(
+                    |l| match b.logs.iter().find(|g| g.window_ms == window_ms(l)) {
+                        Some(g) if g.entries.len() == g.entries.capacity() => {
+                            (g.entries.capacity().max(1) * 8).next_multiple_of(16)
+                        }
+                        Some(_) => 0,
+                        None => 16,
+                    },
+                )
                 .sum()
         };
         if grow > 0 && shard.bytes + grow > self.shard_budget {
