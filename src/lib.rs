@@ -8,6 +8,9 @@
 //! - [`limiter`]: the store trait and its memory and Redis implementations.
 //! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`, problem bodies.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`request_form`]: method, request-target, Host and Content-Length checks before routing.
+//! - [`edge_conn`]: client connection deadlines and the connection cap.
+//! - [`limits_os`]: the descriptor limit.
 //! - [`proxy`]: Pingora's `ProxyHttp` hooks.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`reload`]: SIGHUP reload with atomic swap.
@@ -15,11 +18,14 @@
 
 pub mod admin;
 pub mod config;
+pub mod edge_conn;
 pub mod keys;
 pub mod limiter;
+pub mod limits_os;
 pub mod metrics;
 pub mod proxy;
 pub mod ratelimit_headers;
 pub mod reload;
+pub mod request_form;
 pub mod routes;
 pub mod server;

@@ -25,6 +25,18 @@ pub struct Metrics {
     pub store_errors: IntCounterVec,
     /// `slidegate_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
+    /// `slidegate_client_connections`: client connections open on the proxy listener.
+    pub client_connections: IntGauge,
+    /// `slidegate_client_connections_refused_total`: closed at once over `max_connections`.
+    pub client_connections_refused: IntCounter,
+    /// `slidegate_client_header_timeouts_total`: heads cut by `client_header_timeout`.
+    pub client_header_timeouts: IntCounter,
+    /// `slidegate_client_idle_closed_total`: connections closed with no request in time.
+    pub client_idle_closed: IntCounter,
+    /// `slidegate_bad_requests_total`: requests answered 400 before routing.
+    pub bad_requests: IntCounter,
+    /// `slidegate_store_evictions_total`: clients evicted from the full memory store.
+    pub store_evictions: IntCounter,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -137,6 +149,36 @@ pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
         "1 while the limit store answers (as /readyz), 0 otherwise"
     )
     .expect("register slidegate_store_ready"),
+    client_connections: register_int_gauge!(
+        "slidegate_client_connections",
+        "Client connections currently open on the proxy listener"
+    )
+    .expect("register slidegate_client_connections"),
+    client_connections_refused: register_int_counter!(
+        "slidegate_client_connections_refused_total",
+        "Client connections closed at once because max_connections were open"
+    )
+    .expect("register slidegate_client_connections_refused_total"),
+    client_header_timeouts: register_int_counter!(
+        "slidegate_client_header_timeouts_total",
+        "Request heads not received within client_header_timeout (answered 408)"
+    )
+    .expect("register slidegate_client_header_timeouts_total"),
+    client_idle_closed: register_int_counter!(
+        "slidegate_client_idle_closed_total",
+        "Client connections closed because no request began in time"
+    )
+    .expect("register slidegate_client_idle_closed_total"),
+    bad_requests: register_int_counter!(
+        "slidegate_bad_requests_total",
+        "Requests answered 400 before routing (method, target, Host, Content-Length)"
+    )
+    .expect("register slidegate_bad_requests_total"),
+    store_evictions: register_int_counter!(
+        "slidegate_store_evictions_total",
+        "Clients evicted from the memory store to stay within max_memory"
+    )
+    .expect("register slidegate_store_evictions_total"),
 });
 
 /// `slidegate_request_duration_seconds{route=""}`: requests that matched no route.
@@ -232,7 +274,7 @@ impl RouteMetrics {
 /// `slidegate_store_errors_total` handles, resolved once, indexed by [`StoreErrorKind`].
 #[derive(Clone)]
 pub struct StoreErrorMetrics {
-    by_kind: [IntCounter; 3],
+    by_kind: [IntCounter; 4],
 }
 
 impl Default for StoreErrorMetrics {

@@ -3,14 +3,13 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use once_cell::sync::Lazy;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::HOST;
 use http::{HeaderValue, StatusCode};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -22,7 +21,8 @@ use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{Decision, InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
 use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs, static_problem};
-use crate::routes::{host_without_port, normalize_path, Route, Rules};
+use crate::request_form::{self, RequestForm};
+use crate::routes::{normalize_path, Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
 const RATELIMIT_POLICY: &str = "RateLimit-Policy";
@@ -33,6 +33,8 @@ const RETRY_AFTER: &str = "Retry-After";
 /// Bodies of the responses that never vary, built once.
 static NOT_FOUND_BODY: Lazy<Bytes> =
     Lazy::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
+static BAD_REQUEST_BODY: Lazy<Bytes> =
+    Lazy::new(|| static_problem(StatusCode::BAD_REQUEST, "malformed request"));
 static UNAVAILABLE_BODY: Lazy<Bytes> =
     Lazy::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
 
@@ -91,6 +93,8 @@ pub struct RequestCtx {
     upstream_started: Option<Instant>,
     /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.
     in_flight: Option<InFlight>,
+    /// The host routes matched on, and what to forward for an absolute-form target.
+    form: RequestForm,
 }
 
 impl RequestCtx {
@@ -138,16 +142,38 @@ impl ProxyHttp for SlideGate {
         }
     }
 
+    async fn early_request_filter(
+        &self,
+        session: &mut Session,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        crate::edge_conn::head_received(session);
+        Ok(())
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
         ctx.rules = Some(rules.clone());
+        ctx.form = match request_form::check(session.req_header_mut()) {
+            Ok(form) => form,
+            Err(why) => {
+                // Like nginx: 400 and close; nothing of this request reaches a route.
+                log::debug!("400: {why}");
+                METRICS.bad_requests.inc();
+                session.set_keepalive(None);
+                respond(
+                    session,
+                    ResponseHeader::build(400, Some(4))?,
+                    "application/problem+json",
+                    BAD_REQUEST_BODY.clone(),
+                )
+                .await?;
+                return Ok(true);
+            }
+        };
         let req = session.req_header();
-        let host = req
-            .uri
-            .host()
-            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()))
-            .map(host_without_port);
-        let path = normalize_path(req.uri.path());
+        let host = ctx.form.host.as_deref();
+        let path = normalize_path(request_form::match_path(req));
         let Some((idx, route)) = rules.find(host, &path, &req.method) else {
             METRICS.no_route.inc();
             respond(
@@ -258,13 +284,15 @@ impl ProxyHttp for SlideGate {
             )
         })?;
         let mut peer = HttpPeer::new(backend.addr, false, String::new());
-        // Bound connection setup so a black-holed upstream becomes a prompt 502.
-        peer.options.connection_timeout = Some(Duration::from_secs(5));
-        peer.options.total_connection_timeout = Some(Duration::from_secs(10));
-        // Like nginx's proxy_read_timeout / proxy_send_timeout: a hung upstream is cut after 60 s
-        // of silence instead of holding the connection forever.
-        peer.options.read_timeout = Some(Duration::from_secs(60));
-        peer.options.write_timeout = Some(Duration::from_secs(60));
+        // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
+        // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
+        // connection forever; idle pooled connections are dropped after `idle_timeout`.
+        let t = pool.timeouts;
+        peer.options.connection_timeout = Some(t.connect);
+        peer.options.total_connection_timeout = Some(t.connect * 2);
+        peer.options.read_timeout = Some(t.read);
+        peer.options.write_timeout = Some(t.write);
+        peer.options.idle_timeout = Some(t.idle);
         Ok(Box::new(peer))
     }
 
@@ -295,8 +323,9 @@ impl ProxyHttp for SlideGate {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
+        request_form::forward(&ctx.form, upstream_request)?;
         // Like nginx's `$proxy_add_x_forwarded_for`: every X-Forwarded-For line the client sent,
         // joined in order, then the socket peer.
         if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
@@ -352,10 +381,11 @@ impl ProxyHttp for SlideGate {
 
     async fn logging(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         _e: Option<&pingora::Error>,
         ctx: &mut RequestCtx,
     ) {
+        crate::edge_conn::response_done(session);
         if let Some(started) = ctx.started {
             let histogram = match ctx.route() {
                 Some(route) => &route.metrics.request_duration,

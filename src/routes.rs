@@ -11,7 +11,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Method};
 use pingora::lb::{selection::RoundRobin, LoadBalancer};
 
-use crate::config::{Config, RouteSpec};
+use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
 use crate::metrics::RouteMetrics;
 use crate::ratelimit_headers::{policy_field, policy_name};
@@ -49,7 +49,14 @@ impl Route {
     /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
     pub fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
         let spec = &self.spec;
-        if !path.starts_with(&spec.path_prefix) {
+        let prefix = spec.path_prefix.as_bytes();
+        let path = path.as_bytes();
+        let prefixed = if spec.path_case_insensitive {
+            path.len() >= prefix.len() && path[..prefix.len()].eq_ignore_ascii_case(prefix)
+        } else {
+            path.starts_with(prefix)
+        };
+        if !prefixed {
             return false;
         }
         if !spec.methods.is_empty() && !spec.methods.contains(method) {
@@ -72,6 +79,8 @@ pub struct UpstreamPool {
     pub lb: Arc<LoadBalancer<RoundRobin>>,
     /// Number of resolved addresses (bounds connect retries).
     pub size: usize,
+    /// Connect, read, write and pool idle timeouts.
+    pub timeouts: UpstreamTimeouts,
 }
 
 /// A complete, immutable rule set.
@@ -124,6 +133,7 @@ impl Rules {
                 name: up.name.clone(),
                 lb: Arc::new(lb),
                 size,
+                timeouts: up.timeouts,
             });
         }
         Ok(Rules {

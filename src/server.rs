@@ -12,14 +12,17 @@ use pingora::prelude::{background_service, Opt};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{ListenFds, RuntimeOpts, Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
+use pingora::services::listening::Service as ListeningService;
 use pingora::services::Service;
 
 use crate::admin::admin_service;
 use crate::config::Config;
+use crate::edge_conn::{ConnLimits, EdgeApp};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
+use crate::limits_os::raise_nofile;
 use crate::proxy::SlideGate;
 use crate::ratelimit_headers::ceil_secs;
 use crate::reload::Reloader;
@@ -30,12 +33,14 @@ use crate::routes::Rules;
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let settings = &config.store;
     let Some(target) = settings.redis_target() else {
-        return Ok(Arc::new(MemoryStore::new()));
+        let store = MemoryStore::with_max_memory(settings.max_memory)
+            .with_eviction_counter(crate::metrics::METRICS.store_evictions.clone());
+        return Ok(Arc::new(store));
     };
     let store: Arc<dyn Store> =
         Arc::new(RedisStore::new(&target).context("cannot set up the Redis store")?);
     Ok(if settings.local_deny_cache {
-        Arc::new(DenyCache::new(store))
+        Arc::new(DenyCache::new(store).with_max_age(settings.deny_cache_max_age))
     } else {
         store
     })
@@ -146,6 +151,34 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
+/// Raise the descriptor limit to its hard limit and log what is in effect: each client
+/// connection costs a descriptor, and usually one more upstream.
+fn log_nofile(config: &Config) {
+    let max = u64::from(config.server.max_connections);
+    match raise_nofile() {
+        Ok(n) => {
+            log::info!(
+                "descriptor limit {} (was {}, hard {}); max_connections {max}",
+                n.soft,
+                n.before,
+                n.hard
+            );
+            // A client plus an upstream connection each, and room for Redis, the admin listener
+            // and logs.
+            if max * 2 + 64 > n.soft {
+                log::warn!(
+                    "server.max_connections = {max} needs about {} descriptors (one per client, \
+                     one per upstream connection), but the limit is {}: lower max_connections \
+                     or raise the hard limit (ulimit -Hn)",
+                    max * 2 + 64,
+                    n.soft
+                );
+            }
+        }
+        Err(e) => log::warn!("cannot raise the descriptor limit: {e}"),
+    }
+}
+
 /// How to run, from the command line.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunOptions {
@@ -169,17 +202,27 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
     server.bootstrap();
 
-    let mut proxy = pingora::proxy::http_proxy_service(
+    log_nofile(&config);
+    let mut app = pingora::proxy::http_proxy(
         &server.configuration,
         SlideGate::new(rules.clone(), store.clone()),
     );
-    if let Some(app) = proxy.app_logic_mut() {
-        // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
-        // now and then (Pingora's default is no limit).
-        let mut options = HttpServerOptions::default();
-        options.keepalive_request_limit = Some(1000);
-        app.server_options = Some(options);
-    }
+    // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
+    // now and then (Pingora's default is no limit).
+    let mut http_options = HttpServerOptions::default();
+    http_options.keepalive_request_limit = Some(1000);
+    app.server_options = Some(http_options);
+    // Header and keep-alive deadlines and the connection cap, which Pingora does not have.
+    let s = &config.server;
+    let limits = ConnLimits {
+        client_header_timeout: s.client_header_timeout,
+        keepalive_timeout: s.keepalive_timeout,
+        max_connections: s.max_connections,
+    };
+    let mut proxy = ListeningService::new(
+        "Pingora HTTP Proxy Service".to_string(),
+        EdgeApp::new(app, limits),
+    );
     proxy.add_tcp(&config.server.listen.to_string());
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.

@@ -428,6 +428,71 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             line_of: Some("host = \".\""),
             message: "must be a host name",
         },
+        Case {
+            what: "client_header_timeout of zero",
+            toml: edit("grace_period = \"1s\"", "client_header_timeout = \"0s\""),
+            key: "server.client_header_timeout",
+            line_of: Some("client_header_timeout"),
+            message: "is shorter than 1ms",
+        },
+        Case {
+            what: "keepalive_timeout not a duration",
+            toml: edit("grace_period = \"1s\"", "keepalive_timeout = \"soon\""),
+            key: "server.keepalive_timeout",
+            line_of: Some("keepalive_timeout"),
+            message: "invalid duration",
+        },
+        Case {
+            what: "max_connections of zero",
+            toml: edit("grace_period = \"1s\"", "max_connections = 0"),
+            key: "server.max_connections",
+            line_of: Some("max_connections"),
+            message: "between 1 and 1000000",
+        },
+        Case {
+            what: "max_memory with an unknown unit",
+            toml: edit("backend = \"memory\"", "backend = \"memory\"\nmax_memory = \"32XB\""),
+            key: "store.max_memory",
+            line_of: Some("max_memory"),
+            message: "unit must be B, KB, MB or GB",
+        },
+        Case {
+            what: "max_memory below 1MB",
+            toml: edit("backend = \"memory\"", "backend = \"memory\"\nmax_memory = \"64KB\""),
+            key: "store.max_memory",
+            line_of: Some("max_memory"),
+            message: "smaller than 1MB",
+        },
+        Case {
+            what: "deny_cache_max_age of zero",
+            toml: edit(
+                "backend = \"memory\"",
+                "backend = \"memory\"\ndeny_cache_max_age = \"0s\"",
+            ),
+            key: "store.deny_cache_max_age",
+            line_of: Some("deny_cache_max_age"),
+            message: "is shorter than 1ms",
+        },
+        Case {
+            what: "upstream read_timeout of zero",
+            toml: edit(
+                "servers = [\"127.0.0.1:3000\"]",
+                "servers = [\"127.0.0.1:3000\"]\nread_timeout = \"0s\"",
+            ),
+            key: "upstreams.app.read_timeout",
+            line_of: Some("read_timeout"),
+            message: "is shorter than 1ms",
+        },
+        Case {
+            what: "path_case_insensitive not a bool",
+            toml: edit(
+                "path_prefix = \"/api\"",
+                "path_prefix = \"/api\"\npath_case_insensitive = \"yes\"",
+            ),
+            key: "routes[0].path_case_insensitive",
+            line_of: Some("path_case_insensitive"),
+            message: "expected a boolean",
+        },
     ];
     // Check every case and report all failures at once.
     let failures: Vec<String> = cases

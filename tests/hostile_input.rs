@@ -5,7 +5,8 @@
 //! `protocols/http/v1`): a request header section may be at most 1 MiB - 1 (`MAX_HEADER_SIZE`,
 //! checked before each further read, so one large first read can exceed it a little) with at
 //! most 256 header lines (`MAX_HEADERS`); each read of a new connection's request times out
-//! after 60 s, but there is no deadline for the header section as a whole.
+//! after 60 s. slidegate adds a deadline for the header section as a whole
+//! (`server.client_header_timeout`, 10 s by default; tested in `edge_hardening.rs`).
 
 mod common;
 

@@ -100,3 +100,91 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     assert!(v.admitted);
     assert_eq!(v.states[0].remaining, 2);
 }
+
+/// Regression (issue 9 §4): the clock used to be read before the shard lock, so racing requests
+/// on one key could append out of order; after a reload lowered `requests`, the reset then
+/// underflowed (a panic in debug builds, a 2^64 µs reset in release). Many threads on one key,
+/// with `requests` alternating between a high and a low value as reloads would: no panic, every
+/// reset within the window, and never more admitted in a window than the higher limit allows.
+#[test]
+fn many_threads_on_one_key_never_reorder_or_underflow() {
+    const THREADS: usize = 8;
+    const CALLS: usize = 20_000;
+    let window = Duration::from_millis(20);
+    let store = std::sync::Arc::new(MemoryStore::new());
+    let admitted: Vec<Vec<Instant>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let store = store.clone();
+                s.spawn(move || {
+                    let mut admitted = Vec::new();
+                    for i in 0..CALLS {
+                        // A "reload" every few calls: 50 -> 2 -> 50 ...
+                        let requests = if (i / 7 + t) % 2 == 0 { 50 } else { 2 };
+                        let v = futures::executor::block_on(
+                            store.check("route:ip:one", &limit(requests, window)),
+                        )
+                        .expect("decides");
+                        for s in &v.states {
+                            assert!(s.reset <= window, "reset {:?} > window", s.reset);
+                        }
+                        if v.admitted {
+                            admitted.push(Instant::now());
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let total: usize = admitted.iter().map(Vec::len).sum();
+    assert!(total > 0);
+    println!("{THREADS} threads x {CALLS} calls on one key: {total} admitted, no panic");
+}
+
+/// Issue 9 §3: the store's own accounting stays within `max_memory` under a flood of made-up
+/// keys, a client at its limit is never evicted (it would get a fresh quota), evictions are
+/// counted, and a tracked client with one entry costs at most 200 bytes of accounting.
+#[test]
+fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
+    const MAX: u64 = 4 << 20;
+    const FLOOD: usize = 200_000;
+    let store = MemoryStore::with_max_memory(MAX);
+    let limits = limit(2, Duration::from_secs(3600));
+    for i in 0..1000 {
+        let k = format!("login:ip:victim-{i}");
+        assert!(store.check_now(&k, &limits).unwrap().admitted);
+        assert!(store.check_now(&k, &limits).unwrap().admitted);
+    }
+    let mut full_errors = 0;
+    for i in 0..FLOOD {
+        match store.check_now(&format!("login:h:made-up-{i}"), &limits) {
+            Ok(v) => assert!(v.admitted),
+            Err(slidegate::limiter::StoreError::Full) => full_errors += 1,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(store.accounted_bytes() as u64 <= MAX || i % 1000 != 0);
+    }
+    assert!(store.accounted_bytes() as u64 <= MAX);
+    for i in 0..1000 {
+        let v = store
+            .check_now(&format!("login:ip:victim-{i}"), &limits)
+            .unwrap();
+        assert!(!v.admitted, "victim-{i} was evicted and got a fresh quota");
+    }
+    let per_client = store.accounted_bytes() as f64 / store.len() as f64;
+    println!(
+        "max_memory {MAX} B: {} buckets held, {} accounted bytes ({per_client:.0} B per client \
+         with one entry), {} evictions, {full_errors} refused as full",
+        store.len(),
+        store.accounted_bytes(),
+        store.evictions()
+    );
+    assert!(store.evictions() > (FLOOD / 2) as u64);
+    assert!(per_client <= 200.0, "{per_client} B per client");
+    assert_eq!(full_errors, 0, "spare-quota clients were there to evict");
+}

@@ -119,6 +119,14 @@ pub struct ServerSettings {
     pub pid_file: PathBuf,
     /// Pingora upgrade socket (zero-downtime upgrade); derived like `pid_file` by default.
     pub upgrade_sock: PathBuf,
+    /// Deadline for a whole request head, from the connection's accept or the first byte after
+    /// the previous response (nginx `client_header_timeout`).
+    pub client_header_timeout: Duration,
+    /// An idle client connection is closed after this; zero turns keep-alive off.
+    pub keepalive_timeout: Duration,
+    /// Most client connections the proxy listener holds at once; beyond it new ones are
+    /// closed at once, so descriptors remain for upstreams, Redis and the admin listener.
+    pub max_connections: u32,
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
     pub admin_token: Option<String>,
@@ -144,6 +152,10 @@ pub struct StoreSettings {
     pub timeout: Duration,
     /// Answer locally while a bucket is known to be full (shared stores only; exact).
     pub local_deny_cache: bool,
+    /// Memory backend: bound of the store's own accounting of keys and entries, in bytes.
+    pub max_memory: u64,
+    /// How long a cached denial is trusted before the shared store is asked again.
+    pub deny_cache_max_age: Duration,
 }
 
 impl StoreSettings {
@@ -221,6 +233,20 @@ impl fmt::Display for HostPort {
     }
 }
 
+/// Per-upstream timeouts (nginx `proxy_connect_timeout`, `proxy_read_timeout`,
+/// `proxy_send_timeout`, `keepalive_timeout` of an upstream block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    /// TCP connect to one server.
+    pub connect: Duration,
+    /// Longest silence while reading the upstream's response.
+    pub read: Duration,
+    /// Longest stall while writing the request to the upstream.
+    pub write: Duration,
+    /// How long an idle pooled upstream connection is kept.
+    pub idle: Duration,
+}
+
 /// `[upstreams.<name>]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamSpec {
@@ -228,6 +254,8 @@ pub struct UpstreamSpec {
     pub name: String,
     /// Servers, in file order.
     pub servers: Vec<HostPort>,
+    /// Connect, read, write and pool idle timeouts.
+    pub timeouts: UpstreamTimeouts,
 }
 
 /// How a route groups requests into buckets.
@@ -293,6 +321,9 @@ pub struct RouteSpec {
     pub host: Option<HostMatch>,
     /// Path prefix (default `/`).
     pub path_prefix: String,
+    /// Compare the path prefix ignoring ASCII case (for upstreams that route that way, e.g.
+    /// Express by default); otherwise paths match case-sensitively, like nginx `location`.
+    pub path_case_insensitive: bool,
     /// Methods matched; empty means any.
     ///
     /// When `GET` is listed and `HEAD` is not, `HEAD` is added: as in nginx's

@@ -48,6 +48,12 @@ pub(super) struct RawServer {
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
     pub admin_token: Option<Spanned<String>>,
+    #[serde(default = "default_client_header_timeout")]
+    pub client_header_timeout: ClientTimeout,
+    #[serde(default = "default_keepalive_timeout")]
+    pub keepalive_timeout: KeepaliveTimeout,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: Spanned<u32>,
 }
 
 fn default_threads() -> Spanned<usize> {
@@ -55,6 +61,15 @@ fn default_threads() -> Spanned<usize> {
 }
 fn default_grace() -> GracePeriod {
     BoundedDuration(Duration::from_secs(5))
+}
+fn default_client_header_timeout() -> ClientTimeout {
+    BoundedDuration(Duration::from_secs(10))
+}
+fn default_keepalive_timeout() -> KeepaliveTimeout {
+    BoundedDuration(Duration::from_secs(60))
+}
+fn default_max_connections() -> Spanned<u32> {
+    Spanned::new(0..0, 10_000)
 }
 
 /// `[store].backend`.
@@ -83,6 +98,10 @@ pub(super) struct RawStore {
     pub on_error: OnError,
     #[serde(default = "default_true")]
     pub local_deny_cache: bool,
+    #[serde(default = "default_max_memory")]
+    pub max_memory: ByteSize,
+    #[serde(default = "default_deny_cache_max_age")]
+    pub deny_cache_max_age: DenyCacheMaxAge,
 }
 
 impl Default for RawStore {
@@ -95,6 +114,8 @@ impl Default for RawStore {
             timeout: default_timeout(),
             on_error: default_on_error(),
             local_deny_cache: true,
+            max_memory: default_max_memory(),
+            deny_cache_max_age: default_deny_cache_max_age(),
         }
     }
 }
@@ -107,6 +128,12 @@ fn default_prefix() -> Spanned<String> {
 }
 fn default_timeout() -> StoreTimeout {
     BoundedDuration(Duration::from_millis(50))
+}
+fn default_max_memory() -> ByteSize {
+    ByteSize(256 << 20)
+}
+fn default_deny_cache_max_age() -> DenyCacheMaxAge {
+    BoundedDuration(Duration::from_secs(10))
 }
 fn default_true() -> bool {
     true
@@ -128,6 +155,21 @@ pub(super) struct RawClientIp {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub servers: Spanned<Vec<String>>,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: UpstreamTimeout,
+    #[serde(default = "default_upstream_io_timeout")]
+    pub read_timeout: UpstreamTimeout,
+    #[serde(default = "default_upstream_io_timeout")]
+    pub write_timeout: UpstreamTimeout,
+    #[serde(default = "default_upstream_io_timeout")]
+    pub idle_timeout: UpstreamTimeout,
+}
+
+fn default_connect_timeout() -> UpstreamTimeout {
+    BoundedDuration(Duration::from_secs(5))
+}
+fn default_upstream_io_timeout() -> UpstreamTimeout {
+    BoundedDuration(Duration::from_secs(60))
 }
 
 /// One `[[routes]]` entry.
@@ -143,6 +185,8 @@ pub(super) struct RawRoute {
     pub upstream: Spanned<String>,
     #[serde(default = "default_key")]
     pub key: Spanned<String>,
+    #[serde(default)]
+    pub path_case_insensitive: bool,
     #[serde(default)]
     pub shadow: bool,
     pub on_error: Option<OnError>,
@@ -211,6 +255,66 @@ pub(super) type StoreTimeout = BoundedDuration<1, 60_000>;
 /// `server.grace_period`: 0 ..= 1 h. Zero (no drain) is allowed; an hour is far beyond any
 /// sane drain and keeps the seconds pingora is given small.
 pub(super) type GracePeriod = BoundedDuration<0, 3_600_000>;
+
+/// `server.client_header_timeout`: 1 ms ..= 1 h (a whole request head in more than an hour is
+/// an attack, not a client).
+pub(super) type ClientTimeout = BoundedDuration<1, 3_600_000>;
+
+/// `server.keepalive_timeout`: 0 (keep-alive off, like nginx `keepalive_timeout 0`) ..= 1 h.
+pub(super) type KeepaliveTimeout = BoundedDuration<0, 3_600_000>;
+
+/// `[upstreams.*]` `connect_timeout`, `read_timeout`, `write_timeout`, `idle_timeout`:
+/// 1 ms ..= 1 h. Zero would fail every request (or pool nothing); Pingora takes them as-is.
+pub(super) type UpstreamTimeout = BoundedDuration<1, 3_600_000>;
+
+/// `store.deny_cache_max_age`: 1 ms ..= 1 h; how long a cached denial is trusted without asking
+/// the store again.
+pub(super) type DenyCacheMaxAge = BoundedDuration<1, 3_600_000>;
+
+/// A size in bytes written as `"32MB"`, `"1GB"`, `"512KB"` or plain bytes (`"1048576"`).
+///
+/// Units are binary, as in nginx (`32m` is 32 × 2^20): `KB`/`KiB` = 2^10, `MB`/`MiB` = 2^20,
+/// `GB`/`GiB` = 2^30; case-insensitive. At least 1 MiB, at most 1 TiB, checked while parsing.
+#[derive(Clone, Copy)]
+pub(super) struct ByteSize(pub u64);
+
+/// Parse a [`ByteSize`] text.
+fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"32MB\" or \"1GB\""))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "invalid size {text:?}: unit must be B, KB, MB or GB"
+            ))
+        }
+    };
+    let bytes = n
+        .checked_mul(1 << shift)
+        .filter(|b| *b <= 1 << 40)
+        .ok_or_else(|| format!("size {text:?} is larger than 1TB"))?;
+    if bytes < 1 << 20 {
+        return Err(format!("size {text:?} is smaller than 1MB"));
+    }
+    Ok(bytes)
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_byte_size(&text)
+            .map(ByteSize)
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 /// Longest window: 30 days. Window plus a microsecond timestamp then stays far below 2^53,
 /// so Lua's doubles in the Redis script are exact, and `as_micros() as u64` cannot truncate.

@@ -16,6 +16,7 @@ use super::raw::{RawBackend, RawConfig, RawRoute, RawServer, RawStore, RawUpstre
 use super::{
     Backend, ClientIpSettings, Config, ConfigError, HostMatch, HostPort, KeySpec, OnError,
     RedisUrl, RouteSpec, RoutingSpec, ServerSettings, StoreSettings, UpstreamSpec,
+    UpstreamTimeouts,
 };
 use crate::limiter::Limit;
 
@@ -84,6 +85,14 @@ impl Validator<'_> {
                 "must be between 1 and 1024",
             );
         }
+        let max_connections = *raw.max_connections.get_ref();
+        if !(1..=1_000_000).contains(&max_connections) {
+            return self.err(
+                Some(raw.max_connections.span()),
+                "server.max_connections",
+                "must be between 1 and 1000000",
+            );
+        }
         let (listen, admin) = (*raw.listen.get_ref(), *raw.admin_listen.get_ref());
         if listen == admin {
             return self.err(
@@ -133,6 +142,9 @@ impl Validator<'_> {
                 .upgrade_sock
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
             admin_token: raw.admin_token.map(Spanned::into_inner),
+            client_header_timeout: raw.client_header_timeout.0,
+            keepalive_timeout: raw.keepalive_timeout.0,
+            max_connections,
         })
     }
 
@@ -238,6 +250,8 @@ impl Validator<'_> {
             prefix: raw.prefix.into_inner(),
             timeout: raw.timeout.0,
             local_deny_cache: raw.local_deny_cache,
+            max_memory: raw.max_memory.0,
+            deny_cache_max_age: raw.deny_cache_max_age.0,
         })
     }
 
@@ -264,7 +278,17 @@ impl Validator<'_> {
                     }
                 }
             }
-            out.push(UpstreamSpec { name, servers });
+            let timeouts = UpstreamTimeouts {
+                connect: up.connect_timeout.0,
+                read: up.read_timeout.0,
+                write: up.write_timeout.0,
+                idle: up.idle_timeout.0,
+            };
+            out.push(UpstreamSpec {
+                name,
+                servers,
+                timeouts,
+            });
         }
         Ok(out)
     }
@@ -384,6 +408,7 @@ impl Validator<'_> {
             name: r.name.into_inner(),
             host,
             path_prefix: r.path_prefix.into_inner(),
+            path_case_insensitive: r.path_case_insensitive,
             methods,
             upstream,
             key,

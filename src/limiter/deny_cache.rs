@@ -29,6 +29,9 @@ use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
 /// slower), so a flood of distinct clients cannot grow memory without bound.
 pub const MAX_ENTRIES: usize = 100_000;
 
+/// Default [`DenyCache::with_max_age`]: a cached denial is trusted for at most 10 s.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(10);
+
 struct Denied {
     /// Before this instant no request for the bucket can be admitted.
     until: Instant,
@@ -48,6 +51,9 @@ pub struct DenyCache {
     inner: Arc<dyn Store>,
     denied: DashMap<Box<str>, Denied>,
     hits: AtomicU64,
+    /// A cached denial is dropped after this even if its deadline is later: a `FLUSHALL`, a
+    /// `maxmemory` eviction or a failover on a kept connection may have freed the bucket.
+    max_age: Duration,
 }
 
 impl DenyCache {
@@ -57,7 +63,14 @@ impl DenyCache {
             inner,
             denied: DashMap::new(),
             hits: AtomicU64::new(0),
+            max_age: DEFAULT_MAX_AGE,
         }
+    }
+
+    /// Trust a cached denial for at most `max_age` (then ask the store again).
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     /// Number of buckets currently cached as denied.
@@ -117,7 +130,8 @@ impl Store for DenyCache {
                 self.denied.insert(
                     bucket.into(),
                     Denied {
-                        until: sent + wait,
+                        // Never later than the proof allows, never longer than max_age.
+                        until: sent + wait.min(self.max_age),
                         sent,
                         generation,
                         limits: limits.into(),

@@ -133,6 +133,10 @@ pub enum StoreError {
     /// The store answered with an error (script error, wrong type, cluster error, ...).
     #[error("store error: {0}")]
     Backend(String),
+    /// The memory store is at `max_memory` and every client it could evict is at its limit
+    /// (evicting one would hand it a fresh quota), so this client cannot be tracked.
+    #[error("memory store full (max_memory) with clients at their limit")]
+    Full,
 }
 
 /// The kinds of [`StoreError`], as counted in `slidegate_store_errors_total{kind}`.
@@ -144,14 +148,17 @@ pub enum StoreErrorKind {
     Unavailable,
     /// [`StoreError::Backend`].
     Backend,
+    /// [`StoreError::Full`].
+    Full,
 }
 
 impl StoreErrorKind {
     /// Every kind, in discriminant order (metric handles are resolved for each at start).
-    pub const ALL: [StoreErrorKind; 3] = [
+    pub const ALL: [StoreErrorKind; 4] = [
         StoreErrorKind::Timeout,
         StoreErrorKind::Unavailable,
         StoreErrorKind::Backend,
+        StoreErrorKind::Full,
     ];
 
     /// The metric label value.
@@ -160,6 +167,7 @@ impl StoreErrorKind {
             StoreErrorKind::Timeout => "timeout",
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::Backend => "backend",
+            StoreErrorKind::Full => "full",
         }
     }
 }
@@ -171,6 +179,7 @@ impl StoreError {
             StoreError::Timeout(_) => StoreErrorKind::Timeout,
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
             StoreError::Backend(_) => StoreErrorKind::Backend,
+            StoreError::Full => StoreErrorKind::Full,
         }
     }
 }

@@ -543,7 +543,7 @@ impl RedisStore {
                     );
                 }
             }
-            StoreError::Backend(_) => {}
+            StoreError::Backend(_) | StoreError::Full => {}
         }
     }
 }

@@ -165,8 +165,10 @@ pub struct ProxyOptions {
     pub default_paths: bool,
     /// `server.grace_period` (humantime).
     pub grace_period: &'static str,
-    /// Extra lines of the `[server]` table, e.g. `admin_token = "..."`.
+    /// More `[server]` lines (TOML), e.g. `client_header_timeout = "500ms"`.
     pub server_extra: String,
+    /// Start the process with this `RLIMIT_NOFILE` (soft and hard), like `prlimit --nofile=N`.
+    pub nofile: Option<u64>,
 }
 
 impl Default for ProxyOptions {
@@ -179,6 +181,7 @@ impl Default for ProxyOptions {
             default_paths: false,
             grace_period: "1s",
             server_extra: String::new(),
+            nofile: None,
         }
     }
 }
@@ -243,8 +246,12 @@ impl Proxy {
              grace_period = \"{}\"\n",
             opts.threads, opts.grace_period,
         );
+        for line in opts.server_extra.lines() {
+            server_section.push_str(line.trim());
+            server_section.push('\n');
+        }
         let upgrade_sock = if opts.default_paths {
-            // As src/config.rs derives it: `<temp dir>/slidegate-<listen port>.sock`.
+            // As src/config/validate.rs derives it: `<temp dir>/slidegate-<listen port>.sock`.
             let tmp = opts
                 .env
                 .iter()
@@ -261,10 +268,6 @@ impl Proxy {
             );
             sock
         };
-        server_section.push_str(&opts.server_extra);
-        if !opts.server_extra.ends_with('\n') {
-            server_section.push('\n');
-        }
         server_section.push('\n');
         let config_path = dir.path().join("slidegate.toml");
         std::fs::write(&config_path, format!("{server_section}{config_toml}"))
@@ -782,8 +785,24 @@ pub async fn get(addr: SocketAddr, path: &str) -> Reply {
 /// Start the real binary on `config` with `extra` arguments, output to `log_path`.
 fn spawn_slidegate(config: &Path, extra: &[&str], opts: &ProxyOptions, log_path: &Path) -> Child {
     let log = File::create(log_path).expect("create log");
-    Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .arg("-c")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    if let Some(n) = opts.nofile {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: n as libc::rlim_t,
+                    rlim_max: n as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.arg("-c")
         .arg(config)
         .args(extra)
         .args(&opts.args)

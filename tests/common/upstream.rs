@@ -32,6 +32,21 @@ struct Seen {
     hits: AtomicU64,
     /// `X-Forwarded-For` of each request in arrival order (`None` when absent).
     xff: Mutex<Vec<Option<String>>>,
+    /// Each request's head as received, in arrival order.
+    heads: Mutex<Vec<SeenHead>>,
+}
+
+/// What an upstream saw of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenHead {
+    /// The method.
+    pub method: String,
+    /// The request-target as hyper parsed it (origin-form `/x?y`, or the whole absolute URI).
+    pub target: String,
+    /// Every `Host` value.
+    pub host: Vec<String>,
+    /// Every `Content-Length` value.
+    pub content_length: Vec<String>,
 }
 
 /// A running upstream server; stopped (its runtime and open connections dropped) on drop.
@@ -90,6 +105,11 @@ impl Upstream {
         self.seen.xff.lock().unwrap().clone()
     }
 
+    /// The head of every request received, in arrival order.
+    pub fn heads(&self) -> Vec<SeenHead> {
+        self.seen.heads.lock().unwrap().clone()
+    }
+
     /// The `X-Forwarded-For` of the most recent request (`None` when there was no request or
     /// it carried none).
     pub fn last_xff(&self) -> Option<String> {
@@ -134,6 +154,19 @@ async fn serve(listener: TcpListener, seen: Arc<Seen>, mut stopped: oneshot::Rec
                         .filter_map(|v| v.to_str().ok())
                         .collect();
                     let xff = (!xff.is_empty()).then(|| xff.join(", "));
+                    let values = |name: &str| -> Vec<String> {
+                        req.headers()
+                            .get_all(name)
+                            .iter()
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                            .collect()
+                    };
+                    seen.heads.lock().unwrap().push(SeenHead {
+                        method: req.method().to_string(),
+                        target: req.uri().to_string(),
+                        host: values("host"),
+                        content_length: values("content-length"),
+                    });
                     seen.xff.lock().unwrap().push(xff);
                     seen.hits.fetch_add(1, Ordering::SeqCst);
                     let delay = req

@@ -1,0 +1,282 @@
+//! What a request says about where it goes, checked before any route is matched: the method, the
+//! form of the request-target, the Host, and `Content-Length`.
+//!
+//! Pingora 0.9 already refuses (400) duplicate `Host` lines, a `Host` that differs from an
+//! absolute-form authority, userinfo in either, differing `Content-Length` values,
+//! `Transfer-Encoding` on HTTP/1.0 and CONNECT (405). What it lets through, and an upstream may
+//! route differently from the way slidegate matched it, is handled here, as nginx does:
+//!
+//! - a method that is not upper-case (`post`): nginx answers 400; Werkzeug upper-cases it and
+//!   would serve a `POST` route the limit never saw;
+//! - a target that is neither origin-form (`/…`) nor absolute-form (`http://host/…`), except
+//!   `OPTIONS *`: nginx answers 400; `GET login` was matched as `/` and served as `/login`;
+//! - an absolute-form target: its authority *is* the host (RFC 9112 §3.2.2), so routes match on
+//!   it and the upstream gets it as `Host` with an origin-form target;
+//! - a `Host` that is not `host[:digits]` or `[IPv6][:digits]`: 400 (nginx cuts at the first
+//!   colon and would route `admin.example.com:abc` to the admin vhost);
+//! - an HTTP/1.1 request without `Host` (and not absolute-form): 400 (RFC 9112 §3.2);
+//! - `Content-Length: 5, 5` (or two equal lines): forwarded as one `Content-Length: 5`, so a
+//!   lenient upstream cannot read the list differently (request smuggling).
+
+use http::header::{CONTENT_LENGTH, HOST};
+use http::{Method, Version};
+use pingora::http::RequestHeader;
+
+/// Why a request is refused before routing; every variant is answered `400 Bad Request`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadRequest {
+    /// The method has bytes other than `A-Z`, `-`, `_`.
+    #[error("method must be upper-case")]
+    Method,
+    /// The target is neither `/…`, `http(s)://…` nor `*` with OPTIONS.
+    #[error("request-target must be origin-form (/path) or absolute-form (http://host/path)")]
+    Target,
+    /// The Host (header or absolute-form authority) is not `host[:port]`.
+    #[error("invalid host")]
+    Host,
+    /// HTTP/1.1 without a Host.
+    #[error("HTTP/1.1 request without Host")]
+    MissingHost,
+    /// `Content-Length` values that are not all the same number.
+    #[error("invalid Content-Length")]
+    ContentLength,
+}
+
+/// A request that passed the checks: the host routes match on and, for absolute-form, the
+/// authority to forward as `Host`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RequestForm {
+    /// Lower-case host without port or trailing dot; `None` for HTTP/1.0 without one.
+    pub host: Option<String>,
+    /// The authority of an absolute-form target, as sent: becomes the upstream `Host`.
+    pub absolute_authority: Option<String>,
+}
+
+/// Check the request head and normalise `Content-Length` in place.
+pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
+    if !valid_method(&req.method) {
+        return Err(BadRequest::Method);
+    }
+    let target = req.raw_path();
+    let mut form = RequestForm::default();
+    if let Some(authority) = absolute_authority(target) {
+        let authority = std::str::from_utf8(authority).map_err(|_| BadRequest::Host)?;
+        form.host = Some(host_of(authority).ok_or(BadRequest::Host)?);
+        form.absolute_authority = Some(authority.to_string());
+    } else {
+        let asterisk = target == b"*" && req.method == Method::OPTIONS;
+        if !target.starts_with(b"/") && !asterisk {
+            return Err(BadRequest::Target);
+        }
+        match req.headers.get(HOST) {
+            Some(h) => {
+                let h = h.to_str().map_err(|_| BadRequest::Host)?;
+                form.host = Some(host_of(h).ok_or(BadRequest::Host)?);
+            }
+            None if req.version == Version::HTTP_11 => return Err(BadRequest::MissingHost),
+            None => {}
+        }
+    }
+    normalize_content_length(req)?;
+    Ok(form)
+}
+
+/// Upper-case letters, `-` and `_` only (what nginx accepts in a method).
+fn valid_method(m: &Method) -> bool {
+    let s = m.as_str().as_bytes();
+    !s.is_empty()
+        && s.iter()
+            .all(|b| b.is_ascii_uppercase() || *b == b'-' || *b == b'_')
+}
+
+/// The authority of an absolute-form target (`http://` or `https://`, any case), if it is one.
+fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
+    let rest = [&b"http://"[..], b"https://"].iter().find_map(|scheme| {
+        let head = target.get(..scheme.len())?;
+        head.eq_ignore_ascii_case(scheme)
+            .then(|| &target[scheme.len()..])
+    })?;
+    let end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// The host routes match on, from a `Host` value or an authority: `host[:digits]` or
+/// `[IPv6][:digits]`, lower-cased, without port or trailing dot; `None` if malformed.
+pub fn host_of(value: &str) -> Option<String> {
+    let port_ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = value.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        v6.parse::<std::net::Ipv6Addr>().ok()?;
+        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(port_ok);
+        return port_ok.then(|| v6.to_ascii_lowercase());
+    }
+    let (host, port) = match value.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (value, None),
+    };
+    if port.is_some_and(|p| !port_ok(p)) {
+        return None;
+    }
+    let host = host.strip_suffix('.').unwrap_or(host);
+    // Letters, digits, '-', '_' and dots between non-empty labels: what DNS names and IPv4
+    // literals use. '/', '\\', '@', '%' and ".." would let one Host mean two things.
+    let valid = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && host.split('.').all(|label| !label.is_empty());
+    valid.then(|| host.to_ascii_lowercase())
+}
+
+/// Collapse `Content-Length: 5, 5` (or several equal lines) to one value; refuse values that
+/// are not all the same number (Pingora refuses most of those already).
+fn normalize_content_length(req: &mut RequestHeader) -> Result<(), BadRequest> {
+    let values = req.headers.get_all(CONTENT_LENGTH);
+    let mut iter = values.iter();
+    let (Some(first), second) = (iter.next(), iter.next()) else {
+        return Ok(());
+    };
+    if second.is_none() && !first.as_bytes().contains(&b',') {
+        return Ok(());
+    }
+    let mut value: Option<u64> = None;
+    for v in values {
+        for token in v.as_bytes().split(|b| *b == b',') {
+            let token = std::str::from_utf8(token).map_err(|_| BadRequest::ContentLength)?;
+            let token = token.trim_matches([' ', '\t']);
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(BadRequest::ContentLength);
+            }
+            let n: u64 = token.parse().map_err(|_| BadRequest::ContentLength)?;
+            if value.is_some_and(|v| v != n) {
+                return Err(BadRequest::ContentLength);
+            }
+            value = Some(n);
+        }
+    }
+    let n = value.ok_or(BadRequest::ContentLength)?;
+    req.insert_header(CONTENT_LENGTH, n.to_string())
+        .map_err(|_| BadRequest::ContentLength)
+}
+
+/// The path routes match on, before normalisation: for an absolute-form target Pingora keeps
+/// only the path in the URI; `OPTIONS *` is matched as `/` (it asks about the server itself).
+pub fn match_path(req: &RequestHeader) -> &str {
+    if req.raw_path() == b"*" {
+        return "/";
+    }
+    req.uri.path()
+}
+
+/// Make the upstream request say what was matched: an absolute-form target is sent in
+/// origin-form with its authority as `Host` (nginx does the same).
+pub fn forward(form: &RequestForm, upstream: &mut RequestHeader) -> pingora::Result<()> {
+    if let Some(authority) = &form.absolute_authority {
+        let pq = upstream
+            .uri
+            .path_and_query()
+            .map(|pq| pq.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        let pq = if pq.starts_with('/') {
+            pq
+        } else {
+            format!("/{pq}")
+        };
+        upstream.set_raw_path(pq.as_bytes())?;
+        upstream.insert_header(HOST, authority.as_str())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, target: &str, headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build(method, target.as_bytes(), None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn hosts() {
+        for (value, want) in [
+            ("Admin.Example.com", Some("admin.example.com")),
+            ("admin.example.com.:8080", Some("admin.example.com")),
+            ("admin.example.com:", Some("admin.example.com")),
+            ("[::1]:80", Some("::1")),
+            ("127.0.0.1", Some("127.0.0.1")),
+            ("admin.example.com:abc", None),
+            ("admin.example.com:80:80", None),
+            ("a..b", None),
+            ("", None),
+            ("a/b", None),
+            ("[::1", None),
+            ("[zz]", None),
+        ] {
+            assert_eq!(host_of(value).as_deref(), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn forms() {
+        let ok = |r: &mut RequestHeader| check(r).map(|f| f.host);
+        assert_eq!(
+            ok(&mut req("GET", "/x", &[("Host", "A.com")])),
+            Ok(Some("a.com".into()))
+        );
+        assert_eq!(
+            ok(&mut req("GET", "HTTP://ADMIN.Example.COM./x", &[])),
+            Ok(Some("admin.example.com".into()))
+        );
+        assert_eq!(
+            check(&mut req("post", "/x", &[("Host", "a")])),
+            Err(BadRequest::Method)
+        );
+        assert_eq!(
+            check(&mut req("GET", "login", &[("Host", "a")])),
+            Err(BadRequest::Target)
+        );
+        assert_eq!(
+            check(&mut req("GET", "%2Flogin", &[("Host", "a")])),
+            Err(BadRequest::Target)
+        );
+        assert_eq!(
+            check(&mut req("GET", "*", &[("Host", "a")])),
+            Err(BadRequest::Target)
+        );
+        assert!(check(&mut req("OPTIONS", "*", &[("Host", "a")])).is_ok());
+        assert_eq!(
+            check(&mut req("GET", "/", &[])),
+            Err(BadRequest::MissingHost)
+        );
+    }
+
+    #[test]
+    fn content_length_lists_collapse() {
+        let mut r = req("POST", "/", &[("Host", "a"), ("Content-Length", "5, 5")]);
+        check(&mut r).unwrap();
+        let all: Vec<_> = r.headers.get_all(CONTENT_LENGTH).iter().collect();
+        assert_eq!(all, ["5"]);
+        let mut r = req(
+            "POST",
+            "/",
+            &[
+                ("Host", "a"),
+                ("Content-Length", "5"),
+                ("Content-Length", "5"),
+            ],
+        );
+        check(&mut r).unwrap();
+        assert_eq!(r.headers.get_all(CONTENT_LENGTH).iter().count(), 1);
+        for bad in ["5, 6", "5,", "5, x"] {
+            let mut r = req("POST", "/", &[("Host", "a"), ("Content-Length", bad)]);
+            assert_eq!(check(&mut r), Err(BadRequest::ContentLength), "{bad}");
+        }
+    }
+}
