@@ -31,12 +31,13 @@ impl ProxyHttp for Minimal {
     fn new_ctx(&self) {}
 
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
-        // The same peer options slidegate sets (src/proxy.rs).
+        // The same peer options slidegate sets by default (src/proxy.rs, [upstreams.*] timeouts).
         let mut peer = HttpPeer::new(self.upstream, false, String::new());
         peer.options.connection_timeout = Some(Duration::from_secs(5));
         peer.options.total_connection_timeout = Some(Duration::from_secs(10));
         peer.options.read_timeout = Some(Duration::from_secs(60));
         peer.options.write_timeout = Some(Duration::from_secs(60));
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
         Ok(Box::new(peer))
     }
 }

@@ -72,8 +72,13 @@ pub struct EdgeStream {
     limits: ConnLimits,
     /// Written by the proxy hooks (through `&`), read by `poll_read`.
     phase: AtomicU8,
-    /// The phase `timer` was armed for.
+    /// The phase whose deadline is set (`None`: set it before the next wait).
     armed: Option<u8>,
+    /// When the armed phase expires.
+    deadline: tokio::time::Instant,
+    /// When the current head began (its first byte), for a head deadline set lazily.
+    head_started: tokio::time::Instant,
+    /// Fires at or before `deadline`; see [`EdgeStream::arm`].
     timer: Option<Pin<Box<Sleep>>>,
     /// Bytes received in the current head phase (a timeout with none is a quiet close).
     head_bytes: usize,
@@ -95,17 +100,40 @@ impl EdgeStream {
             limits,
             phase: AtomicU8::new(PHASE_HEAD),
             armed: None,
+            deadline: tokio::time::Instant::now(),
+            head_started: tokio::time::Instant::now(),
             timer: None,
             head_bytes: 0,
         }
     }
 
-    fn arm(&mut self, phase: u8, after: Duration) {
+    /// Set the deadline of `phase` to `start + after`. The timer is only moved when it would
+    /// fire too late: a timer set for an earlier instant is left alone, and when it fires
+    /// [`EdgeStream::timer_expired`] re-aims it at the real deadline. A busy keep-alive
+    /// connection then costs one timer wake-up per `keepalive_timeout`, not two timer-wheel
+    /// updates per request.
+    fn arm(&mut self, phase: u8, start: tokio::time::Instant, after: Duration) {
         self.armed = Some(phase);
+        self.deadline = start + after;
         match &mut self.timer {
-            Some(t) => t.as_mut().reset(tokio::time::Instant::now() + after),
-            None => self.timer = Some(Box::pin(tokio::time::sleep(after))),
+            Some(t) if t.deadline() <= self.deadline => {}
+            Some(t) => t.as_mut().reset(self.deadline),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(self.deadline))),
         }
+    }
+
+    /// Has the armed deadline passed? Registers for a wake-up when it has not.
+    fn timer_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(t) = self.timer.as_mut() else {
+            return false;
+        };
+        while t.as_mut().poll(cx).is_ready() {
+            if tokio::time::Instant::now() >= self.deadline {
+                return true;
+            }
+            t.as_mut().reset(self.deadline);
+        }
+        false
     }
 }
 
@@ -147,23 +175,27 @@ impl AsyncRead for EdgeStream {
             return Pin::new(&mut this.inner).poll_read(cx, buf);
         }
         if this.armed != Some(phase) {
-            let after = if phase == PHASE_HEAD {
-                this.limits.client_header_timeout
+            if phase == PHASE_HEAD {
+                let started = this.head_started;
+                this.arm(phase, started, this.limits.client_header_timeout);
             } else {
-                this.limits.keepalive_timeout
-            };
-            this.head_bytes = 0;
-            this.arm(phase, after);
+                this.head_bytes = 0;
+                let now = tokio::time::Instant::now();
+                this.arm(phase, now, this.limits.keepalive_timeout);
+            }
         }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let n = buf.filled().len() - before;
                 if n > 0 && phase == PHASE_IDLE {
-                    // The next head begins: its own deadline starts with its first byte.
+                    // The next head begins: its own deadline starts with its first byte. It is
+                    // set only if the head does not arrive whole (the next read would wait).
                     phase = PHASE_HEAD;
                     this.phase.store(PHASE_HEAD, Ordering::Release);
-                    this.arm(PHASE_HEAD, this.limits.client_header_timeout);
+                    this.head_started = tokio::time::Instant::now();
+                    this.head_bytes = 0;
+                    this.armed = None;
                 }
                 if phase == PHASE_HEAD {
                     this.head_bytes += n;
@@ -176,11 +208,7 @@ impl AsyncRead for EdgeStream {
                 }
             }
         }
-        let expired = this
-            .timer
-            .as_mut()
-            .is_some_and(|t| t.as_mut().poll(cx).is_ready());
-        if !expired {
+        if !this.timer_expired(cx) {
             return Poll::Pending;
         }
         if phase == PHASE_IDLE || this.head_bytes == 0 {

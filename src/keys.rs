@@ -110,7 +110,27 @@ pub fn write_bucket_key(out: &mut String, route: &str, client: BucketClient<'_>)
             }
         }
         BucketClient::Ip(ip) => {
-            let _ = write!(out, ":ip:{ip}");
+            out.push_str(":ip:");
+            push_ip(out, ip);
+        }
+    }
+}
+
+/// Append `ip` as `Display` would write it. IPv4, by far the common case, is written octet by
+/// octet: `fmt` machinery costs about 1,500 instructions per address, this about 100.
+pub fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(digits.format(octet));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
         }
     }
 }
@@ -147,6 +167,23 @@ mod tests {
             h.append("x-forwarded-for", v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn push_ip_writes_what_display_writes() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "255.255.255.255",
+            "10.20.3.4",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut out = String::from("x");
+            push_ip(&mut out, ip);
+            assert_eq!(out, format!("x{ip}"));
+        }
     }
 
     #[test]

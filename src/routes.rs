@@ -79,6 +79,8 @@ pub struct UpstreamPool {
     pub lb: Arc<LoadBalancer<RoundRobin>>,
     /// Number of resolved addresses (bounds connect retries).
     pub size: usize,
+    /// The address, when there is exactly one (the common case): no balancer pick needed.
+    pub only: Option<pingora::protocols::l4::socket::SocketAddr>,
     /// Connect, read, write and pool idle timeouts.
     pub timeouts: UpstreamTimeouts,
 }
@@ -123,7 +125,11 @@ impl Rules {
                     return Err(failed(none));
                 }
             }
+            addrs.sort();
+            addrs.dedup();
             let size = addrs.len();
+            let only =
+                (size == 1).then(|| pingora::protocols::l4::socket::SocketAddr::Inet(addrs[0]));
             let lb = LoadBalancer::try_from_iter(addrs).map_err(|source| RulesError {
                 upstream: up.name.clone(),
                 server: String::new(),
@@ -133,6 +139,7 @@ impl Rules {
                 name: up.name.clone(),
                 lb: Arc::new(lb),
                 size,
+                only,
                 timeouts: up.timeouts,
             });
         }
