@@ -1,7 +1,7 @@
 //! The floor slidegate is measured against: the smallest Pingora reverse proxy with the same
 //! upstream and keepalive settings as slidegate's own (one `upstream_peer`, nothing else).
 //!
-//! `scripts/bench` runs it as case G, so the gap between slidegate's no-limit route (case C)
+//! `scripts/bench` runs it as case M, so the gap between slidegate's no-limit route (case C)
 //! and Pingora itself is measured in the same run, on the same upstream.
 //!
 //! ```text
