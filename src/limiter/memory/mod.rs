@@ -21,8 +21,6 @@
 //! with the most spare quota, the oldest activity breaking ties. If no sampled bucket may go,
 //! the request gets [`StoreError::Full`] and the route's `on_error` decides it.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,6 +29,9 @@ use async_trait::async_trait;
 use smallvec::SmallVec;
 
 use super::{Limit, LimitState, LimitView, Store, StoreError, Verdict, WindowView};
+use shard::{Bucket, Shard};
+
+mod shard;
 
 /// Number of shards (a power of two); the top bits of a key's hash pick its shard.
 pub const SHARDS: usize = 64;
@@ -44,169 +45,6 @@ pub const BUCKET_COST: usize = std::mem::size_of::<Bucket>() + 40;
 
 /// Default `max_memory`: 256 MiB.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
-
-/// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
-/// oldest first.
-#[derive(Debug)]
-struct WindowLog {
-    /// Window in milliseconds (windows are whole milliseconds, at most 30 days < 2^32 ms).
-    window_ms: u32,
-    /// `requests` of the limit at its latest decision (eviction must know who is at its limit).
-    requests: u32,
-    entries: VecDeque<u64>,
-}
-
-impl WindowLog {
-    fn window_us(&self) -> u64 {
-        u64::from(self.window_ms) * 1000
-    }
-
-    /// Drop entries that are `window` or more old: an entry recorded at `t` frees its slot at
-    /// exactly `t + window` (the same rule as the Lua script).
-    fn evict(&mut self, now: u64) {
-        let cutoff = now.saturating_sub(self.window_us());
-        while self.entries.front().is_some_and(|&t| t <= cutoff) {
-            self.entries.pop_front();
-        }
-    }
-
-    /// Heap bytes of the entries (allocator size classes are multiples of 16 here).
-    fn heap_bytes(&self) -> usize {
-        match self.entries.capacity() {
-            0 => 0,
-            cap => (cap * 8).next_multiple_of(16),
-        }
-    }
-}
-
-/// All logs of one bucket (route + client), keyed by window length so that a reload that only
-/// changes `requests` keeps the recorded entries.
-#[derive(Debug)]
-pub struct Bucket {
-    key: u64,
-    /// Newest activity (µs): the eviction tie-breaker.
-    last_us: u64,
-    logs: SmallVec<[WindowLog; 1]>,
-}
-
-impl Bucket {
-    fn log_index(&mut self, window_ms: u32) -> usize {
-        match self.logs.iter().position(|l| l.window_ms == window_ms) {
-            Some(i) => i,
-            None => {
-                self.logs.push(WindowLog {
-                    window_ms,
-                    requests: u32::MAX,
-                    entries: VecDeque::new(),
-                });
-                self.logs.len() - 1
-            }
-        }
-    }
-
-    fn cost(&self) -> usize {
-        BUCKET_COST + self.logs.iter().map(WindowLog::heap_bytes).sum::<usize>()
-    }
-
-    /// The newest recorded timestamp, so a decision's `now` never goes back in time.
-    fn newest(&self) -> u64 {
-        self.logs
-            .iter()
-            .filter_map(|l| l.entries.back().copied())
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// After dropping expired entries: is any limit full (the bucket is then never evicted),
-    /// and how full is the fullest one, in millionths.
-    fn fill(&mut self, now: u64) -> (bool, u64) {
-        let mut at_limit = false;
-        let mut fill = 0;
-        for log in &mut self.logs {
-            log.evict(now);
-            let used = log.entries.len() as u64;
-            let quota = u64::from(log.requests.max(1));
-            at_limit |= used >= quota;
-            fill = fill.max(used * 1_000_000 / quota);
-        }
-        (at_limit, fill)
-    }
-}
-
-/// A hasher for keys that already are hashes.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    index: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    slots: Vec<Bucket>,
-    /// Accounted bytes: [`Bucket::cost`] summed.
-    bytes: usize,
-}
-
-impl Shard {
-    fn remove_at(&mut self, i: usize) {
-        let b = self.slots.swap_remove(i);
-        self.bytes -= b.cost();
-        self.index.remove(&b.key);
-        if let Some(moved) = self.slots.get(i) {
-            self.index.insert(moved.key, i as u32);
-        }
-    }
-
-    /// Evict sampled buckets until `need` more bytes fit in `budget`; never `keep`, never a
-    /// bucket at its limit. False when no sampled bucket may go.
-    fn make_room(
-        &mut self,
-        need: usize,
-        budget: usize,
-        keep: u64,
-        now: u64,
-        rng: &mut fastrand::Rng,
-    ) -> Result<u64, ()> {
-        let mut evicted = 0;
-        while self.bytes + need > budget {
-            let n = self.slots.len();
-            let mut best: Option<(usize, u64, u64)> = None;
-            for _ in 0..EVICTION_SAMPLES.min(n) {
-                let i = rng.usize(..n);
-                let b = &mut self.slots[i];
-                if b.key == keep {
-                    continue;
-                }
-                let (at_limit, fill) = b.fill(now);
-                if at_limit {
-                    continue;
-                }
-                let better = best.is_none_or(|(_, f, last)| (fill, b.last_us) < (f, last));
-                if better {
-                    best = Some((i, fill, b.last_us));
-                }
-            }
-            let Some((i, _, _)) = best else {
-                return Err(());
-            };
-            self.remove_at(i);
-            evicted += 1;
-        }
-        Ok(evicted)
-    }
-}
 
 /// The in-process sliding-window-log store.
 pub struct MemoryStore {

@@ -38,24 +38,19 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::cluster::ClusterClientBuilder;
 
-use super::{Limit, LimitState, LimitView, Store, StoreError, Verdict, WindowView};
+use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
+use conn::{classify, connect_timeout, Conn, Target, SAFETY_NET_FACTOR};
+
+mod conn;
+mod inspect;
 
 /// Source of the sliding-window script, compiled into the binary.
-pub const SCRIPT_SOURCE: &str = include_str!("../../lua/sliding_window.lua");
+pub const SCRIPT_SOURCE: &str = include_str!("../../../lua/sliding_window.lua");
 
 /// The script with its SHA1 computed once; shared by every store.
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCRIPT_SOURCE));
-
-/// Source of the read-only inspector script (`lua/inspect.lua`).
-pub const INSPECT_SOURCE: &str = include_str!("../../lua/inspect.lua");
-
-/// The inspector script with its SHA1 computed once.
-static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(INSPECT_SOURCE));
 
 /// After this many `check` timeouts in a row, `check` stops sending and fails fast until a
 /// `maintain` PING succeeds: a frozen Redis then costs one timeout per second, not one per
@@ -86,91 +81,6 @@ pub enum RedisNodes {
     Single(Box<redis::ConnectionInfo>),
     /// Seed nodes of a Redis Cluster.
     Cluster(Vec<redis::ConnectionInfo>),
-}
-
-/// Library-level timeouts are set to this multiple of the store's deadline: a safety net that
-/// never fires before the store's own timer.
-const SAFETY_NET_FACTOR: u32 = 2;
-
-/// Where the store connects; built without connecting.
-// One per store, built once: the size difference between the variants does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Target {
-    Single(redis::Client),
-    Cluster(ClusterClient),
-}
-
-/// A live connection. Both kinds are cheap handles (`Clone` shares the underlying sockets) and
-/// multiplex concurrent requests over one socket per server.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    /// Run one sliding-window script invocation.
-    async fn invoke(&mut self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
-        match self {
-            Conn::Single(c) => call.invoke_async(c).await,
-            Conn::Cluster(c) => call.invoke_async(c).await,
-        }
-    }
-
-    /// Run one prepared `EVALSHA` of the sliding-window script; on `NOSCRIPT` (Redis restarted,
-    /// failed over, `SCRIPT FLUSH`) load the script and send it again.
-    async fn decide(&mut self, evalsha: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        let first = match self {
-            Conn::Single(c) => evalsha.query_async(c).await,
-            Conn::Cluster(c) => evalsha.query_async(c).await,
-        };
-        match first {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let load = SCRIPT.prepare_invoke();
-                match self {
-                    Conn::Single(c) => load.load_async(c).await?,
-                    Conn::Cluster(c) => load.load_async(c).await?,
-                };
-                match self {
-                    Conn::Single(c) => evalsha.query_async(c).await,
-                    Conn::Cluster(c) => evalsha.query_async(c).await,
-                }
-            }
-            other => other,
-        }
-    }
-
-    /// `SCRIPT LOAD` the sliding-window script (on every master of a Cluster).
-    async fn load_script(&mut self) -> redis::RedisResult<()> {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(SCRIPT_SOURCE);
-        match self {
-            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
-            Conn::Cluster(c) => {
-                let all_masters = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
-                c.route_command(cmd, all_masters).await.map(drop)
-            }
-        }
-    }
-
-    /// PING. A Cluster counts as up while any master answers: one failed shard must not
-    /// stop the others (checks for its slots fail on their own, within the timeout).
-    async fn ping(&mut self) -> redis::RedisResult<()> {
-        let cmd = redis::cmd("PING");
-        match self {
-            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
-            Conn::Cluster(c) => {
-                let any_master = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::OneSucceeded),
-                ));
-                c.route_command(cmd, any_master).await.map(drop)
-            }
-        }
-    }
 }
 
 /// The Redis (or Redis Cluster) limiter store.
@@ -369,39 +279,6 @@ impl RedisStore {
     }
 }
 
-/// How long one connection attempt may take. A new connection needs a TCP (maybe TLS) handshake
-/// and `HELLO`/`AUTH` round trips, so it gets more than one call's timeout, but it stays well
-/// under the one-second `maintain` period.
-fn connect_timeout(timeout: Duration) -> Duration {
-    (timeout * 4).clamp(Duration::from_millis(100), Duration::from_millis(400))
-}
-
-/// Map a redis-rs error to the store's three kinds: the connection is the problem
-/// (`Unavailable`), the clock ran out (`Timeout`), or Redis answered with an error (`Backend`).
-fn classify(e: &RedisError, timeout: Duration) -> StoreError {
-    if e.is_timeout() {
-        return StoreError::Timeout(timeout);
-    }
-    let unavailable = e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.kind(),
-            ErrorKind::ClusterConnectionNotFound
-                | ErrorKind::Server(
-                    ServerErrorKind::ClusterDown
-                        | ServerErrorKind::MasterDown
-                        | ServerErrorKind::TryAgain
-                        | ServerErrorKind::BusyLoading
-                )
-        );
-    if unavailable {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Backend(e.to_string())
-    }
-}
-
 #[async_trait]
 impl Store for RedisStore {
     async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
@@ -546,116 +423,4 @@ impl RedisStore {
             StoreError::Backend(_) | StoreError::Full => {}
         }
     }
-}
-
-/// The admin inspector's calls. They use the same connection and timeout as `check` but stay
-/// out of its health bookkeeping: an operator's read must not open or close the gate.
-impl RedisStore {
-    /// The live connection, or `Unavailable`.
-    fn admin_conn(&self) -> Result<Conn, StoreError> {
-        match self.conn.load_full() {
-            Some(conn) if self.healthy.load(Ordering::Acquire) => Ok((*conn).clone()),
-            _ => Err(StoreError::Unavailable("not connected".into())),
-        }
-    }
-
-    /// Run one admin command, bounded by the store timeout.
-    async fn admin_call<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(&e, self.timeout)),
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
-        }
-    }
-
-    /// One `EVALSHA` of the read-only `lua/inspect.lua`.
-    async fn inspect_window(
-        &self,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<WindowView, StoreError> {
-        if limits.is_empty() {
-            let mut conn = self.admin_conn()?;
-            let (secs, micros): (u64, u64) = self
-                .admin_call(async {
-                    match &mut conn {
-                        Conn::Single(c) => redis::cmd("TIME").query_async(c).await,
-                        Conn::Cluster(c) => redis::cmd("TIME").query_async(c).await,
-                    }
-                })
-                .await?;
-            return Ok(WindowView {
-                now_us: secs * 1_000_000 + micros,
-                limits: Vec::new(),
-            });
-        }
-        let mut call = INSPECT.prepare_invoke();
-        for limit in limits {
-            call.key(self.key(bucket, limit));
-        }
-        for limit in limits {
-            call.arg(limit.requests)
-                .arg(limit.window.as_micros() as u64);
-        }
-        call.arg(super::MAX_VIEW_ENTRIES);
-        let mut conn = self.admin_conn()?;
-        let reply: Vec<i64> = self.admin_call(conn.invoke(&call)).await?;
-        parse_inspect(&reply, limits.len())
-    }
-
-    /// `DEL` of every key of the bucket (one slot: they share the hash tag).
-    async fn reset_bucket(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
-        if limits.is_empty() {
-            return Ok(());
-        }
-        let mut del = redis::cmd("DEL");
-        for limit in limits {
-            del.arg(self.key(bucket, limit));
-        }
-        let mut conn = self.admin_conn()?;
-        let _: i64 = self
-            .admin_call(async {
-                match &mut conn {
-                    Conn::Single(c) => del.query_async(c).await,
-                    Conn::Cluster(c) => del.query_async(c).await,
-                }
-            })
-            .await?;
-        Ok(())
-    }
-}
-
-/// Decode `lua/inspect.lua`'s reply (documented in its header), checking its shape.
-fn parse_inspect(reply: &[i64], limits: usize) -> Result<WindowView, StoreError> {
-    let bad = || {
-        StoreError::Backend(format!(
-            "inspect script returned a malformed reply for {limits} limits"
-        ))
-    };
-    let (&now, mut rest) = reply.split_first().ok_or_else(bad)?;
-    let mut views = Vec::with_capacity(limits);
-    for _ in 0..limits {
-        let [count, remaining, reset, k, ..] = *rest else {
-            return Err(bad());
-        };
-        let k = usize::try_from(k).map_err(|_| bad())?;
-        let entries = rest.get(4..4 + k).ok_or_else(bad)?;
-        views.push(LimitView {
-            count: count.max(0) as u64,
-            remaining: remaining.clamp(0, i64::from(u32::MAX)) as u32,
-            reset: Duration::from_micros(reset.max(0) as u64),
-            entries_us: entries.iter().map(|&t| t.max(0) as u64).collect(),
-        });
-        rest = &rest[4 + k..];
-    }
-    if !rest.is_empty() {
-        return Err(bad());
-    }
-    Ok(WindowView {
-        now_us: now.max(0) as u64,
-        limits: views,
-    })
 }
