@@ -1,9 +1,9 @@
 //! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
 //! functions of the other modules (route match, client key, limiter decision, headers, metrics).
 
-use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use once_cell::sync::Lazy;
 
@@ -17,7 +17,9 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use prometheus::Histogram;
 
+use crate::access_log::{AccessLog, Record};
 use crate::config::OnError;
+use crate::forwarding::{self, Hop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{Decision, StoreErrorMetrics, METRICS};
@@ -42,6 +44,7 @@ pub struct SlideGate {
     store: Arc<dyn Store>,
     limiter_duration: Histogram,
     store_errors: StoreErrorMetrics,
+    access_log: Option<AccessLog>,
 }
 
 impl SlideGate {
@@ -56,7 +59,14 @@ impl SlideGate {
             store,
             limiter_duration,
             store_errors: StoreErrorMetrics::default(),
+            access_log: None,
         }
+    }
+
+    /// Send one line per request to `log`.
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.access_log = log;
+        self
     }
 
     /// Decide with the store, timing and counting the outcome.
@@ -72,9 +82,48 @@ impl SlideGate {
     }
 }
 
+/// When the phases of a request happened; shared by the access log and the request metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// The request header has been read (the context is created then).
+    pub start: Instant,
+    /// The first upstream server was chosen (connect, retries and the request follow).
+    pub upstream_start: Option<Instant>,
+    /// The upstream's final response header arrived (`1xx` do not count).
+    pub upstream_head: Option<Instant>,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            start: Instant::now(),
+            upstream_start: None,
+            upstream_head: None,
+        }
+    }
+}
+
+impl Timing {
+    /// From choosing the upstream to its response header, if it answered.
+    pub fn upstream(&self) -> Option<Duration> {
+        Some(
+            self.upstream_head?
+                .saturating_duration_since(self.upstream_start?),
+        )
+    }
+}
+
 /// Per-request state.
 #[derive(Default)]
 pub struct RequestCtx {
+    /// Request phase times.
+    pub timing: Timing,
+    /// The client address (trusted `X-Forwarded-For` hops applied), once a route matched.
+    client: Option<IpAddr>,
+    /// What the limiter decided (as counted in `slidegate_requests_total`).
+    decision: Option<Decision>,
+    /// The upstream server this request was last sent to.
+    upstream: Option<SocketAddr>,
     /// The rules this request started under (a reload mid-request does not affect it).
     rules: Option<Arc<Rules>>,
     /// Index of the matched route in `rules`.
@@ -90,6 +139,23 @@ pub struct RequestCtx {
 impl RequestCtx {
     fn route(&self) -> Option<&Route> {
         Some(&self.rules.as_ref()?.routes[self.route?])
+    }
+
+    /// Count a decision and remember it for the access log.
+    fn record(&mut self, route: &Route, decision: Decision) {
+        route.metrics.decision(decision);
+        self.decision = Some(decision);
+    }
+}
+
+/// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
+/// `Transfer-Encoding`, connection closed at the end), as nginx does.
+fn close_delimit_for_http10(session: &mut Session, resp: &mut ResponseHeader) {
+    if session.req_header().version == http::Version::HTTP_10
+        && resp.headers.contains_key(http::header::TRANSFER_ENCODING)
+    {
+        resp.remove_header(&http::header::TRANSFER_ENCODING);
+        session.set_keepalive(None);
     }
 }
 
@@ -131,7 +197,14 @@ impl ProxyHttp for SlideGate {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
         ctx.rules = Some(rules.clone());
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip())
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
+        let client = rules.client_ip.resolve(peer, &req.headers);
+        ctx.client = Some(client);
         let host = req
             .uri
             .host()
@@ -151,17 +224,9 @@ impl ProxyHttp for SlideGate {
         };
         ctx.route = Some(idx);
         if route.spec.limits.is_empty() {
-            route.metrics.decision(Decision::Allowed);
+            ctx.record(route, Decision::Allowed);
             return Ok(false);
         }
-
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip())
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let req = session.req_header();
-        let client = rules.client_ip.resolve(peer, &req.headers);
         bucket_key(
             &mut ctx.key,
             &route.spec.name,
@@ -177,7 +242,7 @@ impl ProxyHttp for SlideGate {
                 // per request; the store logs its state changes and the metrics count errors.
                 log::debug!("route {}: limiter error: {e}", route.spec.name);
                 if route.spec.on_error == OnError::Deny && !route.spec.shadow {
-                    route.metrics.decision(Decision::ErrorDenied);
+                    ctx.record(route, Decision::ErrorDenied);
                     let mut header = ResponseHeader::build(503, Some(4))?;
                     header.insert_header(RETRY_AFTER, "1")?;
                     respond(
@@ -189,7 +254,7 @@ impl ProxyHttp for SlideGate {
                     .await?;
                     return Ok(true);
                 }
-                route.metrics.decision(Decision::ErrorAllowed);
+                ctx.record(route, Decision::ErrorAllowed);
                 return Ok(false);
             }
         };
@@ -197,9 +262,9 @@ impl ProxyHttp for SlideGate {
         if route.spec.shadow {
             // Dry run: count what would have happened, but show the client nothing.
             if verdict.admitted {
-                route.metrics.decision(Decision::Allowed);
+                ctx.record(route, Decision::Allowed);
             } else {
-                route.metrics.decision(Decision::ShadowDenied);
+                ctx.record(route, Decision::ShadowDenied);
                 log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
             }
             return Ok(false);
@@ -209,12 +274,12 @@ impl ProxyHttp for SlideGate {
         ratelimit_field(&mut field, &route.policy_names, &verdict);
         let ratelimit = HeaderValue::try_from(field).ok();
         if verdict.admitted {
-            route.metrics.decision(Decision::Allowed);
+            ctx.record(route, Decision::Allowed);
             ctx.ratelimit = ratelimit;
             return Ok(false);
         }
 
-        route.metrics.decision(Decision::Denied);
+        ctx.record(route, Decision::Denied);
         let mut header = ResponseHeader::build(429, Some(6))?;
         if let Some(r) = ratelimit {
             insert_ratelimit_fields(&mut header, route, r)?;
@@ -245,7 +310,12 @@ impl ProxyHttp for SlideGate {
                 format!("upstream {} has no server", pool.name),
             )
         })?;
-        let mut peer = HttpPeer::new(backend.addr, false, String::new());
+        let Some(addr) = backend.addr.as_inet().copied() else {
+            return Error::e_explain(ErrorType::InternalError, "upstream is not an IP address");
+        };
+        ctx.upstream = Some(addr);
+        ctx.timing.upstream_start.get_or_insert_with(Instant::now);
+        let mut peer = pool.transport.peer(addr);
         // Bound connection setup so a black-holed upstream becomes a prompt 502.
         peer.options.connection_timeout = Some(Duration::from_secs(5));
         peer.options.total_connection_timeout = Some(Duration::from_secs(10));
@@ -283,18 +353,21 @@ impl ProxyHttp for SlideGate {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
-        // Like nginx's `$proxy_add_x_forwarded_for`: every X-Forwarded-For line the client sent,
-        // joined in order, then the socket peer.
-        if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
-            let mut value = Vec::with_capacity(64);
-            for prev in upstream_request.headers.get_all("x-forwarded-for") {
-                value.extend_from_slice(prev.as_bytes());
-                value.extend_from_slice(b", ");
-            }
-            let _ = write!(value, "{}", peer.ip());
-            upstream_request.insert_header("X-Forwarded-For", value)?;
+        if let (Some(peer), Some(rules)) = (
+            session.client_addr().and_then(|a| a.as_inet()),
+            ctx.rules.as_ref(),
+        ) {
+            let peer = peer.ip();
+            let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+            let hop = Hop {
+                peer,
+                client: ctx.client.unwrap_or(peer),
+                peer_trusted: rules.client_ip.is_trusted(peer),
+                scheme: if tls { Scheme::Https } else { Scheme::Http },
+            };
+            forwarding::apply(upstream_request, &hop)?;
         }
         Ok(())
     }
@@ -310,18 +383,64 @@ impl ProxyHttp for SlideGate {
                 .metrics
                 .upstream_status(upstream_response.status.as_u16());
         }
+        // A 100 Continue is not the upstream's answer.
+        if !upstream_response.status.is_informational() {
+            ctx.timing.upstream_head.get_or_insert_with(Instant::now);
+        }
         Ok(())
     }
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let (Some(r), Some(route)) = (ctx.ratelimit.take(), ctx.route()) {
             insert_ratelimit_fields(resp, route, r)?;
         }
+        close_delimit_for_http10(session, resp);
         Ok(())
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let req = session.req_header();
+        let host = req
+            .uri
+            .host()
+            .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()))
+            .map(|h| host_without_port(h).to_string());
+        let status = match session.response_written() {
+            Some(resp) => resp.status.as_u16(),
+            // nginx's 499: the client closed the connection before a response was sent.
+            None if e.is_some_and(crate::log_hygiene::is_client_abort) => 499,
+            None => 0,
+        };
+        log.send(Record {
+            time: SystemTime::now(),
+            client: ctx.client,
+            method: req.method.clone(),
+            host,
+            path: req.uri.path().to_string(),
+            version: req.version,
+            status,
+            route: ctx.rules.clone().zip(ctx.route),
+            decision: ctx.decision,
+            upstream: ctx.upstream,
+            upstream_time: ctx.timing.upstream(),
+            duration: ctx.timing.start.elapsed(),
+            bytes_sent: session.body_bytes_sent(),
+        });
+    }
+
+    fn suppress_error_log(&self, session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
+        crate::log_hygiene::suppress(session, error)
+    }
+
+    fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
+        crate::log_hygiene::summary(session)
     }
 }

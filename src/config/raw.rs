@@ -33,6 +33,8 @@ pub(super) struct RawConfig {
     pub upstreams: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub log: RawLog,
 }
 
 /// `[server]`.
@@ -47,6 +49,11 @@ pub(super) struct RawServer {
     pub grace_period: GracePeriod,
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
+    pub tls_listen: Option<Spanned<SocketAddr>>,
+    pub tls_cert: Option<Spanned<PathBuf>>,
+    pub tls_key: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub h2c: bool,
 }
 
 fn default_threads() -> Spanned<usize> {
@@ -127,6 +134,37 @@ pub(super) struct RawClientIp {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub servers: Spanned<Vec<String>>,
+    #[serde(default)]
+    pub tls: bool,
+    pub sni: Option<Spanned<String>>,
+    pub verify: Option<Spanned<bool>>,
+    pub ca_file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub h2: bool,
+}
+
+/// `[log]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    /// `"off"`, `"stdout"` or a file path.
+    #[serde(default = "default_access")]
+    pub access: Spanned<String>,
+    #[serde(default)]
+    pub format: super::AccessFormat,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            access: default_access(),
+            format: super::AccessFormat::default(),
+        }
+    }
+}
+
+fn default_access() -> Spanned<String> {
+    Spanned::new(0..0, "off".into())
 }
 
 /// One `[[routes]]` entry.

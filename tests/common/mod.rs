@@ -5,4 +5,5 @@
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
+pub mod tls;
 pub mod upstream;
