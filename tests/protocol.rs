@@ -1,6 +1,6 @@
 //! Protocol details seen with real apps, through the real binary: the forwarding headers the
 //! upstream gets (forged ones replaced), a slow `Content-Length` body streamed as it arrives,
-//! and close-delimited bodies for HTTP/1.0 clients.
+//! close-delimited bodies for HTTP/1.0 clients, and a websocket tunnel counted once.
 
 mod common;
 
@@ -228,4 +228,46 @@ async fn http10_clients_get_close_delimited_bodies() {
         body.contains("hello ") && body.ends_with("0\r\n\r\n"),
         "{body:?}"
     );
+}
+
+/// A websocket upgrade is limited and counted as one request: the 101 carries the rate-limit
+/// fields, any number of messages then flow through the tunnel without being counted, and the
+/// next upgrade over the limit gets 429.
+#[tokio::test]
+async fn a_websocket_tunnel_is_counted_once_at_the_upgrade() {
+    let up = Upstream::start();
+    let proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("ws", "limits = [ { requests = 1, window = \"1m\" } ]")
+            .build(),
+    );
+    let upgrade = "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                   Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    stream.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    read_until(&mut stream, &mut buf, b"\r\n\r\n").await;
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("ratelimit: \"ws-60s\";r=0"), "{head}");
+    for i in 0..20 {
+        let msg = format!("message {i};");
+        stream.write_all(msg.as_bytes()).await.unwrap();
+        buf.clear();
+        read_until(&mut stream, &mut buf, msg.as_bytes()).await;
+    }
+    assert_eq!(proxy.decisions("ws", "allowed"), 1);
+    assert_eq!(proxy.decisions("ws", "denied"), 0);
+
+    let second = send(
+        proxy.addr(),
+        "GET",
+        "/ws",
+        &[("Connection", "Upgrade"), ("Upgrade", "websocket")],
+    )
+    .await;
+    assert_eq!(second.status, 429, "{second:?}");
+    assert_eq!(proxy.decisions("ws", "denied"), 1);
+    assert_eq!(up.hits(), 1);
 }

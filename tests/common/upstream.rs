@@ -7,7 +7,8 @@
 //! More answers, asked for by request headers: [`GATED_HEADER`] sends a 2-byte `Content-Length`
 //! body of which the second byte waits for [`Upstream::release`]; [`CHUNKED_HEADER`] sends a
 //! body without a length (chunked on HTTP/1.1). [`Upstream::start_tls`] serves HTTPS with
-//! HTTP/2 and HTTP/1.1 by ALPN.
+//! HTTP/2 and HTTP/1.1 by ALPN. A request with `Upgrade` is answered `101` and the tunnel echoes
+//! what it receives.
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -169,7 +170,7 @@ fn full(bytes: &'static [u8]) -> Body {
     Full::new(Bytes::from_static(bytes)).boxed()
 }
 
-async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body>, Infallible> {
+async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body>, Infallible> {
     let xff: Vec<&str> = req
         .headers()
         .get_all("x-forwarded-for")
@@ -190,6 +191,27 @@ async fn answer(req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body
         .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    if req.headers().contains_key(http::header::UPGRADE) {
+        // Accept any upgrade and echo what arrives on the tunnel.
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let Ok(upgraded) = upgrade.await else { return };
+            let mut io = TokioIo::new(upgraded);
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = io.read(&mut buf).await {
+                if io.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let response = Response::builder()
+            .status(101)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(full(b""));
+        return Ok(response.expect("static response"));
     }
     let response = Response::builder()
         .status(200)
@@ -262,6 +284,7 @@ async fn serve(
                 None => {
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 }
                 Some(acceptor) => {
