@@ -118,7 +118,7 @@ impl Timing {
 pub struct RequestCtx {
     /// Request phase times.
     pub timing: Timing,
-    /// The client address (trusted `X-Forwarded-For` hops applied), once a route matched.
+    /// The client address (trusted `X-Forwarded-For` hops applied), set by `request_filter`.
     client: Option<IpAddr>,
     /// What the limiter decided (as counted in `slidegate_requests_total`).
     decision: Option<Decision>,
