@@ -412,7 +412,7 @@ impl ProxyHttp for SlideGate {
             .uri
             .host()
             .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()))
-            .map(|h| host_without_port(h).to_string());
+            .map(host_without_port);
         let status = match session.response_written() {
             Some(resp) => resp.status.as_u16(),
             // nginx's 499: the client closed the connection before a response was sent.
@@ -422,12 +422,12 @@ impl ProxyHttp for SlideGate {
         log.send(Record {
             time: SystemTime::now(),
             client: ctx.client,
-            method: req.method.clone(),
+            method: req.method.as_str(),
             host,
-            path: req.uri.path().to_string(),
+            path: req.uri.path(),
             version: req.version,
             status,
-            route: ctx.rules.clone().zip(ctx.route),
+            route: ctx.route().map(|r| r.spec.name.as_str()),
             decision: ctx.decision,
             upstream: ctx.upstream,
             upstream_time: ctx.timing.upstream(),
