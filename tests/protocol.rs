@@ -129,7 +129,7 @@ async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, needl
 /// The upstream sends `Content-Length: 2`, the first byte at once, and the second only after
 /// the test has seen the first one through the proxy: a proxy that holds a Content-Length
 /// response until it is complete never shows the first byte and fails here (no timing
-/// involved). Checked over HTTP/1.1 and over HTTP/2 with TLS.
+/// involved). Checked over HTTP/1.1, and over HTTP/1.1 and HTTP/2 with TLS.
 #[tokio::test]
 async fn a_slow_content_length_body_streams_as_it_arrives() {
     let ca = TestCa::new("ca");
@@ -157,27 +157,27 @@ async fn a_slow_content_length_body_streams_as_it_arrives() {
     up.release();
     read_until(&mut stream, &mut buf, b"\r\n\r\nab").await;
 
-    // HTTP/2 over TLS: the first DATA frame arrives before the upstream finishes.
-    let client = Protocol::H2Tls.client(&ca.ca_pem());
-    let mut resp = client
-        .get(format!(
-            "https://localhost:{}/drip",
-            proxy.tls_addr().port()
-        ))
-        .header(GATED_HEADER, "1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
-    let first = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
-        .await
-        .expect("first byte not streamed over h2 within 10 s")
-        .unwrap()
-        .expect("a body chunk");
-    assert_eq!(&first[..], b"a");
-    up.release();
-    let rest = resp.bytes().await.unwrap();
-    assert_eq!(&rest[..], b"b");
+    // Over TLS, HTTP/1.1 and HTTP/2: the first byte arrives before the upstream finishes.
+    for protocol in [Protocol::H1Tls, Protocol::H2Tls] {
+        let client = protocol.client(&ca.ca_pem());
+        let url = format!("https://localhost:{}/drip", proxy.tls_addr().port());
+        let mut resp = client
+            .get(url)
+            .header(GATED_HEADER, "1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), protocol.version());
+        let first = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("first byte not streamed over {protocol:?} within 10 s"))
+            .unwrap()
+            .expect("a body chunk");
+        assert_eq!(&first[..], b"a");
+        up.release();
+        let rest = resp.bytes().await.unwrap();
+        assert_eq!(&rest[..], b"b");
+    }
 }
 
 /// An HTTP/1.0 client cannot parse chunked framing: a body the upstream sends without a length
