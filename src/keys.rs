@@ -25,7 +25,8 @@ impl ClientIpResolver {
         ClientIpResolver { trusted }
     }
 
-    fn is_trusted(&self, ip: IpAddr) -> bool {
+    /// Is `ip` inside `trusted_proxies`?
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 

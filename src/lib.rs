@@ -15,13 +15,20 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`reload`]: SIGHUP reload with atomic swap.
 //! - [`server`]: assembling the Pingora server.
+//! - [`tls`]: listener certificate (swapped on reload) and upstream TLS peers.
+//! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
+//! - [`access_log`]: one line per request, written by a thread of its own.
+//! - [`log_hygiene`]: what Pingora's error log says about a request, and what it leaves out.
 
+pub mod access_log;
 pub mod admin;
 pub mod config;
 pub mod edge_conn;
+pub mod forwarding;
 pub mod keys;
 pub mod limiter;
 pub mod limits_os;
+pub mod log_hygiene;
 pub mod metrics;
 pub mod proxy;
 pub mod ratelimit_headers;
@@ -29,3 +36,4 @@ pub mod reload;
 pub mod request_form;
 pub mod routes;
 pub mod server;
+pub mod tls;

@@ -45,6 +45,12 @@ fn main() -> ExitCode {
             eprintln!("slidegate: {}: {e}", cli.config.display());
             return ExitCode::from(1);
         }
+        if let Some(tls) = &config.server.tls {
+            if let Err(e) = slidegate::tls::load_certified_key(tls) {
+                eprintln!("slidegate: {}: {e}", cli.config.display());
+                return ExitCode::from(1);
+            }
+        }
         println!("slidegate: configuration {} is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }

@@ -1,9 +1,9 @@
 //! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
 //! functions of the other modules (route match, client key, limiter decision, headers, metrics).
 
-use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use once_cell::sync::Lazy;
 
@@ -16,7 +16,9 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use prometheus::Histogram;
 
+use crate::access_log::{AccessLog, Record};
 use crate::config::OnError;
+use crate::forwarding::{self, Hop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{Decision, InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
@@ -44,6 +46,7 @@ pub struct SlideGate {
     store: Arc<dyn Store>,
     limiter_duration: Histogram,
     store_errors: StoreErrorMetrics,
+    access_log: Option<AccessLog>,
 }
 
 impl SlideGate {
@@ -58,7 +61,14 @@ impl SlideGate {
             store,
             limiter_duration,
             store_errors: StoreErrorMetrics::default(),
+            access_log: None,
         }
+    }
+
+    /// Send one line per request to `log`.
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.access_log = log;
+        self
     }
 
     /// Decide with the store, timing and counting the outcome.
@@ -74,9 +84,48 @@ impl SlideGate {
     }
 }
 
+/// When the phases of a request happened; shared by the access log and the request metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// The request header has been read (the context is created then).
+    pub start: Instant,
+    /// The first upstream server was chosen (connect, retries and the request follow).
+    pub upstream_start: Option<Instant>,
+    /// The upstream's final response header arrived (`1xx` do not count).
+    pub upstream_head: Option<Instant>,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            start: Instant::now(),
+            upstream_start: None,
+            upstream_head: None,
+        }
+    }
+}
+
+impl Timing {
+    /// From choosing the upstream to its response header, if it answered.
+    pub fn upstream(&self) -> Option<Duration> {
+        Some(
+            self.upstream_head?
+                .saturating_duration_since(self.upstream_start?),
+        )
+    }
+}
+
 /// Per-request state.
 #[derive(Default)]
 pub struct RequestCtx {
+    /// Request phase times.
+    pub timing: Timing,
+    /// The client address (trusted `X-Forwarded-For` hops applied), set by `request_filter`.
+    client: Option<IpAddr>,
+    /// What the limiter decided (as counted in `slidegate_requests_total`).
+    decision: Option<Decision>,
+    /// The upstream server this request was last sent to.
+    upstream: Option<SocketAddr>,
     /// The rules this request started under (a reload mid-request does not affect it).
     rules: Option<Arc<Rules>>,
     /// Index of the matched route in `rules`.
@@ -87,10 +136,6 @@ pub struct RequestCtx {
     key: String,
     /// Servers this request could not connect to (each retried on another server).
     failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
-    /// When the request head had been read (`new_ctx`), for the request duration histogram.
-    started: Option<Instant>,
-    /// When the first upstream was chosen; taken at the upstream's final response head.
-    upstream_started: Option<Instant>,
     /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.
     in_flight: Option<InFlight>,
     /// The host routes matched on, and what to forward for an absolute-form target.
@@ -100,6 +145,23 @@ pub struct RequestCtx {
 impl RequestCtx {
     fn route(&self) -> Option<&Route> {
         Some(&self.rules.as_ref()?.routes[self.route?])
+    }
+
+    /// Count a decision and remember it for the access log.
+    fn record(&mut self, route: &Route, decision: Decision) {
+        route.metrics.decision(decision);
+        self.decision = Some(decision);
+    }
+}
+
+/// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
+/// `Transfer-Encoding`, connection closed at the end), as nginx does.
+fn close_delimit_for_http10(session: &mut Session, resp: &mut ResponseHeader) {
+    if session.req_header().version == http::Version::HTTP_10
+        && resp.headers.contains_key(http::header::TRANSFER_ENCODING)
+    {
+        resp.remove_header(&http::header::TRANSFER_ENCODING);
+        session.set_keepalive(None);
     }
 }
 
@@ -136,7 +198,6 @@ impl ProxyHttp for SlideGate {
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
-            started: Some(Instant::now()),
             in_flight: Some(InFlight::enter()),
             ..RequestCtx::default()
         }
@@ -171,7 +232,14 @@ impl ProxyHttp for SlideGate {
                 return Ok(true);
             }
         };
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip())
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
+        let client = rules.client_ip.resolve(peer, &req.headers);
+        ctx.client = Some(client);
         let host = ctx.form.host.as_deref();
         let path = normalize_path(request_form::match_path(req));
         let Some((idx, route)) = rules.find(host, &path, &req.method) else {
@@ -187,17 +255,9 @@ impl ProxyHttp for SlideGate {
         };
         ctx.route = Some(idx);
         if route.spec.limits.is_empty() {
-            route.metrics.decision(Decision::Allowed);
+            ctx.record(route, Decision::Allowed);
             return Ok(false);
         }
-
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip())
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let req = session.req_header();
-        let client = rules.client_ip.resolve(peer, &req.headers);
         bucket_key(
             &mut ctx.key,
             &route.spec.name,
@@ -213,7 +273,7 @@ impl ProxyHttp for SlideGate {
                 // per request; the store logs its state changes and the metrics count errors.
                 log::debug!("route {}: limiter error: {e}", route.spec.name);
                 if route.spec.on_error == OnError::Deny && !route.spec.shadow {
-                    route.metrics.decision(Decision::ErrorDenied);
+                    ctx.record(route, Decision::ErrorDenied);
                     let mut header = ResponseHeader::build(503, Some(4))?;
                     header.insert_header(RETRY_AFTER, "1")?;
                     respond(
@@ -225,7 +285,7 @@ impl ProxyHttp for SlideGate {
                     .await?;
                     return Ok(true);
                 }
-                route.metrics.decision(Decision::ErrorAllowed);
+                ctx.record(route, Decision::ErrorAllowed);
                 return Ok(false);
             }
         };
@@ -233,9 +293,9 @@ impl ProxyHttp for SlideGate {
         if route.spec.shadow {
             // Dry run: count what would have happened, but show the client nothing.
             if verdict.admitted {
-                route.metrics.decision(Decision::Allowed);
+                ctx.record(route, Decision::Allowed);
             } else {
-                route.metrics.decision(Decision::ShadowDenied);
+                ctx.record(route, Decision::ShadowDenied);
                 log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
             }
             return Ok(false);
@@ -245,12 +305,12 @@ impl ProxyHttp for SlideGate {
         ratelimit_field(&mut field, &route.policy_names, &verdict);
         let ratelimit = HeaderValue::try_from(field).ok();
         if verdict.admitted {
-            route.metrics.decision(Decision::Allowed);
+            ctx.record(route, Decision::Allowed);
             ctx.ratelimit = ratelimit;
             return Ok(false);
         }
 
-        route.metrics.decision(Decision::Denied);
+        ctx.record(route, Decision::Denied);
         let mut header = ResponseHeader::build(429, Some(6))?;
         if let Some(r) = ratelimit {
             insert_ratelimit_fields(&mut header, route, r)?;
@@ -271,7 +331,7 @@ impl ProxyHttp for SlideGate {
         };
         let pool = &rules.upstreams[rules.routes[route].spec.upstream];
         // The first attempt starts the upstream clock: retries on other servers count too.
-        ctx.upstream_started.get_or_insert_with(Instant::now);
+        ctx.timing.upstream_start.get_or_insert_with(Instant::now);
         // Skip servers this request already failed to connect to.
         let failed = &ctx.failed_servers;
         let addr = match &pool.only {
@@ -288,7 +348,11 @@ impl ProxyHttp for SlideGate {
                 format!("upstream {} has no server", pool.name),
             )
         })?;
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let Some(inet) = addr.as_inet().copied() else {
+            return Error::e_explain(ErrorType::InternalError, "upstream is not an IP address");
+        };
+        ctx.upstream = Some(inet);
+        let mut peer = pool.transport.peer(inet);
         // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
         // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
         // connection forever; idle pooled connections are dropped after `idle_timeout`.
@@ -331,16 +395,19 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         request_form::forward(&ctx.form, upstream_request)?;
-        // Like nginx's `$proxy_add_x_forwarded_for`: every X-Forwarded-For line the client sent,
-        // joined in order, then the socket peer.
-        if let Some(peer) = session.client_addr().and_then(|a| a.as_inet()) {
-            let mut value = Vec::with_capacity(64);
-            for prev in upstream_request.headers.get_all("x-forwarded-for") {
-                value.extend_from_slice(prev.as_bytes());
-                value.extend_from_slice(b", ");
-            }
-            let _ = write!(value, "{}", peer.ip());
-            upstream_request.insert_header("X-Forwarded-For", value)?;
+        if let (Some(peer), Some(rules)) = (
+            session.client_addr().and_then(|a| a.as_inet()),
+            ctx.rules.as_ref(),
+        ) {
+            let peer = peer.ip();
+            let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+            let hop = Hop {
+                peer,
+                client: ctx.client.unwrap_or(peer),
+                peer_trusted: rules.client_ip.is_trusted(peer),
+                scheme: if tls { Scheme::Https } else { Scheme::Http },
+            };
+            forwarding::apply(upstream_request, &hop)?;
         }
         Ok(())
     }
@@ -352,53 +419,79 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let status = upstream_response.status;
+        let Some(route) = ctx.route() else {
+            return Ok(());
+        };
+        route.metrics.upstream_status(status.as_u16());
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head =
             !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
-        let upstream_started = if final_head {
-            ctx.upstream_started.take()
-        } else {
-            None
-        };
-        if let Some(route) = ctx.route() {
-            route.metrics.upstream_status(status.as_u16());
-            if let Some(t) = upstream_started {
-                route
-                    .metrics
-                    .upstream_duration
-                    .observe(t.elapsed().as_secs_f64());
+        if final_head && ctx.timing.upstream_head.is_none() {
+            let now = Instant::now();
+            if let Some(start) = ctx.timing.upstream_start {
+                let took = now.saturating_duration_since(start);
+                route.metrics.upstream_duration.observe(took.as_secs_f64());
             }
+            ctx.timing.upstream_head = Some(now);
         }
         Ok(())
     }
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let (Some(r), Some(route)) = (ctx.ratelimit.take(), ctx.route()) {
             insert_ratelimit_fields(resp, route, r)?;
         }
+        close_delimit_for_http10(session, resp);
         Ok(())
     }
 
-    async fn logging(
-        &self,
-        session: &mut Session,
-        _e: Option<&pingora::Error>,
-        ctx: &mut RequestCtx,
-    ) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
         crate::edge_conn::response_done(session);
-        if let Some(started) = ctx.started {
-            let histogram = match ctx.route() {
-                Some(route) => &route.metrics.request_duration,
-                None => &*NO_ROUTE_DURATION,
-            };
-            histogram.observe(started.elapsed().as_secs_f64());
-        }
+        let duration = ctx.timing.start.elapsed();
+        let histogram = match ctx.route() {
+            Some(route) => &route.metrics.request_duration,
+            None => &*NO_ROUTE_DURATION,
+        };
+        histogram.observe(duration.as_secs_f64());
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let req = session.req_header();
+        let status = match session.response_written() {
+            Some(resp) => resp.status.as_u16(),
+            // nginx's 499: the client closed the connection before a response was sent.
+            None if e.is_some_and(crate::log_hygiene::is_client_abort) => 499,
+            None => 0,
+        };
+        log.send(Record {
+            time: SystemTime::now(),
+            client: ctx.client,
+            method: req.method.as_str(),
+            host: ctx.form.host.as_deref(),
+            path: req.uri.path(),
+            version: req.version,
+            status,
+            route: ctx.route().map(|r| r.spec.name.as_str()),
+            decision: ctx.decision,
+            upstream: ctx.upstream,
+            upstream_time: ctx.timing.upstream(),
+            duration,
+            bytes_sent: session.body_bytes_sent(),
+        });
+    }
+
+    fn suppress_error_log(&self, session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
+        crate::log_hygiene::suppress(session, error)
+    }
+
+    fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
+        crate::log_hygiene::summary(session)
     }
 }

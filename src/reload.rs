@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::limiter::Store;
 use crate::metrics::METRICS;
 use crate::routes::Rules;
+use crate::tls::{load_certified_key, CertResolver};
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub struct Reloader {
     store: Arc<dyn Store>,
     /// Also reload when the file's modification time or size changes (polled once a second).
     watch: bool,
+    /// The TLS listener's certificate, re-read on every reload.
+    certs: Option<Arc<CertResolver>>,
 }
 
 impl Reloader {
@@ -48,7 +51,15 @@ impl Reloader {
             rules,
             store,
             watch,
+            certs: None,
         }
+    }
+
+    /// Also re-read the TLS listener's certificate and key on every reload; a file that
+    /// cannot be used refuses the whole reload.
+    pub fn with_certificates(mut self, certs: Option<Arc<CertResolver>>) -> Self {
+        self.certs = certs;
+        self
     }
 
     /// Modification time and size of the config file, to notice edits when watching.
@@ -70,12 +81,21 @@ impl Reloader {
         let outcome = match Config::load(&current.source)
             .map_err(|e| e.to_string())
             .and_then(|new| {
-                let rules =
-                    Rules::build(&new).map_err(|e| format!("{}: {e}", new.source.display()))?;
-                Ok((new, rules))
+                let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", new.source.display());
+                let rules = Rules::build(&new).map_err(|e| in_file(&e))?;
+                // Only a running TLS listener takes a new certificate; adding one needs a
+                // restart (reported by the diff below).
+                let cert = match (&self.certs, &new.server.tls) {
+                    (Some(_), Some(tls)) => Some(load_certified_key(tls).map_err(|e| in_file(&e))?),
+                    _ => None,
+                };
+                Ok((new, rules, cert))
             }) {
-            Ok((new, rules)) => {
+            Ok((new, rules, cert)) => {
                 let needs_restart = current.restart_only_changes(&new);
+                if let (Some(resolver), Some(cert)) = (&self.certs, cert) {
+                    resolver.replace(cert);
+                }
                 self.rules.store(Arc::new(rules));
                 self.store.rules_changed();
                 // Keep the running restart-only settings so a later diff is honest.

@@ -15,6 +15,7 @@ use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
 use crate::metrics::RouteMetrics;
 use crate::ratelimit_headers::{policy_field, policy_name};
+use crate::tls::{TlsFileError, UpstreamTransport};
 
 /// One route, ready for the hot path: its validated spec plus what is precomputed from it.
 pub struct Route {
@@ -83,6 +84,8 @@ pub struct UpstreamPool {
     pub only: Option<pingora::protocols::l4::socket::SocketAddr>,
     /// Connect, read, write and pool idle timeouts.
     pub timeouts: UpstreamTimeouts,
+    /// Plain or TLS, HTTP/1.1 or HTTP/2: builds the peer of each server.
+    pub transport: UpstreamTransport,
 }
 
 /// A complete, immutable rule set.
@@ -95,13 +98,22 @@ pub struct Rules {
     pub client_ip: ClientIpResolver,
 }
 
-/// An upstream server that does not resolve: the one step of building rules that does I/O.
+/// What building rules can fail on: the steps that do I/O.
 #[derive(Debug, thiserror::Error)]
-#[error("upstreams.{upstream}.servers: {server} does not resolve: {source}")]
-pub struct RulesError {
-    upstream: String,
-    server: String,
-    source: std::io::Error,
+pub enum RulesError {
+    /// An upstream server that does not resolve.
+    #[error("upstreams.{upstream}.servers: {server} does not resolve: {source}")]
+    Resolve {
+        /// The `[upstreams.<name>]` name.
+        upstream: String,
+        /// The server as configured.
+        server: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// An upstream's `ca_file` that cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsFileError),
 }
 
 impl Rules {
@@ -111,8 +123,9 @@ impl Rules {
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for up in &config.upstreams {
             let mut addrs = Vec::with_capacity(up.servers.len());
+            let mut hosts = Vec::with_capacity(up.servers.len());
             for server in &up.servers {
-                let failed = |source| RulesError {
+                let failed = |source| RulesError::Resolve {
                     upstream: up.name.clone(),
                     server: server.to_string(),
                     source,
@@ -124,13 +137,15 @@ impl Rules {
                     let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
                     return Err(failed(none));
                 }
+                hosts.extend(addrs[before..].iter().map(|a| (*a, server.host.clone())));
             }
+            let transport = UpstreamTransport::new(up, hosts)?;
             addrs.sort();
             addrs.dedup();
             let size = addrs.len();
             let only =
                 (size == 1).then(|| pingora::protocols::l4::socket::SocketAddr::Inet(addrs[0]));
-            let lb = LoadBalancer::try_from_iter(addrs).map_err(|source| RulesError {
+            let lb = LoadBalancer::try_from_iter(addrs).map_err(|source| RulesError::Resolve {
                 upstream: up.name.clone(),
                 server: String::new(),
                 source,
@@ -141,6 +156,7 @@ impl Rules {
                 size,
                 only,
                 timeouts: up.timeouts,
+                transport,
             });
         }
         Ok(Rules {

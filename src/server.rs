@@ -15,6 +15,7 @@ use pingora::services::background::BackgroundService;
 use pingora::services::listening::Service as ListeningService;
 use pingora::services::Service;
 
+use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
 use crate::edge_conn::{ConnLimits, EdgeApp};
@@ -27,6 +28,7 @@ use crate::proxy::SlideGate;
 use crate::ratelimit_headers::ceil_secs;
 use crate::reload::Reloader;
 use crate::routes::Rules;
+use crate::tls::CertResolver;
 
 /// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
 /// stores get the exact local deny cache in front unless it is disabled.
@@ -126,15 +128,65 @@ impl<S: Service> Service for ProxyWithStore<S> {
 /// SIGHUP's default action terminates the process, and the reloader only starts listening once
 /// Pingora has started its services. Registering a handler now (tokio keeps it installed for the
 /// life of the process) makes an early SIGHUP harmless instead of fatal.
+/// SIGUSR1 (access log reopen) likewise.
 fn catch_sighup_from_now_on() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot build a runtime to register SIGHUP")?;
     let _guard = rt.enter();
-    let _sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .context("cannot catch SIGHUP")?;
+    let _sighup = signal(SignalKind::hangup()).context("cannot catch SIGHUP")?;
+    let _sigusr1 = signal(SignalKind::user_defined1()).context("cannot catch SIGUSR1")?;
     Ok(())
+}
+
+/// The downstream listeners: plain HTTP/1.1 (and h2c if enabled), and TLS with HTTP/2 and
+/// HTTP/1.1 by ALPN. Pingora buffers what it writes to a client (1460 bytes) and flushes a
+/// response with a `Content-Length` only at its end, so a slow upstream's body (a progress
+/// stream, `/drip`, a long poll) would reach the client only when complete. Writing through
+/// unbuffered sends each piece as it arrives, like nginx.
+fn add_listeners<A>(
+    proxy: &mut pingora::services::listening::Service<A>,
+    config: &Config,
+    certs: Option<&Arc<CertResolver>>,
+) -> anyhow::Result<()> {
+    use pingora::listeners::ListenerConfig;
+    use pingora::protocols::l4::stream::L4BufferSettings;
+    let unbuffered = L4BufferSettings::default().write(0);
+    proxy.add_listener(ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(unbuffered));
+    if let (Some(tls), Some(certs)) = (&config.server.tls, certs) {
+        let settings = crate::tls::listener_settings(certs.clone())?;
+        proxy.add_listener(
+            ListenerConfig::tcp(tls.listen.to_string())
+                .tls(settings)
+                .l4_buffer(unbuffered),
+        );
+    }
+    Ok(())
+}
+
+/// One startup line per listener, so an operator sees at once what is served where.
+fn log_listeners(config: &Config) {
+    let s = &config.server;
+    let h2c = if s.h2c { " and h2c" } else { "" };
+    log::info!("listening on http://{} (HTTP/1.1{h2c})", s.listen);
+    if let Some(tls) = &s.tls {
+        log::info!(
+            "listening on https://{} (HTTP/2 and HTTP/1.1 by ALPN; certificate {})",
+            tls.listen,
+            tls.cert.display()
+        );
+    }
+    log::info!(
+        "admin on http://{} (/metrics, /healthz, /readyz)",
+        s.admin_listen
+    );
+    match &config.log.access {
+        crate::config::AccessTarget::Off => log::info!("access log off"),
+        crate::config::AccessTarget::Stdout => log::info!("access log to stdout"),
+        crate::config::AccessTarget::File(p) => log::info!("access log to {}", p.display()),
+    }
 }
 
 /// Pingora process settings derived from `[server]`.
@@ -194,6 +246,15 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
+    let certs = match &config.server.tls {
+        Some(tls) => {
+            Some(CertResolver::load(tls).with_context(|| format!("{}", config.source.display()))?)
+        }
+        None => None,
+    };
+    let access_log =
+        AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
+    crate::log_hygiene::init();
 
     let opt = Opt {
         upgrade: options.upgrade,
@@ -203,14 +264,16 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     server.bootstrap();
 
     log_nofile(&config);
+    let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
     let mut app = pingora::proxy::http_proxy(
         &server.configuration,
-        SlideGate::new(rules.clone(), store.clone()),
+        SlideGate::new(rules.clone(), store.clone()).with_access_log(access_log),
     );
     // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
     // now and then (Pingora's default is no limit).
     let mut http_options = HttpServerOptions::default();
     http_options.keepalive_request_limit = Some(1000);
+    http_options.h2c = config.server.h2c;
     app.server_options = Some(http_options);
     // Header and keep-alive deadlines and the connection cap, which Pingora does not have.
     let s = &config.server;
@@ -223,7 +286,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         "Pingora HTTP Proxy Service".to_string(),
         EdgeApp::new(app, limits),
     );
-    proxy.add_tcp(&config.server.listen.to_string());
+    add_listeners(&mut proxy, &config, certs.as_ref())?;
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.
     server.add_service(ProxyWithStore {
@@ -250,9 +313,13 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         rules.clone(),
         config.server.admin_token.clone(),
     ));
+    if let Some(reopen) = reopen {
+        server.add_service(background_service("access log reopen", reopen));
+    }
+    log_listeners(&config);
     server.add_service(background_service(
         "config reload",
-        Reloader::new(config, rules, store, options.watch),
+        Reloader::new(config, rules, store, options.watch).with_certificates(certs),
     ));
 
     catch_sighup_from_now_on()?;

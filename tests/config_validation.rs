@@ -493,6 +493,61 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             line_of: Some("path_case_insensitive"),
             message: "expected a boolean",
         },
+        Case {
+            what: "tls listen without cert",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"1s\"\ntls_listen = \"127.0.0.1:18443\""),
+            key: "server.tls_cert",
+            line_of: Some("tls_listen"),
+            message: "required with server.tls_listen",
+        },
+        Case {
+            what: "tls key without listener",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"1s\"\ntls_key = \"/k.pem\""),
+            key: "server.tls_key",
+            line_of: Some("tls_key"),
+            message: "only used with server.tls_listen",
+        },
+        Case {
+            what: "tls listen on the admin port",
+            toml: edit(
+                "grace_period = \"1s\"",
+                "grace_period = \"1s\"\ntls_listen = \"0.0.0.0:19090\"\ntls_cert = \"/c\"\ntls_key = \"/k\"",
+            ),
+            key: "server.tls_listen",
+            line_of: Some("tls_listen"),
+            message: "overlaps server.admin_listen",
+        },
+        Case {
+            what: "sni without tls",
+            toml: edit("servers = [\"127.0.0.1:3000\"]", "servers = [\"127.0.0.1:3000\"]\nsni = \"app\""),
+            key: "upstreams.app.sni",
+            line_of: Some("sni = "),
+            message: "only used with tls = true",
+        },
+        Case {
+            what: "bad sni",
+            toml: edit(
+                "servers = [\"127.0.0.1:3000\"]",
+                "servers = [\"127.0.0.1:3000\"]\ntls = true\nsni = \"not a name\"",
+            ),
+            key: "upstreams.app.sni",
+            line_of: Some("sni = "),
+            message: "not a DNS name",
+        },
+        Case {
+            what: "unknown log format",
+            toml: format!("{BASE}\n[log]\naccess = \"stdout\"\nformat = \"xml\"\n"),
+            key: "log.format",
+            line_of: Some("format = \"xml\""),
+            message: "unknown variant `xml`",
+        },
+        Case {
+            what: "empty access log path",
+            toml: format!("{BASE}\n[log]\naccess = \"\"\n"),
+            key: "log.access",
+            line_of: Some("access = \"\""),
+            message: "a file path",
+        },
     ];
     // Check every case and report all failures at once.
     let failures: Vec<String> = cases

@@ -5,6 +5,7 @@
     bench.py record --runs FILE ...       append one run (wrk output + CPU + Redis stats)
     bench.py render TEMPLATE OUT K=V...   copy TEMPLATE to OUT, replacing every @K@ by V
     bench.py report --runs FILE --meta F  print the Markdown report
+    bench.py h2load FILE                  h2load's summary as the WRKJSON line wrk-report.lua prints
 
 Only the standard library is used.
 """
@@ -23,6 +24,9 @@ CASES = {
     "D": "slidegate + memory store (allowed path)",
     "E": "slidegate + Redis store (allowed path)",
     "F": "slidegate + Redis store (denied flood)",
+    "G": "slidegate, no limits + JSON access log (file)",
+    "H": "slidegate, no limits, HTTP/2 over TLS (h2load)",
+    "I": "slidegate, no limits, HTTP/1.1 over TLS (wrk)",
 }
 REDIS_CASES = ("E", "F")
 SCRIPT_CMDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -73,6 +77,33 @@ def parse_info(path):
     return cmds, cpu
 
 
+def cmd_h2load(args):
+    """h2load has no latency percentiles: p50/p99 are left out (n/a), the mean is kept."""
+    with open(args.file) as f:
+        text = f.read()
+    fin = re.search(r"finished in ([0-9.]+)(ms|s),", text)
+    reqs = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                     r"(\d+) failed, (\d+) errored, (\d+) timeout", text)
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    mean = re.search(r"time for request:\s+\S+\s+\S+\s+([0-9.]+)(us|ms|s)", text)
+    traffic = re.search(r"traffic: .*?\((\d+)\) total", text)
+    if not (fin and reqs and codes):
+        sys.exit(f"bench.py h2load: unexpected output:\n{text}")
+    secs = float(fin.group(1)) / (1000 if fin.group(2) == "ms" else 1)
+    done = int(reqs.group(3))
+    scale = {"us": 1, "ms": 1e3, "s": 1e6}
+    rec = {
+        "requests": done, "bytes": int(traffic.group(1)) if traffic else 0,
+        "duration_us": int(secs * 1e6),
+        "status_errors": sum(int(codes.group(i)) for i in (2, 3, 4)),
+        "connect_errors": 0, "read_errors": int(reqs.group(6)), "write_errors": int(reqs.group(5)),
+        "timeouts": int(reqs.group(7)),
+        "p50_us": None, "p90_us": None, "p99_us": None, "max_us": None,
+        "mean_us": float(mean.group(1)) * scale[mean.group(2)] if mean else None,
+    }
+    print("WRKJSON " + json.dumps(rec))
+
+
 def cmd_record(args):
     wrk = None
     with open(args.wrk_file) as f:
@@ -111,7 +142,7 @@ def cmd_record(args):
             f"{upc:.2f} usec/call" if upc is not None else "no script calls")
     errs = wrk["connect_errors"] + wrk["read_errors"] + wrk["write_errors"] + wrk["timeouts"]
     print(f"  round {args.round} case {args.case}: {rec['rps']:>9.0f} req/s  "
-          f"p50 {wrk['p50_us'] / 1000:.2f} ms  p99 {wrk['p99_us'] / 1000:.2f} ms  "
+          f"p50 {fmt_ms(wrk['p50_us'])}  p99 {fmt_ms(wrk['p99_us'])}  "
           f"non-2xx {wrk['status_errors']}  socket errors {errs}{extra}", file=sys.stderr, flush=True)
 
 
@@ -145,6 +176,16 @@ def paired_ratio(by_case, num, den):
     ratios = [r["rps"] / den_by_round[r["round"]] for r in by_case[num]
               if den_by_round.get(r["round"])]
     return med(ratios)
+
+
+def paired_diff(by_case, num, den, field):
+    """Median over rounds of num[field] - den[field], each difference taken within one round."""
+    if num not in by_case or den not in by_case:
+        return None
+    den_by_round = {r["round"]: r.get(field) for r in by_case[den]}
+    diffs = [r[field] - den_by_round[r["round"]] for r in by_case[num]
+             if r.get(field) is not None and den_by_round.get(r["round"]) is not None]
+    return med(diffs)
 
 
 def metric_total(path, name, label_filter=None):
@@ -265,6 +306,12 @@ def cmd_report(args):
         target("≤ 0.01 Redis calls per denied request", f"{f['calls_per_req']:.4f}", f["calls_per_req"] <= 0.01)
     else:
         target("≤ 0.01 Redis calls per denied request", "not measured", None)
+    log_cost = paired_diff(by_case, "G", "C", "proxy_cpu_us_per_req")
+    if log_cost is not None:
+        target("JSON access log ≤ 1.5 µs proxy CPU per request (G − C)", f"{log_cost:.2f} µs",
+               log_cost <= 1.5)
+    else:
+        target("JSON access log ≤ 1.5 µs proxy CPU per request (G − C)", "not measured", None)
     upcs = {k: stats[k]["usec_per_call"] for k in REDIS_CASES
             if k in stats and stats[k]["usec_per_call"] is not None}
     if upcs:
@@ -294,6 +341,9 @@ def cmd_report(args):
         errs = metric_total(path, "slidegate_store_errors_total")
         if errs:
             warnings.append(f"slidegate {name}: slidegate_store_errors_total = {errs:.0f}")
+        dropped = metric_total(path, "slidegate_access_log_dropped_total")
+        if dropped:
+            warnings.append(f"slidegate {name}: {dropped:.0f} access log lines dropped")
         for d in ("error_allowed", "error_denied"):
             n = metric_total(path, "slidegate_requests_total", {"decision": d})
             if n:
@@ -318,7 +368,11 @@ def cmd_report(args):
       "Redis routes use `on_error = \"deny\"` (a store failure would show as a non-2xx, never as a "
       "fast fail-open), other `[store]` keys at their defaults. "
       "One wrk client, so one bucket; upstream: a separate nginx (`worker_processes 1`) answering "
-      "`return 200 \"ok\"`. All on one 2-CPU machine, so load generator, proxy, upstream and Redis "
+      "`return 200 \"ok\"`. G writes one JSON line per request to a file in the bench's temp dir; "
+      "its cost is the median per-round difference of proxy CPU µs/request between G and C. "
+      "H and I use a throwaway ECDSA P-256 certificate (TLS 1.3, rustls); H runs h2load "
+      "(`-m1`: one stream in flight per connection, like wrk's one request per connection), "
+      "which reports no latency percentiles. All on one 2-CPU machine, so load generator, proxy, upstream and Redis "
       "share the CPUs: compare ratios, not absolute numbers.")
     text = "\n".join(out) + "\n"
     sys.stdout.write(text)
@@ -351,6 +405,9 @@ def main():
     a.add_argument("--redis-before")
     a.add_argument("--redis-after")
     a.set_defaults(func=cmd_record)
+    a = sub.add_parser("h2load")
+    a.add_argument("file")
+    a.set_defaults(func=cmd_h2load)
     a = sub.add_parser("report")
     a.add_argument("--runs", required=True)
     a.add_argument("--meta", required=True)

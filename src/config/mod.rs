@@ -130,6 +130,10 @@ pub struct ServerSettings {
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
     pub admin_token: Option<String>,
+    /// The TLS listener (HTTP/2 and HTTP/1.1 by ALPN), if any.
+    pub tls: Option<TlsListenerSettings>,
+    /// Accept HTTP/2 with prior knowledge (h2c) on the plain listener.
+    pub h2c: bool,
 }
 
 /// Secrets take part in the restart-only diff without their value being kept in it.
@@ -138,6 +142,63 @@ fn redacted<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::
     let mut h = std::collections::hash_map::DefaultHasher::new();
     v.hash(&mut h);
     s.serialize_u64(h.finish())
+}
+
+/// `server.tls_listen` with its certificate. The address needs a restart to change; the
+/// certificate and key are re-read on every reload ([`crate::tls::CertResolver`]), so their
+/// paths are left out of the restart-only diff.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TlsListenerSettings {
+    /// Listening address.
+    pub listen: SocketAddr,
+    /// PEM certificate chain, leaf first.
+    #[serde(skip)]
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip)]
+    pub key: PathBuf,
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum AccessTarget {
+    /// No access log.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// A file, appended to; reopened on SIGUSR1.
+    File(PathBuf),
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// nginx's `combined`, without header values (referer and user agent are `-`).
+    Combined,
+}
+
+/// `[log]` (restart only).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogSettings {
+    /// Where access lines go.
+    pub access: AccessTarget,
+    /// How they are written.
+    pub format: AccessFormat,
+}
+
+/// `[upstreams.<name>]` TLS settings (`tls = true`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTls {
+    /// SNI and the name the certificate is checked against; `None`: each server's host.
+    pub sni: Option<String>,
+    /// Verify the upstream's certificate (chain and name).
+    pub verify: bool,
+    /// Roots trusted for this upstream instead of the system's (PEM), read when rules are built.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into
@@ -256,6 +317,10 @@ pub struct UpstreamSpec {
     pub servers: Vec<HostPort>,
     /// Connect, read, write and pool idle timeouts.
     pub timeouts: UpstreamTimeouts,
+    /// HTTPS to the servers, when set.
+    pub tls: Option<UpstreamTls>,
+    /// Speak HTTP/2 to the servers (ALPN `h2` over TLS, prior knowledge without).
+    pub h2: bool,
 }
 
 /// How a route groups requests into buckets.
@@ -365,6 +430,8 @@ pub struct Config {
     pub server: ServerSettings,
     /// `[store]` (restart only).
     pub store: StoreSettings,
+    /// `[log]` (restart only).
+    pub log: LogSettings,
     /// Routes, upstreams and client address resolution (reloadable).
     pub routing: RoutingSpec,
 }
@@ -417,6 +484,7 @@ impl Config {
     pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
         let mut out = changed_fields("server", &self.server, &new.server);
         out.extend(changed_fields("store", &self.store, &new.store));
+        out.extend(changed_fields("log", &self.log, &new.log));
         out
     }
 }

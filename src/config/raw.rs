@@ -33,6 +33,8 @@ pub(super) struct RawConfig {
     pub upstreams: BTreeMap<String, RawUpstream>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub log: RawLog,
 }
 
 /// `[server]`.
@@ -54,6 +56,11 @@ pub(super) struct RawServer {
     pub keepalive_timeout: KeepaliveTimeout,
     #[serde(default = "default_max_connections")]
     pub max_connections: Spanned<u32>,
+    pub tls_listen: Option<Spanned<SocketAddr>>,
+    pub tls_cert: Option<Spanned<PathBuf>>,
+    pub tls_key: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub h2c: bool,
 }
 
 fn default_threads() -> Spanned<usize> {
@@ -163,6 +170,13 @@ pub(super) struct RawUpstream {
     pub write_timeout: UpstreamTimeout,
     #[serde(default = "default_upstream_io_timeout")]
     pub idle_timeout: UpstreamTimeout,
+    #[serde(default)]
+    pub tls: bool,
+    pub sni: Option<Spanned<String>>,
+    pub verify: Option<Spanned<bool>>,
+    pub ca_file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub h2: bool,
 }
 
 fn default_connect_timeout() -> UpstreamTimeout {
@@ -170,6 +184,30 @@ fn default_connect_timeout() -> UpstreamTimeout {
 }
 fn default_upstream_io_timeout() -> UpstreamTimeout {
     BoundedDuration(Duration::from_secs(60))
+}
+
+/// `[log]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    /// `"off"`, `"stdout"` or a file path.
+    #[serde(default = "default_access")]
+    pub access: Spanned<String>,
+    #[serde(default)]
+    pub format: super::AccessFormat,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            access: default_access(),
+            format: super::AccessFormat::default(),
+        }
+    }
+}
+
+fn default_access() -> Spanned<String> {
+    Spanned::new(0..0, "off".into())
 }
 
 /// One `[[routes]]` entry.

@@ -6,23 +6,35 @@
 //! connection info the store uses. Every error names the file, the line when known, and the key.
 
 use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
 use std::path::Path;
 
 use http::{HeaderName, Method};
 use redis::IntoConnectionInfo;
 use toml::Spanned;
 
-use super::raw::{RawBackend, RawConfig, RawRoute, RawServer, RawStore, RawUpstream};
+use super::raw::{RawBackend, RawConfig, RawLog, RawRoute, RawServer, RawStore, RawUpstream};
 use super::{
-    Backend, ClientIpSettings, Config, ConfigError, HostMatch, HostPort, KeySpec, OnError,
-    RedisUrl, RouteSpec, RoutingSpec, ServerSettings, StoreSettings, UpstreamSpec,
-    UpstreamTimeouts,
+    AccessTarget, Backend, ClientIpSettings, Config, ConfigError, HostMatch, HostPort, KeySpec,
+    LogSettings, OnError, RedisUrl, RouteSpec, RoutingSpec, ServerSettings, StoreSettings,
+    TlsListenerSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use crate::limiter::Limit;
 
 /// 1-based line of a byte offset.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Would two listeners take the same socket? Same port on overlapping addresses would only
+/// fail later, at bind time: an unspecified address (0.0.0.0 / ::) takes the port on every
+/// interface, and `[::ffff:a.b.c.d]` is the same socket as `a.b.c.d`. Port 0 is exempt:
+/// ephemeral binds never collide.
+fn collide(a: SocketAddr, b: SocketAddr) -> bool {
+    let overlap = a.ip().is_unspecified()
+        || b.ip().is_unspecified()
+        || a.ip().to_canonical() == b.ip().to_canonical();
+    a.port() == b.port() && a.port() != 0 && overlap
 }
 
 /// Validates one file's raw schema; `path` and `text` are kept to name the file and line.
@@ -57,6 +69,7 @@ impl Validator<'_> {
         let default_on_error = raw.store.on_error;
         let store = self.store(raw.store)?;
         let upstreams = self.upstreams(raw.upstreams)?;
+        let log = self.log(raw.log)?;
         let mut names = HashSet::new();
         let mut routes = Vec::with_capacity(raw.routes.len());
         for (i, r) in raw.routes.into_iter().enumerate() {
@@ -66,6 +79,7 @@ impl Validator<'_> {
             source: self.path.to_path_buf(),
             server,
             store,
+            log,
             routing: RoutingSpec {
                 client_ip: ClientIpSettings {
                     trusted_proxies: raw.client_ip.trusted_proxies,
@@ -101,14 +115,7 @@ impl Validator<'_> {
                 "must differ from server.listen",
             );
         }
-        // Same port on overlapping addresses would only fail later, at bind time: an
-        // unspecified address (0.0.0.0 / ::) takes the port on every interface, and
-        // `[::ffff:a.b.c.d]` is the same socket as `a.b.c.d`. Port 0 is exempt: ephemeral
-        // binds never collide.
-        let overlap = listen.ip().is_unspecified()
-            || admin.ip().is_unspecified()
-            || listen.ip().to_canonical() == admin.ip().to_canonical();
-        if listen.port() == admin.port() && listen.port() != 0 && overlap {
+        if collide(listen, admin) {
             return self.err(
                 Some(raw.admin_listen.span()),
                 "server.admin_listen",
@@ -126,6 +133,7 @@ impl Validator<'_> {
                 );
             }
         }
+        let tls = self.tls_listener(&raw, listen, admin)?;
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
         let tag = format!("slidegate-{}", listen.port());
@@ -145,6 +153,72 @@ impl Validator<'_> {
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
             max_connections,
+            tls,
+            h2c: raw.h2c,
+        })
+    }
+
+    /// `server.tls_listen` and its certificate: all three keys or none. The files are read
+    /// when the listener is built ([`crate::tls`]), not here.
+    fn tls_listener(
+        &self,
+        raw: &RawServer,
+        listen: SocketAddr,
+        admin: SocketAddr,
+    ) -> Result<Option<TlsListenerSettings>, ConfigError> {
+        let Some(tls_listen) = &raw.tls_listen else {
+            for (field, key) in [
+                (&raw.tls_cert, "server.tls_cert"),
+                (&raw.tls_key, "server.tls_key"),
+            ] {
+                if let Some(v) = field {
+                    return self.err(Some(v.span()), key, "only used with server.tls_listen");
+                }
+            }
+            return Ok(None);
+        };
+        let addr = *tls_listen.get_ref();
+        for (other, name) in [(listen, "server.listen"), (admin, "server.admin_listen")] {
+            if collide(addr, other) {
+                return self.err(
+                    Some(tls_listen.span()),
+                    "server.tls_listen",
+                    format!("{addr} overlaps {name} {other}: use a different port"),
+                );
+            }
+        }
+        let path = |field: &Option<Spanned<std::path::PathBuf>>, key: &str| match field {
+            Some(p) if !p.get_ref().as_os_str().is_empty() => Ok(p.get_ref().clone()),
+            Some(p) => self.err(Some(p.span()), key, "must name a PEM file"),
+            None => self.err(
+                Some(tls_listen.span()),
+                key,
+                "required with server.tls_listen",
+            ),
+        };
+        Ok(Some(TlsListenerSettings {
+            listen: addr,
+            cert: path(&raw.tls_cert, "server.tls_cert")?,
+            key: path(&raw.tls_key, "server.tls_key")?,
+        }))
+    }
+
+    fn log(&self, raw: RawLog) -> Result<LogSettings, ConfigError> {
+        let access = match raw.access.get_ref().as_str() {
+            "off" => AccessTarget::Off,
+            "stdout" => AccessTarget::Stdout,
+            "" => {
+                return self.err(
+                    Some(raw.access.span()),
+                    "log.access",
+                    "expected \"off\", \"stdout\" or a file path",
+                )
+            }
+            path => AccessTarget::File(path.into()),
+        };
+        Ok(LogSettings {
+            access,
+            format: raw.format,
         })
     }
 
@@ -284,10 +358,41 @@ impl Validator<'_> {
                 write: up.write_timeout.0,
                 idle: up.idle_timeout.0,
             };
+            let tls_key = |k: &str| format!("upstreams.{name}.{k}");
+            let tls = if up.tls {
+                if let Some(sni) = &up.sni {
+                    let ok = !sni.get_ref().is_empty()
+                        && rustls::pki_types::ServerName::try_from(sni.get_ref().as_str()).is_ok();
+                    if !ok {
+                        return self.err(
+                            Some(sni.span()),
+                            tls_key("sni"),
+                            "not a DNS name or IP address",
+                        );
+                    }
+                }
+                Some(UpstreamTls {
+                    sni: up.sni.map(Spanned::into_inner),
+                    verify: up.verify.is_none_or(Spanned::into_inner),
+                    ca_file: up.ca_file.map(Spanned::into_inner),
+                })
+            } else {
+                let stray = [
+                    ("sni", up.sni.map(|v| v.span())),
+                    ("verify", up.verify.map(|v| v.span())),
+                    ("ca_file", up.ca_file.map(|v| v.span())),
+                ];
+                if let Some((k, span)) = stray.into_iter().find(|(_, s)| s.is_some()) {
+                    return self.err(span, tls_key(k), "only used with tls = true");
+                }
+                None
+            };
             out.push(UpstreamSpec {
                 name,
                 servers,
                 timeouts,
+                tls,
+                h2: up.h2,
             });
         }
         Ok(out)

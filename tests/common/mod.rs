@@ -7,4 +7,5 @@ pub mod browser;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
+pub mod tls;
 pub mod upstream;

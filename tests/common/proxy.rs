@@ -75,8 +75,9 @@ pub fn closed_addr() -> SocketAddr {
 pub struct ConfigBuilder {
     store: Option<String>,
     trusted_proxies: Vec<String>,
-    upstreams: Vec<(String, Vec<String>)>,
+    upstreams: Vec<(String, Vec<String>, String)>,
     routes: Vec<(String, String)>,
+    raw: String,
 }
 
 impl ConfigBuilder {
@@ -104,7 +105,22 @@ impl ConfigBuilder {
 
     /// `[upstreams.<name>]` with several servers.
     pub fn upstream_servers(mut self, name: &str, servers: &[String]) -> Self {
-        self.upstreams.push((name.to_string(), servers.to_vec()));
+        self.upstreams
+            .push((name.to_string(), servers.to_vec(), String::new()));
+        self
+    }
+
+    /// `[upstreams.<name>]` with one server and `lines` as its other keys (e.g. `tls = true`).
+    pub fn upstream_with(mut self, name: &str, addr: impl std::fmt::Display, lines: &str) -> Self {
+        self.upstreams
+            .push((name.to_string(), vec![addr.to_string()], lines.to_string()));
+        self
+    }
+
+    /// Raw TOML appended after everything else, e.g. a `[log]` table.
+    pub fn raw(mut self, toml: &str) -> Self {
+        self.raw.push_str(toml);
+        self.raw.push('\n');
         self
     }
 
@@ -126,10 +142,13 @@ impl ConfigBuilder {
             let _ = write!(out, "{sep}{c:?}");
         }
         out.push_str("]\n");
-        for (name, servers) in &self.upstreams {
-            let _ = write!(out, "\n[upstreams.{name}]\nservers = {servers:?}\n");
+        for (name, servers, lines) in &self.upstreams {
+            let _ = write!(
+                out,
+                "\n[upstreams.{name}]\nservers = {servers:?}\n{lines}\n"
+            );
         }
-        let default_upstream = self.upstreams.first().map(|(n, _)| n.as_str());
+        let default_upstream = self.upstreams.first().map(|(n, _, _)| n.as_str());
         for (name, lines) in &self.routes {
             let _ = writeln!(out, "\n[[routes]]\nname = {name:?}");
             let sets_upstream = lines
@@ -141,6 +160,8 @@ impl ConfigBuilder {
             out.push_str(lines);
             out.push('\n');
         }
+        out.push('\n');
+        out.push_str(&self.raw);
         out
     }
 }
@@ -169,6 +190,10 @@ pub struct ProxyOptions {
     pub server_extra: String,
     /// Start the process with this `RLIMIT_NOFILE` (soft and hard), like `prlimit --nofile=N`.
     pub nofile: Option<u64>,
+    /// A TLS listener on a run-time port with this certificate chain and key (PEM files).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Extra `[server]` lines, e.g. `h2c = true`.
+    pub server_lines: String,
 }
 
 impl Default for ProxyOptions {
@@ -182,6 +207,8 @@ impl Default for ProxyOptions {
             grace_period: "1s",
             server_extra: String::new(),
             nofile: None,
+            tls: None,
+            server_lines: String::new(),
         }
     }
 }
@@ -192,6 +219,7 @@ pub struct Proxy {
     child: Child,
     listen: SocketAddr,
     admin: SocketAddr,
+    tls_listen: Option<SocketAddr>,
     server_section: String,
     config_path: PathBuf,
     log_path: PathBuf,
@@ -243,12 +271,24 @@ impl Proxy {
         }
         let mut server_section = format!(
             "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
-             grace_period = \"{}\"\n",
-            opts.threads, opts.grace_period,
+             grace_period = \"{}\"\n{}\n",
+            opts.threads, opts.grace_period, opts.server_lines,
         );
         for line in opts.server_extra.lines() {
             server_section.push_str(line.trim());
             server_section.push('\n');
+        }
+        let mut tls_listen = None;
+        if let Some((cert, key)) = &opts.tls {
+            let mut addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            while addr == listen || addr == admin {
+                addr.set_port(free_port());
+            }
+            let _ = write!(
+                server_section,
+                "tls_listen = \"{addr}\"\ntls_cert = {cert:?}\ntls_key = {key:?}\n"
+            );
+            tls_listen = Some(addr);
         }
         let upgrade_sock = if opts.default_paths {
             // As src/config/validate.rs derives it: `<temp dir>/slidegate-<listen port>.sock`.
@@ -278,6 +318,7 @@ impl Proxy {
             child,
             listen,
             admin,
+            tls_listen,
             server_section,
             config_path,
             log_path,
@@ -291,12 +332,18 @@ impl Proxy {
     /// Wait until this process holds both listening sockets and answers on them.
     fn wait_ready(&mut self, timeout: Duration) -> Result<(), SpawnError> {
         let (listen, admin) = (self.listen, self.admin);
+        // Without a TLS listener, check the plain one twice.
+        let tls = self.tls_listen.unwrap_or(listen);
         let proxy = self;
         let deadline = Instant::now() + timeout;
         // Pingora retries a bind that finds its port taken (once a second, 30 times) and
         // logs "<addr> is in use, will try again"; another test's server may have taken the
         // port since it was chosen, so start over on fresh ports instead of waiting.
-        let taken = [format!("{listen} is in use"), format!("{admin} is in use")];
+        let taken = [
+            format!("{listen} is in use"),
+            format!("{admin} is in use"),
+            format!("{tls} is in use"),
+        ];
         loop {
             if let Some(status) = proxy.child.try_wait().expect("try_wait") {
                 let log = proxy.log();
@@ -315,6 +362,7 @@ impl Proxy {
             let pid = proxy.child.id();
             if listens_on(pid, admin)
                 && listens_on(pid, listen)
+                && listens_on(pid, tls)
                 && matches!(http_get_blocking(admin, "/healthz"), Ok((200, _)))
                 && TcpStream::connect_timeout(&listen, Duration::from_secs(1)).is_ok()
             {
@@ -333,6 +381,11 @@ impl Proxy {
     /// The proxy listener.
     pub fn addr(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// The TLS listener (panics if the proxy was started without one).
+    pub fn tls_addr(&self) -> SocketAddr {
+        self.tls_listen.expect("started without ProxyOptions::tls")
     }
 
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`).
@@ -487,6 +540,7 @@ impl Proxy {
             child,
             listen: self.listen,
             admin: self.admin,
+            tls_listen: self.tls_listen,
             server_section: self.server_section.clone(),
             config_path: self.config_path.clone(),
             log_path,

@@ -3,6 +3,12 @@
 //! received (a request counter and the `X-Forwarded-For` of each request). A request carrying
 //! [`DELAY_HEADER`]` = <ms>` is answered that many milliseconds after it arrived (it is counted
 //! on arrival), to keep a request in flight.
+//!
+//! More answers, asked for by request headers: [`GATED_HEADER`] sends a 2-byte `Content-Length`
+//! body of which the second byte waits for [`Upstream::release`]; [`CHUNKED_HEADER`] sends a
+//! body without a length (chunked on HTTP/1.1). [`Upstream::start_tls`] serves HTTPS with
+//! HTTP/2 and HTTP/1.1 by ALPN. A request with `Upgrade` is answered `101` and the tunnel echoes
+//! what it receives.
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -11,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
+use futures::StreamExt;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -26,14 +33,45 @@ pub const UPSTREAM_BODY: &str = "upstream ok\n";
 /// answers.
 pub const DELAY_HEADER: &str = "x-upstream-delay-ms";
 
+/// Request header asking for `Content-Length: 2`, body `a` at once and `b` only after
+/// [`Upstream::release`].
+pub const GATED_HEADER: &str = "x-upstream-gated";
+
+/// Request header asking for a body without `Content-Length` (`hello world`, in two pieces).
+pub const CHUNKED_HEADER: &str = "x-upstream-chunked";
+
+/// What the upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// HTTP version it arrived in.
+    pub version: http::Version,
+    /// Its headers.
+    pub headers: http::HeaderMap,
+}
+
 /// What the upstream has seen.
-#[derive(Default)]
 struct Seen {
     hits: AtomicU64,
     /// `X-Forwarded-For` of each request in arrival order (`None` when absent).
     xff: Mutex<Vec<Option<String>>>,
     /// Each request's head as received, in arrival order.
     heads: Mutex<Vec<SeenHead>>,
+    /// Version and headers of each request, in arrival order.
+    requests: Mutex<Vec<SeenRequest>>,
+    /// Permits for gated bodies' second byte.
+    gate: tokio::sync::Semaphore,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            hits: AtomicU64::new(0),
+            xff: Mutex::default(),
+            requests: Mutex::default(),
+            heads: Mutex::default(),
+            gate: tokio::sync::Semaphore::new(0),
+        }
+    }
 }
 
 /// What an upstream saw of one request.
@@ -61,6 +99,15 @@ impl Upstream {
     /// Start an upstream on a run-time loopback port. It is accepting connections when this
     /// returns (the socket is bound and listening before the server thread starts).
     pub fn start() -> Upstream {
+        Self::start_with(None)
+    }
+
+    /// An HTTPS upstream with `config` (HTTP/2 and HTTP/1.1 by ALPN).
+    pub fn start_tls(config: rustls::ServerConfig) -> Upstream {
+        Self::start_with(Some(Arc::new(config)))
+    }
+
+    fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream listener");
         listener
             .set_nonblocking(true)
@@ -77,7 +124,7 @@ impl Upstream {
                     .enable_all()
                     .build()
                     .expect("upstream runtime");
-                rt.block_on(serve(listener, thread_seen, stopped));
+                rt.block_on(serve(listener, thread_seen, stopped, tls));
                 // Dropping the runtime here cancels every connection task still open.
             })
             .expect("spawn upstream thread");
@@ -110,6 +157,16 @@ impl Upstream {
         self.seen.heads.lock().unwrap().clone()
     }
 
+    /// Version and headers of the most recent request.
+    pub fn last_request(&self) -> Option<SeenRequest> {
+        self.seen.requests.lock().unwrap().last().cloned()
+    }
+
+    /// Let one gated body ([`GATED_HEADER`]) send its second byte.
+    pub fn release(&self) {
+        self.seen.gate.add_permits(1);
+    }
+
     /// The `X-Forwarded-For` of the most recent request (`None` when there was no request or
     /// it carried none).
     pub fn last_xff(&self) -> Option<String> {
@@ -128,8 +185,119 @@ impl Drop for Upstream {
     }
 }
 
-async fn serve(listener: TcpListener, seen: Arc<Seen>, mut stopped: oneshot::Receiver<()>) {
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(bytes: &'static [u8]) -> Body {
+    Full::new(Bytes::from_static(bytes)).boxed()
+}
+
+async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body>, Infallible> {
+    let xff: Vec<&str> = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let xff = (!xff.is_empty()).then(|| xff.join(", "));
+    seen.xff.lock().unwrap().push(xff);
+    let values = |name: &str| -> Vec<String> {
+        req.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect()
+    };
+    seen.heads.lock().unwrap().push(SeenHead {
+        method: req.method().to_string(),
+        target: req.uri().to_string(),
+        host: values("host"),
+        content_length: values("content-length"),
+    });
+    seen.requests.lock().unwrap().push(SeenRequest {
+        version: req.version(),
+        headers: req.headers().clone(),
+    });
+    seen.hits.fetch_add(1, Ordering::SeqCst);
+    let delay = req
+        .headers()
+        .get(DELAY_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    if req.headers().contains_key(http::header::UPGRADE) {
+        // Accept any upgrade and echo what arrives on the tunnel.
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let Ok(upgraded) = upgrade.await else { return };
+            let mut io = TokioIo::new(upgraded);
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = io.read(&mut buf).await {
+                if io.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let response = Response::builder()
+            .status(101)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(full(b""));
+        return Ok(response.expect("static response"));
+    }
+    let response = Response::builder()
+        .status(200)
+        .header("content-type", "text/plain");
+    let response = if req.headers().contains_key(GATED_HEADER) {
+        let pieces = futures::stream::unfold(0u8, move |step| {
+            let seen = seen.clone();
+            async move {
+                let piece: &'static [u8] = match step {
+                    0 => b"a",
+                    1 => {
+                        // Bounded: a proxy that never shows the client the first byte fails
+                        // the test long before this.
+                        let permit = tokio::time::timeout(
+                            std::time::Duration::from_secs(30),
+                            seen.gate.acquire(),
+                        )
+                        .await;
+                        if let Ok(Ok(p)) = permit {
+                            p.forget();
+                        }
+                        b"b"
+                    }
+                    _ => return None,
+                };
+                Some((
+                    Ok::<_, Infallible>(Frame::data(Bytes::from_static(piece))),
+                    step + 1,
+                ))
+            }
+        });
+        response
+            .header("content-length", "2")
+            .body(BodyExt::boxed(StreamBody::new(pieces)))
+    } else if req.headers().contains_key(CHUNKED_HEADER) {
+        let pieces = futures::stream::iter([&b"hello "[..], &b"world"[..]])
+            .map(|p| Ok::<_, Infallible>(Frame::data(Bytes::from_static(p))));
+        response.body(BodyExt::boxed(StreamBody::new(pieces)))
+    } else {
+        response.body(full(UPSTREAM_BODY.as_bytes()))
+    };
+    Ok(response.expect("static response"))
+}
+
+async fn serve(
+    listener: TcpListener,
+    seen: Arc<Seen>,
+    mut stopped: oneshot::Receiver<()>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let stream = tokio::select! {
             _ = &mut stopped => return,
@@ -143,52 +311,28 @@ async fn serve(listener: TcpListener, seen: Arc<Seen>, mut stopped: oneshot::Rec
             },
         };
         let seen = seen.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req: Request<Incoming>| {
-                let seen = seen.clone();
-                async move {
-                    let xff: Vec<&str> = req
-                        .headers()
-                        .get_all("x-forwarded-for")
-                        .iter()
-                        .filter_map(|v| v.to_str().ok())
-                        .collect();
-                    let xff = (!xff.is_empty()).then(|| xff.join(", "));
-                    let values = |name: &str| -> Vec<String> {
-                        req.headers()
-                            .get_all(name)
-                            .iter()
-                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                            .collect()
-                    };
-                    seen.heads.lock().unwrap().push(SeenHead {
-                        method: req.method().to_string(),
-                        target: req.uri().to_string(),
-                        host: values("host"),
-                        content_length: values("content-length"),
-                    });
-                    seen.xff.lock().unwrap().push(xff);
-                    seen.hits.fetch_add(1, Ordering::SeqCst);
-                    let delay = req
-                        .headers()
-                        .get(DELAY_HEADER)
-                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                        .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
-                    if let Some(delay) = delay {
-                        tokio::time::sleep(delay).await;
-                    }
-                    Ok::<_, Infallible>(
-                        Response::builder()
-                            .status(200)
-                            .header("content-type", "text/plain")
-                            .body(Full::new(Bytes::from_static(UPSTREAM_BODY.as_bytes())))
-                            .expect("static response"),
-                    )
+            let service = service_fn(move |req: Request<Incoming>| answer(req, seen.clone()));
+            match acceptor {
+                None => {
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
                 }
-            });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                Some(acceptor) => {
+                    let Ok(tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    // HTTP/2 or HTTP/1.1, whichever the client speaks (ALPN told it which).
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+                }
+            }
         });
     }
 }

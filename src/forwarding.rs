@@ -1,0 +1,168 @@
+//! The headers that tell the upstream who the client is and how it connected.
+//!
+//! An app behind a proxy believes these headers (Django's `SECURE_PROXY_SSL_HEADER`, Werkzeug's
+//! `ProxyFix`, Rails' `request.ssl?`), so a client must not be able to set them through us:
+//!
+//! | header | sent upstream |
+//! |---|---|
+//! | `X-Forwarded-For` | every line the client sent, joined, then the socket peer (nginx's `$proxy_add_x_forwarded_for`) |
+//! | `X-Forwarded-Proto` | the listener's scheme; a client's value is kept only from a peer in `trusted_proxies` |
+//! | `X-Real-IP` | the resolved client address; a client's value is never passed on |
+//! | `Forwarded` (RFC 7239) | from a trusted peer: its value plus our hop; otherwise only our hop |
+
+use std::io::Write as _;
+use std::net::IpAddr;
+
+use pingora::http::RequestHeader;
+use pingora::Result;
+
+/// How the client reached this listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain TCP (HTTP/1.1 or h2c).
+    Http,
+    /// TLS (HTTP/1.1 or HTTP/2).
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// What is known about the connection a request came in on.
+#[derive(Debug, Clone, Copy)]
+pub struct Hop {
+    /// The socket peer.
+    pub peer: IpAddr,
+    /// The client address after trusted `X-Forwarded-For` hops (the rate-limit key's address).
+    pub client: IpAddr,
+    /// Is the peer inside `trusted_proxies`?
+    pub peer_trusted: bool,
+    /// The listener's scheme.
+    pub scheme: Scheme,
+}
+
+/// Rewrite the forwarding headers of a request about to go upstream.
+pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
+    // X-Forwarded-For: the client's lines, joined in order, then the peer.
+    let mut value = Vec::with_capacity(64);
+    for prev in req.headers.get_all("x-forwarded-for") {
+        value.extend_from_slice(prev.as_bytes());
+        value.extend_from_slice(b", ");
+    }
+    let _ = write!(value, "{}", hop.peer);
+    req.insert_header("X-Forwarded-For", value)?;
+
+    // X-Forwarded-Proto: only a trusted proxy in front of us knows the client's scheme.
+    let keep_proto = hop.peer_trusted && {
+        let mut values = req.headers.get_all("x-forwarded-proto").iter();
+        matches!(
+            (values.next().map(|v| v.as_bytes()), values.next()),
+            (Some(b"http" | b"https"), None)
+        )
+    };
+    if !keep_proto {
+        req.insert_header("X-Forwarded-Proto", hop.scheme.as_str())?;
+    }
+
+    // X-Real-IP: always ours.
+    req.insert_header("X-Real-IP", hop.client.to_string())?;
+
+    // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
+    let mut forwarded = Vec::with_capacity(64);
+    if hop.peer_trusted {
+        for prev in req.headers.get_all("forwarded") {
+            forwarded.extend_from_slice(prev.as_bytes());
+            forwarded.extend_from_slice(b", ");
+        }
+    }
+    match hop.peer {
+        // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+        IpAddr::V6(v6) => write!(forwarded, "for=\"[{v6}]\""),
+        IpAddr::V4(v4) => write!(forwarded, "for={v4}"),
+    }
+    .and_then(|()| write!(forwarded, ";proto={}", hop.scheme.as_str()))
+    .ok();
+    req.insert_header("Forwarded", forwarded)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(peer: &str, trusted: bool, scheme: Scheme) -> Hop {
+        let peer: IpAddr = peer.parse().unwrap();
+        Hop {
+            peer,
+            client: peer,
+            peer_trusted: trusted,
+            scheme,
+        }
+    }
+
+    fn request(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+        for (k, v) in headers {
+            req.append_header(k.to_string(), *v).unwrap();
+        }
+        req
+    }
+
+    fn get<'a>(req: &'a RequestHeader, name: &str) -> Vec<&'a str> {
+        req.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn untrusted_peer_cannot_set_scheme_or_real_ip() {
+        let mut req = request(&[
+            ("X-Forwarded-Proto", "https"),
+            ("X-Real-IP", "6.6.6.6"),
+            ("Forwarded", "for=6.6.6.6;proto=https"),
+        ]);
+        apply(&mut req, &hop("203.0.113.7", false, Scheme::Http)).unwrap();
+        assert_eq!(get(&req, "x-forwarded-proto"), ["http"]);
+        assert_eq!(get(&req, "x-real-ip"), ["203.0.113.7"]);
+        assert_eq!(get(&req, "forwarded"), ["for=203.0.113.7;proto=http"]);
+        assert_eq!(get(&req, "x-forwarded-for"), ["203.0.113.7"]);
+    }
+
+    #[test]
+    fn trusted_peer_keeps_scheme_and_forwarded_chain() {
+        let mut req = request(&[
+            ("X-Forwarded-Proto", "https"),
+            ("Forwarded", "for=198.51.100.1;proto=https"),
+        ]);
+        apply(&mut req, &hop("::1", true, Scheme::Http)).unwrap();
+        assert_eq!(get(&req, "x-forwarded-proto"), ["https"]);
+        assert_eq!(
+            get(&req, "forwarded"),
+            ["for=198.51.100.1;proto=https, for=\"[::1]\";proto=http"]
+        );
+    }
+
+    #[test]
+    fn trusted_peer_with_odd_scheme_gets_ours() {
+        for bad in [
+            &[("X-Forwarded-Proto", "javascript")][..],
+            &[
+                ("X-Forwarded-Proto", "http"),
+                ("X-Forwarded-Proto", "https"),
+            ],
+        ] {
+            let mut req = request(bad);
+            apply(&mut req, &hop("10.0.0.1", true, Scheme::Https)).unwrap();
+            assert_eq!(get(&req, "x-forwarded-proto"), ["https"], "{bad:?}");
+        }
+    }
+}
