@@ -80,6 +80,8 @@ pub struct EdgeStream {
     head_started: tokio::time::Instant,
     /// Fires at or before `deadline`; see [`EdgeStream::arm`].
     timer: Option<Pin<Box<Sleep>>>,
+    /// Response bytes written but not sent yet; see [`EdgeStream::send_pending`].
+    pending: Vec<u8>,
     /// Bytes received in the current head phase (a timeout with none is a quiet close).
     head_bytes: usize,
 }
@@ -103,6 +105,7 @@ impl EdgeStream {
             deadline: tokio::time::Instant::now(),
             head_started: tokio::time::Instant::now(),
             timer: None,
+            pending: Vec::new(),
             head_bytes: 0,
         }
     }
@@ -134,6 +137,34 @@ impl EdgeStream {
             t.as_mut().reset(self.deadline);
         }
         false
+    }
+}
+
+/// Most response bytes held back to be sent together (one TCP segment's worth, about).
+const COALESCE_MAX: usize = 16 * 1024;
+
+impl EdgeStream {
+    /// Send what `poll_write` held back.
+    ///
+    /// The listener's own write buffer is off so that a slowly written body streams as it
+    /// arrives (Pingora flushes a `Content-Length` response only at its end). Sending each
+    /// write at once would cost a small response two sends (head, body) instead of one, so
+    /// writes are held here and sent together when Pingora flushes (end of the response, a
+    /// `1xx` or a chunked head), when more than [`COALESCE_MAX`] is held, or when the proxy
+    /// task next polls the client for reading, which it does whenever it is about to wait
+    /// for the upstream: nothing written stays unsent while the proxy waits.
+    fn send_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.pending.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, &self.pending) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.pending.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -169,6 +200,13 @@ impl AsyncRead for EdgeStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        // About to wait for the client: send what is held (see `send_pending`). A full socket
+        // is not an error here; the next write or flush waits for it.
+        if !this.pending.is_empty() {
+            if let Poll::Ready(Err(e)) = this.send_pending(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
         let mut phase = this.phase.load(Ordering::Acquire);
         if phase == PHASE_REQUEST {
             this.armed = None;
@@ -237,33 +275,44 @@ impl AsyncWrite for EdgeStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.pending.len() + buf.len() > COALESCE_MAX {
+            if let Poll::Ready(Err(e)) = this.send_pending(cx) {
+                return Poll::Ready(Err(e));
+            }
+            if !this.pending.is_empty() {
+                return Poll::Pending;
+            }
+            if buf.len() > COALESCE_MAX {
+                return Pin::new(&mut this.inner).poll_write(cx, buf);
+            }
+        }
+        this.pending.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        match this.send_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            other => other,
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        let this = &mut *self;
+        match this.send_pending(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
+            other => other,
+        }
     }
 }
 
 #[async_trait]
 impl Shutdown for EdgeStream {
     async fn shutdown(&mut self) {
+        // Send what is held first: a close-delimited body ends with this shutdown.
+        let _ = tokio::io::AsyncWriteExt::flush(self).await;
         self.inner.shutdown().await
     }
 }
