@@ -1,16 +1,12 @@
 //! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
 //! functions of the other modules (route match, client key, limiter decision, headers, metrics).
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-use once_cell::sync::Lazy;
+use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
+use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
@@ -22,23 +18,9 @@ use crate::forwarding::{self, Hop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{Decision, InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
-use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs, static_problem};
-use crate::request_form::{self, RequestForm};
+use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs};
+use crate::request_form;
 use crate::routes::{normalize_path, Route, Rules};
-
-/// Header names of draft-ietf-httpapi-ratelimit-headers-10.
-const RATELIMIT_POLICY: &str = "RateLimit-Policy";
-const RATELIMIT: &str = "RateLimit";
-/// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
-const RETRY_AFTER: &str = "Retry-After";
-
-/// Bodies of the responses that never vary, built once.
-static NOT_FOUND_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
-static BAD_REQUEST_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::BAD_REQUEST, "malformed request"));
-static UNAVAILABLE_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
 
 /// The proxy: current rules (hot-swappable) and the limit store.
 pub struct SlideGate {
@@ -84,113 +66,14 @@ impl SlideGate {
     }
 }
 
-/// When the phases of a request happened; shared by the access log and the request metrics.
-#[derive(Debug, Clone, Copy)]
-pub struct Timing {
-    /// The request header has been read (the context is created then).
-    pub start: Instant,
-    /// The first upstream server was chosen (connect, retries and the request follow).
-    pub upstream_start: Option<Instant>,
-    /// The upstream's final response header arrived (`1xx` do not count).
-    pub upstream_head: Option<Instant>,
-}
+mod ctx;
+mod respond;
 
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            start: Instant::now(),
-            upstream_start: None,
-            upstream_head: None,
-        }
-    }
-}
-
-impl Timing {
-    /// From choosing the upstream to its response header, if it answered.
-    pub fn upstream(&self) -> Option<Duration> {
-        Some(
-            self.upstream_head?
-                .saturating_duration_since(self.upstream_start?),
-        )
-    }
-}
-
-/// Per-request state.
-#[derive(Default)]
-pub struct RequestCtx {
-    /// Request phase times.
-    pub timing: Timing,
-    /// The client address (trusted `X-Forwarded-For` hops applied), set by `request_filter`.
-    client: Option<IpAddr>,
-    /// What the limiter decided (as counted in `slidegate_requests_total`).
-    decision: Option<Decision>,
-    /// The upstream server this request was last sent to.
-    upstream: Option<SocketAddr>,
-    /// The rules this request started under (a reload mid-request does not affect it).
-    rules: Option<Arc<Rules>>,
-    /// Index of the matched route in `rules`.
-    route: Option<usize>,
-    /// `RateLimit` field to add to the upstream response.
-    ratelimit: Option<HeaderValue>,
-    /// The bucket key (route and client) of this request.
-    key: String,
-    /// Servers this request could not connect to (each retried on another server).
-    failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
-    /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.
-    in_flight: Option<InFlight>,
-    /// The host routes matched on, and what to forward for an absolute-form target.
-    form: RequestForm,
-}
-
-impl RequestCtx {
-    fn route(&self) -> Option<&Route> {
-        Some(&self.rules.as_ref()?.routes[self.route?])
-    }
-
-    /// Count a decision and remember it for the access log.
-    fn record(&mut self, route: &Route, decision: Decision) {
-        route.metrics.decision(decision);
-        self.decision = Some(decision);
-    }
-}
-
-/// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
-/// `Transfer-Encoding`, connection closed at the end), as nginx does.
-fn close_delimit_for_http10(session: &mut Session, resp: &mut ResponseHeader) {
-    if session.req_header().version == http::Version::HTTP_10
-        && resp.headers.contains_key(http::header::TRANSFER_ENCODING)
-    {
-        resp.remove_header(&http::header::TRANSFER_ENCODING);
-        session.set_keepalive(None);
-    }
-}
-
-/// Add the `RateLimit-Policy` / `RateLimit` pair of one decision to a response.
-fn insert_ratelimit_fields(
-    header: &mut ResponseHeader,
-    route: &Route,
-    ratelimit: HeaderValue,
-) -> Result<()> {
-    if let Some(p) = &route.policy_header {
-        header.insert_header(RATELIMIT_POLICY, p.clone())?;
-    }
-    header.insert_header(RATELIMIT, ratelimit)
-}
-
-/// Write a complete small response from the proxy itself.
-async fn respond(
-    session: &mut Session,
-    mut header: ResponseHeader,
-    content_type: &str,
-    body: Bytes,
-) -> Result<()> {
-    header.insert_header("Content-Type", content_type)?;
-    header.insert_header("Content-Length", body.len())?;
-    session
-        .write_response_header(Box::new(header), false)
-        .await?;
-    session.write_response_body(Some(body), true).await
-}
+pub use ctx::{RequestCtx, Timing};
+use respond::{
+    close_delimit_for_http10, insert_ratelimit_fields, respond, BAD_REQUEST_BODY, NOT_FOUND_BODY,
+    RETRY_AFTER, UNAVAILABLE_BODY,
+};
 
 #[async_trait]
 impl ProxyHttp for SlideGate {

@@ -5,36 +5,23 @@
 //! is built ([`crate::routes::Rules::build`]); Redis URLs are parsed here, once, into the
 //! connection info the store uses. Every error names the file, the line when known, and the key.
 
-use std::collections::{BTreeMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::HashSet;
 use std::path::Path;
 
 use http::{HeaderName, Method};
-use redis::IntoConnectionInfo;
-use toml::Spanned;
 
-use super::raw::{RawBackend, RawConfig, RawLog, RawRoute, RawServer, RawStore, RawUpstream};
+use super::raw::{RawConfig, RawRoute};
 use super::{
-    AccessTarget, Backend, ClientIpSettings, Config, ConfigError, HostMatch, HostPort, KeySpec,
-    LogSettings, OnError, RedisUrl, RouteSpec, RoutingSpec, ServerSettings, StoreSettings,
-    TlsListenerSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
+    ClientIpSettings, Config, ConfigError, HostMatch, KeySpec, OnError, RouteSpec, RoutingSpec,
+    UpstreamSpec,
 };
 use crate::limiter::Limit;
+
+mod sections;
 
 /// 1-based line of a byte offset.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
-}
-
-/// Would two listeners take the same socket? Same port on overlapping addresses would only
-/// fail later, at bind time: an unspecified address (0.0.0.0 / ::) takes the port on every
-/// interface, and `[::ffff:a.b.c.d]` is the same socket as `a.b.c.d`. Port 0 is exempt:
-/// ephemeral binds never collide.
-fn collide(a: SocketAddr, b: SocketAddr) -> bool {
-    let overlap = a.ip().is_unspecified()
-        || b.ip().is_unspecified()
-        || a.ip().to_canonical() == b.ip().to_canonical();
-    a.port() == b.port() && a.port() != 0 && overlap
 }
 
 /// Validates one file's raw schema; `path` and `text` are kept to name the file and line.
@@ -46,7 +33,7 @@ pub(super) struct Validator<'a> {
 type Span = std::ops::Range<usize>;
 
 impl Validator<'_> {
-    fn err<T>(
+    pub(super) fn err<T>(
         &self,
         span: Option<Span>,
         key: impl Into<String>,
@@ -88,314 +75,6 @@ impl Validator<'_> {
                 routes,
             },
         })
-    }
-
-    fn server(&self, raw: RawServer) -> Result<ServerSettings, ConfigError> {
-        let threads = *raw.threads.get_ref();
-        if threads == 0 || threads > 1024 {
-            return self.err(
-                Some(raw.threads.span()),
-                "server.threads",
-                "must be between 1 and 1024",
-            );
-        }
-        let max_connections = *raw.max_connections.get_ref();
-        if !(1..=1_000_000).contains(&max_connections) {
-            return self.err(
-                Some(raw.max_connections.span()),
-                "server.max_connections",
-                "must be between 1 and 1000000",
-            );
-        }
-        let (listen, admin) = (*raw.listen.get_ref(), *raw.admin_listen.get_ref());
-        if listen == admin {
-            return self.err(
-                Some(raw.admin_listen.span()),
-                "server.admin_listen",
-                "must differ from server.listen",
-            );
-        }
-        if collide(listen, admin) {
-            return self.err(
-                Some(raw.admin_listen.span()),
-                "server.admin_listen",
-                format!("{admin} overlaps server.listen {listen}: use a different port"),
-            );
-        }
-        if let Some(token) = &raw.admin_token {
-            // Sent as `Authorization: Bearer <token>`: a header value, and never guessable empty.
-            let t = token.get_ref();
-            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                return self.err(
-                    Some(token.span()),
-                    "server.admin_token",
-                    "must be non-empty visible ASCII without spaces",
-                );
-            }
-        }
-        let tls = self.tls_listener(&raw, listen, admin)?;
-        // Per-instance defaults: two slidegates on one host must not share pingora's fixed
-        // /tmp paths, or the second one's upgrade socket would hijack the first's.
-        let tag = format!("slidegate-{}", listen.port());
-        let dir = std::env::temp_dir();
-        Ok(ServerSettings {
-            listen,
-            admin_listen: admin,
-            threads,
-            grace_period: raw.grace_period.0,
-            pid_file: raw
-                .pid_file
-                .unwrap_or_else(|| dir.join(format!("{tag}.pid"))),
-            upgrade_sock: raw
-                .upgrade_sock
-                .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
-            admin_token: raw.admin_token.map(Spanned::into_inner),
-            client_header_timeout: raw.client_header_timeout.0,
-            keepalive_timeout: raw.keepalive_timeout.0,
-            max_connections,
-            tls,
-            h2c: raw.h2c,
-        })
-    }
-
-    /// `server.tls_listen` and its certificate: all three keys or none. The files are read
-    /// when the listener is built ([`crate::tls`]), not here.
-    fn tls_listener(
-        &self,
-        raw: &RawServer,
-        listen: SocketAddr,
-        admin: SocketAddr,
-    ) -> Result<Option<TlsListenerSettings>, ConfigError> {
-        let Some(tls_listen) = &raw.tls_listen else {
-            for (field, key) in [
-                (&raw.tls_cert, "server.tls_cert"),
-                (&raw.tls_key, "server.tls_key"),
-            ] {
-                if let Some(v) = field {
-                    return self.err(Some(v.span()), key, "only used with server.tls_listen");
-                }
-            }
-            return Ok(None);
-        };
-        let addr = *tls_listen.get_ref();
-        for (other, name) in [(listen, "server.listen"), (admin, "server.admin_listen")] {
-            if collide(addr, other) {
-                return self.err(
-                    Some(tls_listen.span()),
-                    "server.tls_listen",
-                    format!("{addr} overlaps {name} {other}: use a different port"),
-                );
-            }
-        }
-        let path = |field: &Option<Spanned<std::path::PathBuf>>, key: &str| match field {
-            Some(p) if !p.get_ref().as_os_str().is_empty() => Ok(p.get_ref().clone()),
-            Some(p) => self.err(Some(p.span()), key, "must name a PEM file"),
-            None => self.err(
-                Some(tls_listen.span()),
-                key,
-                "required with server.tls_listen",
-            ),
-        };
-        Ok(Some(TlsListenerSettings {
-            listen: addr,
-            cert: path(&raw.tls_cert, "server.tls_cert")?,
-            key: path(&raw.tls_key, "server.tls_key")?,
-        }))
-    }
-
-    fn log(&self, raw: RawLog) -> Result<LogSettings, ConfigError> {
-        let access = match raw.access.get_ref().as_str() {
-            "off" => AccessTarget::Off,
-            "stdout" => AccessTarget::Stdout,
-            "" => {
-                return self.err(
-                    Some(raw.access.span()),
-                    "log.access",
-                    "expected \"off\", \"stdout\" or a file path",
-                )
-            }
-            path => AccessTarget::File(path.into()),
-        };
-        Ok(LogSettings {
-            access,
-            format: raw.format,
-        })
-    }
-
-    /// A key that only one backend takes, given with another: name the backend it belongs to.
-    fn only_with<T>(
-        &self,
-        field: Option<Spanned<T>>,
-        key: &str,
-        hint: &str,
-    ) -> Result<(), ConfigError> {
-        match field {
-            Some(v) => self.err(Some(v.span()), key, hint),
-            None => Ok(()),
-        }
-    }
-
-    fn redis_url(&self, span: Span, key: String, text: &str) -> Result<RedisUrl, ConfigError> {
-        match text.into_connection_info() {
-            Ok(info) => Ok(RedisUrl {
-                text: text.to_string(),
-                info: Box::new(info),
-            }),
-            Err(e) => self.err(Some(span), key, format!("invalid Redis URL: {e}")),
-        }
-    }
-
-    /// A key that `backend` needs: present, or an error pointing at the backend line.
-    fn required<T>(
-        &self,
-        field: Option<Spanned<T>>,
-        backend: &Spanned<RawBackend>,
-        key: &str,
-        name: &str,
-    ) -> Result<Spanned<T>, ConfigError> {
-        match field {
-            Some(v) => Ok(v),
-            None => self.err(
-                Some(backend.span()),
-                key,
-                format!("required with backend = \"{name}\""),
-            ),
-        }
-    }
-
-    fn store(&self, raw: RawStore) -> Result<StoreSettings, ConfigError> {
-        let backend = match raw.backend.get_ref() {
-            RawBackend::Memory => {
-                self.only_with(raw.url, "store.url", "only used with backend = \"redis\"")?;
-                self.only_with(
-                    raw.urls,
-                    "store.urls",
-                    "only used with backend = \"redis_cluster\"",
-                )?;
-                Backend::Memory
-            }
-            RawBackend::Redis => {
-                let url = self.required(raw.url, &raw.backend, "store.url", "redis")?;
-                self.only_with(
-                    raw.urls,
-                    "store.urls",
-                    "only used with backend = \"redis_cluster\"; use store.url",
-                )?;
-                Backend::Redis {
-                    url: self.redis_url(url.span(), "store.url".into(), url.get_ref())?,
-                }
-            }
-            RawBackend::RedisCluster => {
-                let urls = self.required(raw.urls, &raw.backend, "store.urls", "redis_cluster")?;
-                self.only_with(
-                    raw.url,
-                    "store.url",
-                    "only used with backend = \"redis\"; use store.urls",
-                )?;
-                if urls.get_ref().is_empty() {
-                    return self.err(
-                        Some(urls.span()),
-                        "store.urls",
-                        "needs at least one seed node",
-                    );
-                }
-                let parsed = urls
-                    .get_ref()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), u))
-                    .collect::<Result<_, _>>()?;
-                Backend::RedisCluster { urls: parsed }
-            }
-        };
-        let prefix = raw.prefix.get_ref();
-        if prefix.is_empty()
-            || prefix.contains(['{', '}'])
-            || prefix.chars().any(|c| c.is_whitespace())
-        {
-            return self.err(
-                Some(raw.prefix.span()),
-                "store.prefix",
-                "must be non-empty, without whitespace, '{' or '}'",
-            );
-        }
-        Ok(StoreSettings {
-            backend,
-            prefix: raw.prefix.into_inner(),
-            timeout: raw.timeout.0,
-            local_deny_cache: raw.local_deny_cache,
-            max_memory: raw.max_memory.0,
-            deny_cache_max_age: raw.deny_cache_max_age.0,
-        })
-    }
-
-    fn upstreams(
-        &self,
-        raw: BTreeMap<String, RawUpstream>,
-    ) -> Result<Vec<UpstreamSpec>, ConfigError> {
-        let mut out = Vec::with_capacity(raw.len());
-        for (name, up) in raw {
-            let key = format!("upstreams.{name}.servers");
-            if up.servers.get_ref().is_empty() {
-                return self.err(Some(up.servers.span()), key, "needs at least one server");
-            }
-            let mut servers = Vec::with_capacity(up.servers.get_ref().len());
-            for (i, s) in up.servers.get_ref().iter().enumerate() {
-                match s.parse::<HostPort>() {
-                    Ok(hp) => servers.push(hp),
-                    Err(why) => {
-                        return self.err(
-                            Some(up.servers.span()),
-                            format!("{key}[{i}]"),
-                            format!("{s:?} is not host:port: {why}"),
-                        )
-                    }
-                }
-            }
-            let timeouts = UpstreamTimeouts {
-                connect: up.connect_timeout.0,
-                read: up.read_timeout.0,
-                write: up.write_timeout.0,
-                idle: up.idle_timeout.0,
-            };
-            let tls_key = |k: &str| format!("upstreams.{name}.{k}");
-            let tls = if up.tls {
-                if let Some(sni) = &up.sni {
-                    let ok = !sni.get_ref().is_empty()
-                        && rustls::pki_types::ServerName::try_from(sni.get_ref().as_str()).is_ok();
-                    if !ok {
-                        return self.err(
-                            Some(sni.span()),
-                            tls_key("sni"),
-                            "not a DNS name or IP address",
-                        );
-                    }
-                }
-                Some(UpstreamTls {
-                    sni: up.sni.map(Spanned::into_inner),
-                    verify: up.verify.is_none_or(Spanned::into_inner),
-                    ca_file: up.ca_file.map(Spanned::into_inner),
-                })
-            } else {
-                let stray = [
-                    ("sni", up.sni.map(|v| v.span())),
-                    ("verify", up.verify.map(|v| v.span())),
-                    ("ca_file", up.ca_file.map(|v| v.span())),
-                ];
-                if let Some((k, span)) = stray.into_iter().find(|(_, s)| s.is_some()) {
-                    return self.err(span, tls_key(k), "only used with tls = true");
-                }
-                None
-            };
-            out.push(UpstreamSpec {
-                name,
-                servers,
-                timeouts,
-                tls,
-                h2: up.h2,
-            });
-        }
-        Ok(out)
     }
 
     fn route(

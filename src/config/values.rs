@@ -1,0 +1,113 @@
+//! Small value types of the model, parsed from what users write: an upstream's `host:port`
+//! its timeouts, and a route's host match.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// `host:port` of an upstream server, checked for syntax only (resolved when rules are built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// Host name or IP address (without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl FromStr for HostPort {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, port) = match s.strip_prefix('[') {
+            Some(rest) => {
+                let (v6, port) = rest.split_once("]:").ok_or("expected [IPv6]:port")?;
+                v6.parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| "invalid IPv6 address")?;
+                (v6, port)
+            }
+            None => {
+                let (host, port) = s.rsplit_once(':').ok_or("missing :port")?;
+                if host.is_empty()
+                    || host.contains(|c: char| c.is_whitespace() || "/[]:@".contains(c))
+                {
+                    return Err("invalid host");
+                }
+                (host, port)
+            }
+        };
+        let port = port
+            .parse()
+            .map_err(|_| "port must be a number from 0 to 65535")?;
+        Ok(HostPort {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Per-upstream timeouts (nginx `proxy_connect_timeout`, `proxy_read_timeout`,
+/// `proxy_send_timeout`, `keepalive_timeout` of an upstream block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    /// TCP connect to one server.
+    pub connect: Duration,
+    /// Longest silence while reading the upstream's response.
+    pub read: Duration,
+    /// Longest stall while writing the request to the upstream.
+    pub write: Duration,
+    /// How long an idle pooled upstream connection is kept.
+    pub idle: Duration,
+}
+
+/// A host match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// `example.com`: that host only (case-insensitive, port ignored).
+    Exact(String),
+    /// `*.example.com`: any subdomain of `example.com`, stored as `.example.com`.
+    Suffix(String),
+}
+
+impl HostMatch {
+    /// Parse a configured host: lower-cased, without a trailing dot; `None` if it names no host.
+    pub fn parse(text: &str) -> Option<HostMatch> {
+        let mut v = text.to_ascii_lowercase();
+        // "api.example.com." is the same host in absolute form; store it without the dot so
+        // configured hosts never end with '.' (the request side strips it too).
+        if v.ends_with('.') {
+            v.pop();
+        }
+        let bare = v.strip_prefix("*.").unwrap_or(&v);
+        // Empty labels ("..", a leading '.', a second trailing '.') name no host.
+        if bare.is_empty()
+            || bare.contains(['*', '/', ' ', ':'])
+            || bare.split('.').any(str::is_empty)
+        {
+            return None;
+        }
+        Some(match v.strip_prefix('*') {
+            Some(suffix) => HostMatch::Suffix(suffix.to_string()),
+            None => HostMatch::Exact(v),
+        })
+    }
+
+    /// Does `host` (any case, no port, no trailing dot) match?
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostMatch::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostMatch::Suffix(s) => {
+                host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+            }
+        }
+    }
+}

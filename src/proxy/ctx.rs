@@ -1,0 +1,81 @@
+//! Per-request state: what the hooks learn about a request and hand to the later hooks.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::HeaderValue;
+
+use crate::metrics::{Decision, InFlight};
+use crate::request_form::RequestForm;
+use crate::routes::{Route, Rules};
+
+/// When the phases of a request happened; shared by the access log and the request metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// The request header has been read (the context is created then).
+    pub start: Instant,
+    /// The first upstream server was chosen (connect, retries and the request follow).
+    pub upstream_start: Option<Instant>,
+    /// The upstream's final response header arrived (`1xx` do not count).
+    pub upstream_head: Option<Instant>,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            start: Instant::now(),
+            upstream_start: None,
+            upstream_head: None,
+        }
+    }
+}
+
+impl Timing {
+    /// From choosing the upstream to its response header, if it answered.
+    pub fn upstream(&self) -> Option<Duration> {
+        Some(
+            self.upstream_head?
+                .saturating_duration_since(self.upstream_start?),
+        )
+    }
+}
+
+/// Per-request state.
+#[derive(Default)]
+pub struct RequestCtx {
+    /// Request phase times.
+    pub timing: Timing,
+    /// The client address (trusted `X-Forwarded-For` hops applied), set by `request_filter`.
+    pub(super) client: Option<IpAddr>,
+    /// What the limiter decided (as counted in `slidegate_requests_total`).
+    pub(super) decision: Option<Decision>,
+    /// The upstream server this request was last sent to.
+    pub(super) upstream: Option<SocketAddr>,
+    /// The rules this request started under (a reload mid-request does not affect it).
+    pub(super) rules: Option<Arc<Rules>>,
+    /// Index of the matched route in `rules`.
+    pub(super) route: Option<usize>,
+    /// `RateLimit` field to add to the upstream response.
+    pub(super) ratelimit: Option<HeaderValue>,
+    /// The bucket key (route and client) of this request.
+    pub(super) key: String,
+    /// Servers this request could not connect to (each retried on another server).
+    pub(super) failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
+    /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.
+    pub(super) in_flight: Option<InFlight>,
+    /// The host routes matched on, and what to forward for an absolute-form target.
+    pub(super) form: RequestForm,
+}
+
+impl RequestCtx {
+    pub(super) fn route(&self) -> Option<&Route> {
+        Some(&self.rules.as_ref()?.routes[self.route?])
+    }
+
+    /// Count a decision and remember it for the access log.
+    pub(super) fn record(&mut self, route: &Route, decision: Decision) {
+        route.metrics.decision(decision);
+        self.decision = Some(decision);
+    }
+}
