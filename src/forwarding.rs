@@ -10,11 +10,13 @@
 //! | `X-Real-IP` | the resolved client address; a client's value is never passed on |
 //! | `Forwarded` (RFC 7239) | from a trusted peer: its value plus our hop; otherwise only our hop |
 
-use std::io::Write as _;
 use std::net::IpAddr;
 
+use http::HeaderValue;
 use pingora::http::RequestHeader;
 use pingora::Result;
+
+use crate::keys::push_ip;
 
 /// How the client reached this listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,11 @@ impl Scheme {
             Scheme::Https => "https",
         }
     }
+
+    /// The same, as a header value built without copying.
+    fn header_value(self) -> HeaderValue {
+        HeaderValue::from_static(self.as_str())
+    }
 }
 
 /// What is known about the connection a request came in on.
@@ -49,14 +56,20 @@ pub struct Hop {
 }
 
 /// Rewrite the forwarding headers of a request about to go upstream.
+///
+/// Runs on every proxied request, so addresses are written with [`push_ip`] rather than
+/// `fmt` (about 1,500 instructions each otherwise).
 pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
-    // X-Forwarded-For: the client's lines, joined in order, then the peer.
+    let mut peer = String::with_capacity(40);
+    push_ip(&mut peer, hop.peer);
+
+    // X-Forwarded-For: the client's lines (bytes as sent), joined in order, then the peer.
     let mut value = Vec::with_capacity(64);
     for prev in req.headers.get_all("x-forwarded-for") {
         value.extend_from_slice(prev.as_bytes());
         value.extend_from_slice(b", ");
     }
-    let _ = write!(value, "{}", hop.peer);
+    value.extend_from_slice(peer.as_bytes());
     req.insert_header("X-Forwarded-For", value)?;
 
     // X-Forwarded-Proto: only a trusted proxy in front of us knows the client's scheme.
@@ -68,11 +81,18 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
         )
     };
     if !keep_proto {
-        req.insert_header("X-Forwarded-Proto", hop.scheme.as_str())?;
+        req.insert_header("X-Forwarded-Proto", hop.scheme.header_value())?;
     }
 
     // X-Real-IP: always ours.
-    req.insert_header("X-Real-IP", hop.client.to_string())?;
+    let real_ip = if hop.client == hop.peer {
+        peer.clone()
+    } else {
+        let mut client = String::with_capacity(40);
+        push_ip(&mut client, hop.client);
+        client
+    };
+    req.insert_header("X-Real-IP", real_ip)?;
 
     // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
     let mut forwarded = Vec::with_capacity(64);
@@ -82,13 +102,16 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
             forwarded.extend_from_slice(b", ");
         }
     }
-    match hop.peer {
-        // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-        IpAddr::V6(v6) => write!(forwarded, "for=\"[{v6}]\""),
-        IpAddr::V4(v4) => write!(forwarded, "for={v4}"),
-    }
-    .and_then(|()| write!(forwarded, ";proto={}", hop.scheme.as_str()))
-    .ok();
+    // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+    let (open, close): (&[u8], &[u8]) = match hop.peer {
+        IpAddr::V6(_) => (b"for=\"[", b"]\""),
+        IpAddr::V4(_) => (b"for=", b""),
+    };
+    forwarded.extend_from_slice(open);
+    forwarded.extend_from_slice(peer.as_bytes());
+    forwarded.extend_from_slice(close);
+    forwarded.extend_from_slice(b";proto=");
+    forwarded.extend_from_slice(hop.scheme.as_str().as_bytes());
     req.insert_header("Forwarded", forwarded)?;
     Ok(())
 }

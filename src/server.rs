@@ -144,8 +144,9 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 /// The downstream listeners: plain HTTP/1.1 (and h2c if enabled), and TLS with HTTP/2 and
 /// HTTP/1.1 by ALPN. Pingora buffers what it writes to a client (1460 bytes) and flushes a
 /// response with a `Content-Length` only at its end, so a slow upstream's body (a progress
-/// stream, `/drip`, a long poll) would reach the client only when complete. Writing through
-/// unbuffered sends each piece as it arrives, like nginx.
+/// stream, `/drip`, a long poll) would reach the client only when complete. The listener's
+/// buffer is off; `EdgeStream` holds writes instead and sends them as soon as the proxy waits
+/// (see `edge_conn`), so pieces arrive as the upstream sends them, like nginx.
 fn add_listeners<A>(
     proxy: &mut pingora::services::listening::Service<A>,
     config: &Config,
