@@ -1,0 +1,183 @@
+//! Formatting access log lines (JSON, nginx `combined`) on the writer thread.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use super::Entry;
+use crate::metrics::Decision;
+
+/// `2026-12-01T08:26:38` of the current second, rebuilt only when the second changes: most
+/// lines of a busy proxy share it.
+#[derive(Default)]
+pub(super) struct SecondCache {
+    second: u64,
+    text: String,
+}
+
+impl SecondCache {
+    /// Append `time` as RFC 3339 UTC with milliseconds.
+    fn write(&mut self, out: &mut Vec<u8>, time: SystemTime) {
+        let since = time
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        if since.as_secs() != self.second || self.text.is_empty() {
+            self.second = since.as_secs();
+            let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(self.second);
+            // `2026-12-01T08:26:38Z` without the `Z`.
+            let mut text = humantime::format_rfc3339_seconds(whole).to_string();
+            text.pop();
+            self.text = text;
+        }
+        out.extend_from_slice(self.text.as_bytes());
+        let _ = write!(out, ".{:03}Z", since.subsec_millis());
+    }
+}
+
+/// Append `s` as a JSON string.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for (i, c) in s.char_indices() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            _ => out.extend_from_slice(&s.as_bytes()[i..i + c.len_utf8()]),
+        }
+    }
+    out.push(b'"');
+}
+
+/// Append `value` as a JSON string, or `null`.
+fn json_opt(out: &mut Vec<u8>, value: Option<impl std::fmt::Display>) {
+    match value {
+        Some(v) => {
+            let _ = write!(out, "\"{v}\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Milliseconds with microsecond resolution (plenty, and keeps lines short).
+fn write_ms(out: &mut Vec<u8>, d: Duration) {
+    let us = d.as_micros();
+    let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
+}
+
+/// One JSON object, keys in the documented order. Hand-written: this runs once per request
+/// on the writer thread, and the process's CPU is what the benchmark charges the log with.
+pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut SecondCache) {
+    out.extend_from_slice(b"{\"time\":\"");
+    clock.write(out, e.time);
+    out.extend_from_slice(b"\",\"client\":");
+    json_opt(out, e.client);
+    out.extend_from_slice(b",\"method\":");
+    json_str(out, &text[e.method.clone()]);
+    out.extend_from_slice(b",\"host\":");
+    match &e.host {
+        Some(r) => json_str(out, &text[r.clone()]),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"path\":");
+    json_str(out, &text[e.path.clone()]);
+    let _ = write!(out, ",\"status\":{},\"route\":", e.status);
+    match &e.route {
+        Some(r) => json_str(out, &text[r.clone()]),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"decision\":");
+    json_opt(out, e.decision.map(Decision::as_str));
+    out.extend_from_slice(b",\"upstream\":");
+    json_opt(out, e.upstream);
+    out.extend_from_slice(b",\"upstream_ms\":");
+    match e.upstream_time {
+        Some(d) => write_ms(out, d),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"duration_ms\":");
+    write_ms(out, e.duration);
+    let _ = writeln!(out, ",\"bytes_sent\":{}}}", e.bytes_sent);
+}
+
+/// nginx's `combined`: `$remote_addr - $remote_user [$time_local] "$request" $status
+/// $body_bytes_sent "$http_referer" "$http_user_agent"`, with the query string left out of
+/// `$request` and `-` for the user and both header values.
+pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry) {
+    let client = e.client.map(|c| c.to_string());
+    let time = httpdate::fmt_http_date(e.time);
+    // `Tue, 01 Dec 2026 08:26:38 GMT` -> `01/Dec/2026:08:26:38 +0000`
+    let parts: Vec<&str> = time.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+    let time_local = match parts.as_slice() {
+        [_, day, mon, year, hms, _] => format!("{day}/{mon}/{year}:{hms} +0000"),
+        _ => time.clone(),
+    };
+    let _ = writeln!(
+        out,
+        "{} - - [{}] \"{} {} {:?}\" {} {} \"-\" \"-\"",
+        client.as_deref().unwrap_or("-"),
+        time_local,
+        &text[e.method.clone()],
+        text[e.path.clone()].escape_default(),
+        e.version,
+        e.status,
+        e.bytes_sent,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Batch, Record};
+    use super::*;
+    use http::Version;
+
+    fn entry(batch: &mut Batch, path: &str, host: Option<&str>) {
+        batch.push(&Record {
+            time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_577_598_123),
+            client: Some("2001:db8::1".parse().unwrap()),
+            method: "GET",
+            host,
+            path,
+            version: Version::HTTP_11,
+            status: 200,
+            route: Some("r.1"),
+            decision: Some(Decision::ShadowDenied),
+            upstream: Some("127.0.0.1:3000".parse().unwrap()),
+            upstream_time: Some(Duration::from_micros(1234)),
+            duration: Duration::from_micros(5),
+            bytes_sent: 42,
+        });
+    }
+
+    /// Whatever the path holds, the line is one valid JSON object with the right values.
+    #[test]
+    fn json_lines_parse_and_escape() {
+        let mut batch = Batch::default();
+        let odd = "/a\"b\\c\u{1}d/é/\u{7f}";
+        entry(&mut batch, odd, None);
+        entry(&mut batch, "/plain", Some("example.com"));
+        let mut out = Vec::new();
+        let mut clock = SecondCache::default();
+        for e in &batch.entries {
+            json_line(&mut out, &batch.text, e, &mut clock);
+        }
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        let l = &lines[0];
+        assert_eq!(l["time"], "2025-12-01T08:26:38.123Z");
+        assert_eq!(l["client"], "2001:db8::1");
+        assert_eq!(l["path"], odd);
+        assert!(l["host"].is_null());
+        assert_eq!(l["route"], "r.1");
+        assert_eq!(l["decision"], "shadow_denied");
+        assert_eq!(l["upstream"], "127.0.0.1:3000");
+        assert_eq!(l["upstream_ms"], 1.234);
+        assert_eq!(l["duration_ms"], 0.005);
+        assert_eq!(l["bytes_sent"], 42);
+        assert_eq!(lines[1]["host"], "example.com");
+    }
+}
