@@ -413,7 +413,7 @@ fn an_empty_admin_token_is_a_config_error() {
 
 /// Run `scripts/boundary-test` against `proxy`; exit success and its output.
 fn boundary_test(proxy: &Proxy, args: &[&str]) -> (bool, String) {
-    common::admin::require_tool("python3", "python3");
+    common::require_tool("python3", "python3");
     let out = std::process::Command::new(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/boundary-test"),
     )

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::admin::require_tool;
 use common::proxy::{free_port, get, send, ConfigBuilder, Proxy};
+use common::require_tool;
 use common::upstream::Upstream;
 use serde_json::Value;
 

@@ -25,11 +25,9 @@ const FORGED: [(&str, &str); 3] = [
     ("Forwarded", "for=6.6.6.6;proto=https"),
 ];
 
-/// A client that is not a trusted proxy cannot tell the app it came over https or from
-/// another address: on the plain listener the app sees `http` and the socket peer, on the TLS
-/// listener `https`, whatever the client sent.
-#[tokio::test]
-async fn forged_forwarding_headers_are_replaced_on_both_listeners() {
+/// An upstream and, in front of it, a proxy with one unlimited route on its plain and its TLS
+/// listener (certificate for `localhost`, signed by the returned CA).
+fn proxy_with_tls() -> (TestCa, Upstream, Proxy) {
     let ca = TestCa::new("ca");
     let leaf = ca.issue("proxy", &["localhost"]);
     let up = Upstream::start();
@@ -43,6 +41,15 @@ async fn forged_forwarding_headers_are_replaced_on_both_listeners() {
             ..ProxyOptions::default()
         },
     );
+    (ca, up, proxy)
+}
+
+/// A client that is not a trusted proxy cannot tell the app it came over https or from
+/// another address: on the plain listener the app sees `http` and the socket peer, on the TLS
+/// listener `https`, whatever the client sent.
+#[tokio::test]
+async fn forged_forwarding_headers_are_replaced_on_both_listeners() {
+    let (ca, up, proxy) = proxy_with_tls();
     // Plain HTTP/1.1.
     let r = send(proxy.addr(), "GET", "/", &FORGED).await;
     assert_eq!(r.status, 200);
@@ -132,19 +139,7 @@ async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, needl
 /// involved). Checked over HTTP/1.1, and over HTTP/1.1 and HTTP/2 with TLS.
 #[tokio::test]
 async fn a_slow_content_length_body_streams_as_it_arrives() {
-    let ca = TestCa::new("ca");
-    let leaf = ca.issue("proxy", &["localhost"]);
-    let up = Upstream::start();
-    let proxy = Proxy::start_with(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "")
-            .build(),
-        ProxyOptions {
-            tls: Some((leaf.cert, leaf.key)),
-            ..ProxyOptions::default()
-        },
-    );
+    let (ca, up, proxy) = proxy_with_tls();
     let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     stream
         .write_all(format!("GET /drip HTTP/1.1\r\nHost: x\r\n{GATED_HEADER}: 1\r\n\r\n").as_bytes())

@@ -1,29 +1,11 @@
 //! The admin listener's inspector API as tests use it, and the external tools (chromium,
 //! chromedriver, prometheus, promtool) the browser and Prometheus tests need.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::proxy::{send, Proxy, Reply};
-
-/// Panic with an install hint unless `program --version` runs. Never skip: a missing tool is a
-/// failed test that says what to install.
-pub fn require_tool(program: &str, apt_package: &str) {
-    match Command::new(program).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!(
-            "`{program} --version` failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => panic!(
-            "`{program}` is required by this test but could not be run ({e}). \
-             Install it with `apt-get install {apt_package}` (.ci/run does)."
-        ),
-    }
-}
 
 /// Poll `/readyz` until it answers `want`. Panics after `within`.
 pub fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) {

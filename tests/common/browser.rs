@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::admin::require_tool;
 use super::proxy::free_port;
+use super::require_tool;
 
 /// A chromedriver process with one chromium session.
 pub struct Browser {

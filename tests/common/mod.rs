@@ -2,6 +2,8 @@
 //! slidegate binary, each started on loopback ports chosen at run time and torn down on drop.
 #![allow(dead_code)]
 
+use std::process::Command;
+
 pub mod admin;
 pub mod browser;
 pub mod proxy;
@@ -9,3 +11,20 @@ pub mod ratelimit;
 pub mod redis;
 pub mod tls;
 pub mod upstream;
+
+/// Panic with an install hint unless `program --version` runs. Never skip: a missing tool is a
+/// failed test that says what to install.
+pub fn require_tool(program: &str, apt_package: &str) {
+    match Command::new(program).arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "`{program} --version` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!(
+            "`{program}` is required by this test but could not be run ({e}). \
+             Install it with `apt-get install {apt_package}` (.ci/run does)."
+        ),
+    }
+}

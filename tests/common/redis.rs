@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::require_tool;
 use ::redis::IntoConnectionInfo;
 use slidegate::limiter::redis::{RedisNodes, RedisTarget};
 
@@ -22,23 +23,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Cluster bus ports are `port + 10000`, so data ports stay below this.
 const MAX_CLUSTER_PORT: u16 = 55535;
-
-/// Panic with a useful message unless `program --version` runs.
-fn require(program: &str) {
-    match Command::new(program).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!(
-            "`{program} --version` failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => panic!(
-            "`{program}` is required by the Redis tests but could not be run ({e}). \
-             Install Redis 7 (e.g. `apt-get install redis-server redis-tools`) so that \
-             `redis-server` and `redis-cli` are on PATH."
-        ),
-    }
-}
 
 /// Ports handed out by this process, never handed out twice: the kernel may return a just-freed
 /// ephemeral port to the next `bind(0)`, and two tests must not race for it.
@@ -94,7 +78,7 @@ impl RedisServer {
 
     /// Start a server; `cluster_bus` reserves `port + 10000` as well.
     fn start_with(cluster_bus: bool, extra: &[&str]) -> RedisServer {
-        require("redis-server");
+        require_tool("redis-server", "redis-server");
         let mut last_error = String::new();
         // A port can still be grabbed by another process between our probe and redis' bind;
         // then try another one.
@@ -279,8 +263,8 @@ impl RedisCluster {
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters"
         );
-        require("redis-server");
-        require("redis-cli");
+        require_tool("redis-server", "redis-server");
+        require_tool("redis-cli", "redis-tools");
         let nodes: Vec<RedisServer> = (0..masters)
             .map(|_| {
                 RedisServer::start_with(
