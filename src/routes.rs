@@ -233,20 +233,6 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-/// The host of a request, lower-cased by the caller's choice of comparison, without its port.
-pub fn host_without_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        // [v6]:port
-        return host.split(']').next().map(|h| &h[1..]).unwrap_or(host);
-    }
-    let host = match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
-    };
-    // `example.com.` is the same host as `example.com`.
-    host.strip_suffix('.').unwrap_or(host)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,12 +254,5 @@ mod tests {
         ] {
             assert_eq!(normalize_path(raw), want, "{raw}");
         }
-    }
-
-    #[test]
-    fn hosts_lose_port_and_trailing_dot() {
-        assert_eq!(host_without_port("Example.com.:8080"), "Example.com");
-        assert_eq!(host_without_port("[::1]:80"), "::1");
-        assert_eq!(host_without_port("example.com"), "example.com");
     }
 }
