@@ -46,6 +46,22 @@ fn log_path(proxy_dir: &Path) -> PathBuf {
     proxy_dir.join("access.log")
 }
 
+/// An upstream, and a proxy with one unlimited route whose access log (in `format`) goes to a
+/// file in the returned temp dir.
+fn unlimited_proxy_with_log(format: &str) -> (Upstream, tempfile::TempDir, PathBuf, Proxy) {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let access = log_path(dir.path());
+    let proxy = Proxy::start(&with_log(
+        ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("all", ""),
+        &access,
+        format,
+    ));
+    (up, dir, access, proxy)
+}
+
 /// One JSON object per request with exactly the documented keys; an allowed request, a 429
 /// and a 404 each say what happened, and neither the query string nor any header value (an
 /// `Authorization`, a cookie) appears anywhere in the file.
@@ -160,16 +176,7 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
 /// for referer and user agent (header values).
 #[tokio::test]
 async fn combined_format_is_nginx_combined_without_header_values() {
-    let up = Upstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let access = log_path(dir.path());
-    let proxy = Proxy::start(&with_log(
-        ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", ""),
-        &access,
-        "combined",
-    ));
+    let (_up, _dir, access, proxy) = unlimited_proxy_with_log("combined");
     let r = send(
         proxy.addr(),
         "GET",
@@ -200,16 +207,7 @@ async fn combined_format_is_nginx_combined_without_header_values() {
 /// writes there; the moved file keeps what was written before.
 #[tokio::test]
 async fn sigusr1_reopens_the_file_after_rotation() {
-    let up = Upstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let access = log_path(dir.path());
-    let proxy = Proxy::start(&with_log(
-        ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", ""),
-        &access,
-        "json",
-    ));
+    let (_up, dir, access, proxy) = unlimited_proxy_with_log("json");
     assert_eq!(send(proxy.addr(), "GET", "/before", &[]).await.status, 200);
     wait_lines(&access, 1);
     let rotated = dir.path().join("access.log.1");

@@ -17,7 +17,7 @@ fn tls_options(ca: &TestCa, server_lines: &str) -> ProxyOptions {
     let leaf = ca.issue("proxy", &["localhost", "127.0.0.1"]);
     ProxyOptions {
         tls: Some((leaf.cert, leaf.key)),
-        server_lines: server_lines.to_string(),
+        server_extra: server_lines.to_string(),
         ..ProxyOptions::default()
     }
 }

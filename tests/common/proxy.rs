@@ -186,14 +186,12 @@ pub struct ProxyOptions {
     pub default_paths: bool,
     /// `server.grace_period` (humantime).
     pub grace_period: &'static str,
-    /// More `[server]` lines (TOML), e.g. `client_header_timeout = "500ms"`.
+    /// More `[server]` lines (TOML), e.g. `client_header_timeout = "500ms"` or `h2c = true`.
     pub server_extra: String,
     /// Start the process with this `RLIMIT_NOFILE` (soft and hard), like `prlimit --nofile=N`.
     pub nofile: Option<u64>,
     /// A TLS listener on a run-time port with this certificate chain and key (PEM files).
     pub tls: Option<(PathBuf, PathBuf)>,
-    /// Extra `[server]` lines, e.g. `h2c = true`.
-    pub server_lines: String,
 }
 
 impl Default for ProxyOptions {
@@ -208,7 +206,6 @@ impl Default for ProxyOptions {
             server_extra: String::new(),
             nofile: None,
             tls: None,
-            server_lines: String::new(),
         }
     }
 }
@@ -271,8 +268,8 @@ impl Proxy {
         }
         let mut server_section = format!(
             "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
-             grace_period = \"{}\"\n{}\n",
-            opts.threads, opts.grace_period, opts.server_lines,
+             grace_period = \"{}\"\n",
+            opts.threads, opts.grace_period,
         );
         for line in opts.server_extra.lines() {
             server_section.push_str(line.trim());
