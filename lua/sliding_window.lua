@@ -1,9 +1,11 @@
 --[[
-sliding_window.lua: one exact sliding-window-log decision over every limit of a route.
+sliding_window.lua: exact sliding-window-log decisions, each over every limit of a route.
 
-Called once per request (EVALSHA), whatever the number of limits. The script is atomic, so
-concurrent calls for the same bucket, from any number of proxies, never admit more than
-`requests` in any window.
+One call decides one request or a batch of them (the store coalesces the decisions pending at
+the same instant for one Redis into one EVALSHA: one dispatch and one TIME for all). The script
+is atomic, so concurrent calls for the same bucket, from any number of proxies, never admit more
+than `requests` in any window. The decisions of one call run in order, each seeing the writes of
+the ones before it (two requests of one client in a batch are two decisions, like two calls).
 
 DATA
   One Redis LIST per limit. Each element is the Redis-clock timestamp, in integer microseconds
@@ -14,18 +16,24 @@ DATA
   sorted-set member, and duplicates are fine: two requests in the same microsecond are two
   entries.
 
-KEYS  (n = #KEYS >= 1; every key must share one hash tag, so one Cluster slot)
-  KEYS[i]       the log of limit i, "<prefix>:{<route>:<client>}:<window in ms>"
+KEYS  (the lists of every decision, in order; a Cluster call carries one decision, whose keys
+      share one hash tag, so one slot)
+  the n_d keys of decision d, "<prefix>:{<route>:<client>}:<window in ms>", one per limit
 
-ARGV  (exactly 2n values, integers written in decimal)
-  ARGV[2i-1]    requests of limit i: admitted requests allowed per window (>= 1)
-  ARGV[2i]      window of limit i, in MICROseconds (>= 1000, a whole number of milliseconds)
+ARGV  (per decision d, in the same order: 1 + 2 n_d values, integers written in decimal)
+  n_d           number of limits of decision d (>= 1); its keys are the next n_d of KEYS
+  then per limit i of d:
+    requests    admitted requests allowed per window (>= 1)
+    window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
+  ARGV that does not account for exactly every key is an error reply (a caller bug).
 
-REPLY  an array of 1 + 2n integers
-  [1]           1 = admitted (recorded in every list), 0 = denied (recorded in none)
-  [2i]          remaining of limit i: requests it would still admit right now, after this
-                decision (0 when full)
-  [2i+1]        reset of limit i, in MICROseconds from the script's `now`:
+REPLY  an array: per decision d, in order, 1 + 2 n_d values
+  status        1 = admitted (recorded in every list of d), 0 = denied (recorded in none),
+                -1 = this decision failed (e.g. a key of another type); the next value is then
+                the error message and the rest are 0. Other decisions of the call are unaffected.
+  then per limit i of d:
+    remaining   requests it would still admit right now, after this decision (0 when full)
+    reset       in MICROseconds from the decision's `now`:
                   - list empty after the decision: the full window;
                   - limit full (remaining = 0): exactly the time until this limit admits
                     again, i.e. (oldest entry + window - now), or, when the list holds more
@@ -35,7 +43,7 @@ REPLY  an array of 1 + 2n integers
                 Always > 0 and <= window.
 
 CLOCK
-  now = max(Redis TIME, newest entry of any list of this call). Every proxy shares the one Redis
+  now = max(Redis TIME, newest entry of any list of this decision). Every proxy shares the one Redis
   clock; the max() keeps lists sorted if that clock steps backwards (NTP), at the price of
   freezing the window until the clock catches up. Redis keeps expiries as absolute wall-clock
   times, so a TTL does not shorten that: after a step back of X, a bucket that was full stays
@@ -70,9 +78,10 @@ COST
   Each redis.call is a full command inside Redis. Measured with callgrind on Redis 7.0: about 3k
   instructions for an integer reply (LLEN, PTTL), 4.5k for a string (LINDEX, LPOP) or a push,
   6.6k for TIME, 1k to turn a 16-digit string into a number, 1.2k per Lua table, against 21k
-  for an EVALSHA that calls nothing (scripts/bench-script measures the whole in us). The
-  sequence, per call then per list:
-    TIME
+  for an EVALSHA that calls nothing (scripts/bench-script measures the whole in us): the
+  dispatch and TIME are most of a one-limit decision's cost, which is why calls are batched. The
+  sequence, per call, then per decision and list:
+    TIME                  once per call
     LLEN                  count (0: nothing more to read)
     LINDEX 0              the head
     LINDEX -1             the newest entry, only with 2+ entries and a head that has not left
@@ -84,7 +93,7 @@ COST
     PTTL                  when the newest entry was not read and the first entry left in the
                           window is in an earlier TTL epoch (windows of 500 ms and more)
     PEXPIRE               at most twice a second (see TTL)
-  Steady state, one limit evicting one entry per call: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
+  Steady state, one limit evicting one entry per decision: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
   (+ PTTL for windows >= 500 ms); not evicting: TIME LLEN LINDEX 0 LINDEX -1 RPUSH; denied:
   TIME LLEN LINDEX 0 LINDEX -1. A longer expired prefix is found by reading the newest entry,
   then galloping and bisecting with LINDEX, so an idle client coming back to a full 100k-entry
@@ -107,182 +116,228 @@ if redis.REDIS_VERSION_NUM == nil and redis.replicate_commands then
 end
 
 local keys, argv = KEYS, ARGV
-local n = #keys
 local t = call('TIME')
 -- Arithmetic coerces the decimal strings; every value here is exact in a double (< 2^53).
 local time = t[1] * 1000000 + t[2]
-local now = time
--- `now` as the decimal string RPUSH stores, when the clock guard set it (see pass 3).
-local now_s = nil
+local time_str = nil
 
--- Scratch, 6 slots per limit (one table: each table is an allocation plus GC work):
---   st[6i-5] entries in the list           st[6i-2] window (µs)
---   st[6i-4] head, then first entry left   st[6i-1] expired entries at the head
---            in the window (false: none)   st[6i]   requests
---   st[6i-3] newest entry (false: not read, because it cannot be ahead of TIME)
-local st = { 0, 0, 0, 0, 0, 0 }
-
--- Pass 1: length, head and, when it may matter, newest entry of every list. `now` must be
--- final before anything is compared with a cutoff.
-for i = 1, n do
-    local key, j = keys[i], 6 * i
-    local w = argv[2 * i] + 0
-    local c = call('LLEN', key)
-    local h, last = false, false
-    if c > 0 then
-        local s = call('LINDEX', key, '0')
-        h = s + 0
-        if c == 1 then
-            last = h
-        elseif h + w > time then
-            -- The head is still in the window by TIME (or ahead of it): so may the newest be.
-            s = call('LINDEX', key, '-1')
-            last = s + 0
-        end
-        -- Otherwise the head left the window by TIME, and the newest entry is before
-        -- head + window (see CLOCK), so before TIME: it cannot move `now`.
-        if last and last > now then
-            now, now_s = last, s
-        end
-    end
-    st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
-end
-
--- Pass 2, reads only: expired entries at the head of each list, first entry left in the
--- window, count, decision. Nothing is written yet, so a denial leaves every list as it is.
-local admitted = true
-for i = 1, n do
-    local j = 6 * i
-    local c, h, last = st[j - 5], st[j - 4], st[j - 3]
-    local e = 0
-    if c > 0 and h <= now - st[j - 2] then
-        local key, cutoff = keys[i], now - st[j - 2]
-        if c == 1 then
-            e, h = 1, false
-        elseif last and last <= cutoff then
-            e, h = c, false
-        else
-            -- Invariant: entry[lo] is expired; entry[hi] (value hv) is in the window, or
-            -- hi = c when no entry is known to be.
-            local lo, hi, hv = 0, c, false
-            if last then
-                hi, hv = c - 1, last
-            end
-            if hi > 1 then
-                local v = call('LINDEX', key, '1') + 0
-                if v > cutoff then
-                    hi, hv = 1, v
-                else
-                    lo = 1
-                    if not last then
-                        -- Two or more entries slid out: an idle client may come back to a
-                        -- long list that expired entirely, which the newest entry tells.
-                        last = call('LINDEX', key, '-1') + 0
-                        st[j - 3] = last
-                        if last <= cutoff then
-                            lo = c - 1
-                        else
-                            hi, hv = c - 1, last
-                        end
-                    end
-                    local step = 2
-                    while lo + step < hi do
-                        v = call('LINDEX', key, lo + step) + 0
-                        if v <= cutoff then
-                            lo = lo + step
-                            step = step * 2
-                        else
-                            hi, hv = lo + step, v
-                            break
-                        end
-                    end
-                    while hi - lo > 1 do
-                        local mid = floor((lo + hi) / 2)
-                        v = call('LINDEX', key, mid) + 0
-                        if v <= cutoff then
-                            lo = mid
-                        else
-                            hi, hv = mid, v
-                        end
-                    end
-                end
-            end
-            -- entry[hi] is the first one in the window: the `hi` entries before it are gone.
-            e, h = hi, hv
-        end
-    end
-    local r = argv[2 * i - 1] + 0
-    st[j - 4], st[j - 1], st[j] = h, e, r
-    if c - e >= r then
-        admitted = false
-    end
-end
-
--- Pass 3: record in every list (admitted) or in none (denied), and build the reply.
-local reply = { 0, 0, 0 }
-if admitted then
-    reply[1] = 1
-    if now_s == nil then
+-- TIME as the decimal string of µs RPUSH stores (built once per call, when first needed).
+local function time_s()
+    if time_str == nil then
         -- TIME's microseconds come without leading zeros.
         local us = t[2]
         if #us < 6 then
             us = string.sub('00000', #us) .. us
         end
-        now_s = t[1] .. us
+        time_str = t[1] .. us
     end
-    local epoch = now - now % TTL_REFRESH_US -- start of the current TTL epoch
+    return time_str
+end
+
+-- Scratch, 6 slots per limit, shared by the decisions of this call (one table: each table is
+-- an allocation plus GC work):
+--   st[6i-5] entries in the list           st[6i-2] window (µs)
+--   st[6i-4] head, then first entry left   st[6i-1] expired entries at the head
+--            in the window (false: none)   st[6i]   requests
+--   st[6i-3] newest entry (false: not read, because it cannot be ahead of TIME)
+local st = { 0, 0, 0, 0, 0, 0 }
+local reply = {}
+
+-- One decision over the n lists KEYS[k0+1 .. k0+n], with (requests, window) pairs at
+-- ARGV[a0+1 .. a0+2n]; writes its 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
+local function decide(k0, a0, r0, n)
+    local now = time
+    -- `now` as the decimal string RPUSH stores, when the clock guard set it (see pass 3).
+    local now_s = nil
+
+    -- Pass 1: length, head and, when it may matter, newest entry of every list. `now` must be
+    -- final before anything is compared with a cutoff.
     for i = 1, n do
-        local key, j = keys[i], 6 * i
-        local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
-        local k = c - e -- in the window, before this push
-        if k == 0 then
-            if e > 0 then
-                call('DEL', key)
+        local key, j = keys[k0 + i], 6 * i
+        local w = argv[a0 + 2 * i] + 0
+        local c = call('LLEN', key)
+        local h, last = false, false
+        if c > 0 then
+            local s = call('LINDEX', key, '0')
+            h = s + 0
+            if c == 1 then
+                last = h
+            elseif h + w > time then
+                -- The head is still in the window by TIME (or ahead of it): so may the newest be.
+                s = call('LINDEX', key, '-1')
+                last = s + 0
             end
-        elseif e == 1 then
-            call('LPOP', key)
-        elseif e > 1 then
-            call('LTRIM', key, e, -1)
+            -- Otherwise the head left the window by TIME, and the newest entry is before
+            -- head + window (see CLOCK), so before TIME: it cannot move `now`.
+            if last and last > now then
+                now, now_s = last, s
+            end
         end
-        call('RPUSH', key, now_s)
-        -- Refresh the TTL on the first push of each epoch, or when the push created the key
-        -- (see TTL): the newest entry tells, or the first one left in the window when it is
-        -- already in this epoch; otherwise PTTL tells when the TTL was last set.
-        local refresh
-        if k == 0 then
-            refresh = true
-        elseif last then
-            refresh = last < epoch
-        elseif h >= epoch then
-            refresh = false
-        else
-            refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
-        end
-        if refresh then
-            call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
-        end
-        -- Admitted means k < requests; when it is now full, the oldest entry is the one
-        -- whose leaving frees a slot.
-        reply[2 * i], reply[2 * i + 1] = st[j] - k - 1, (h or now) + w - now
+        st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
     end
-else
+
+    -- Pass 2, reads only: expired entries at the head of each list, first entry left in the
+    -- window, count, decision. Nothing is written yet, so a denial leaves every list as it is.
+    local admitted = true
     for i = 1, n do
         local j = 6 * i
-        local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
-        local k = st[j - 5] - e
-        if k == 0 then
-            reply[2 * i], reply[2 * i + 1] = r, w
-        elseif k < r then
-            reply[2 * i], reply[2 * i + 1] = r - k, h + w - now
-        else
-            -- Full: admits again once the count drops below r, i.e. when entry[k - r] of the
-            -- window leaves (the oldest, unless `requests` was lowered by a reload). Nothing was
-            -- trimmed, so it sits at index e + k - r of the stored list.
-            if k > r then
-                h = call('LINDEX', keys[i], e + k - r) + 0
+        local c, h, last = st[j - 5], st[j - 4], st[j - 3]
+        local e = 0
+        if c > 0 and h <= now - st[j - 2] then
+            local key, cutoff = keys[k0 + i], now - st[j - 2]
+            if c == 1 then
+                e, h = 1, false
+            elseif last and last <= cutoff then
+                e, h = c, false
+            else
+                -- Invariant: entry[lo] is expired; entry[hi] (value hv) is in the window, or
+                -- hi = c when no entry is known to be.
+                local lo, hi, hv = 0, c, false
+                if last then
+                    hi, hv = c - 1, last
+                end
+                if hi > 1 then
+                    local v = call('LINDEX', key, '1') + 0
+                    if v > cutoff then
+                        hi, hv = 1, v
+                    else
+                        lo = 1
+                        if not last then
+                            -- Two or more entries slid out: an idle client may come back to a
+                            -- long list that expired entirely, which the newest entry tells.
+                            last = call('LINDEX', key, '-1') + 0
+                            st[j - 3] = last
+                            if last <= cutoff then
+                                lo = c - 1
+                            else
+                                hi, hv = c - 1, last
+                            end
+                        end
+                        local step = 2
+                        while lo + step < hi do
+                            v = call('LINDEX', key, lo + step) + 0
+                            if v <= cutoff then
+                                lo = lo + step
+                                step = step * 2
+                            else
+                                hi, hv = lo + step, v
+                                break
+                            end
+                        end
+                        while hi - lo > 1 do
+                            local mid = floor((lo + hi) / 2)
+                            v = call('LINDEX', key, mid) + 0
+                            if v <= cutoff then
+                                lo = mid
+                            else
+                                hi, hv = mid, v
+                            end
+                        end
+                    end
+                end
+                -- entry[hi] is the first one in the window: the `hi` entries before it are gone.
+                e, h = hi, hv
             end
-            reply[2 * i], reply[2 * i + 1] = 0, h + w - now
+        end
+        local r = argv[a0 + 2 * i - 1] + 0
+        st[j - 4], st[j - 1], st[j] = h, e, r
+        if c - e >= r then
+            admitted = false
         end
     end
+
+    -- Pass 3: record in every list (admitted) or in none (denied), and build the reply.
+    if admitted then
+        reply[r0 + 1] = 1
+        if now_s == nil then
+            now_s = time_s()
+        end
+        local epoch = now - now % TTL_REFRESH_US -- start of the current TTL epoch
+        for i = 1, n do
+            local key, j = keys[k0 + i], 6 * i
+            local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
+            local k = c - e -- in the window, before this push
+            if k == 0 then
+                if e > 0 then
+                    call('DEL', key)
+                end
+            elseif e == 1 then
+                call('LPOP', key)
+            elseif e > 1 then
+                call('LTRIM', key, e, -1)
+            end
+            call('RPUSH', key, now_s)
+            -- Refresh the TTL on the first push of each epoch, or when the push created the key
+            -- (see TTL): the newest entry tells, or the first one left in the window when it is
+            -- already in this epoch; otherwise PTTL tells when the TTL was last set.
+            local refresh
+            if k == 0 then
+                refresh = true
+            elseif last then
+                refresh = last < epoch
+            elseif h >= epoch then
+                refresh = false
+            else
+                refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
+            end
+            if refresh then
+                call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
+            end
+            -- Admitted means k < requests; when it is now full, the oldest entry is the one
+            -- whose leaving frees a slot.
+            reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j] - k - 1, (h or now) + w - now
+        end
+    else
+        reply[r0 + 1] = 0
+        for i = 1, n do
+            local j = 6 * i
+            local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
+            local k = st[j - 5] - e
+            if k == 0 then
+                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r, w
+            elseif k < r then
+                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - k, h + w - now
+            else
+                -- Full: admits again once the count drops below r, i.e. when entry[k - r] of the
+                -- window leaves (the oldest, unless `requests` was lowered by a reload). Nothing was
+                -- trimmed, so it sits at index e + k - r of the stored list.
+                if k > r then
+                    h = call('LINDEX', keys[k0 + i], e + k - r) + 0
+                end
+                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = 0, h + w - now
+            end
+        end
+    end
+end
+
+-- The shape of ARGV is checked before anything is decided: a caller bug decides nothing.
+local nk, na = #keys, #argv
+local k0, a0 = 0, 0
+while a0 < na do
+    local n = tonumber(argv[a0 + 1])
+    if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 2 * n > na then
+        return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
+    end
+    k0, a0 = k0 + n, a0 + 1 + 2 * n
+end
+if k0 ~= nk then
+    return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
+end
+
+local r0
+k0, a0, r0 = 0, 0, 0
+while a0 < na do
+    local n = argv[a0 + 1] + 0
+    -- A failing decision (a key of another type, say) fails alone: its neighbours in the same
+    -- call still get their answers. It wrote nothing, as its writes all come after its reads.
+    local ok, err = pcall(decide, k0, a0 + 1, r0, n)
+    if not ok then
+        reply[r0 + 1] = -1
+        reply[r0 + 2] = type(err) == 'table' and (err.err or 'error') or tostring(err)
+        for j = r0 + 3, r0 + 1 + 2 * n do
+            reply[j] = 0
+        end
+    end
+    k0, a0, r0 = k0 + n, a0 + 1 + 2 * n, r0 + 1 + 2 * n
 end
 return reply

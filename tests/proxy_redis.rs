@@ -244,14 +244,15 @@ async fn three_proxies_one_redis(deny_cache: bool) {
     assert_eq!(allowed.iter().sum::<u64>(), LIMIT as u64);
     assert_eq!(denied.iter().sum::<u64>(), (CLIENTS - LIMIT) as u64);
     assert!(errors.iter().all(|e| total(e) == 0), "{errors:?}");
-    if deny_cache {
-        // In one fully concurrent burst every request may be in flight before the first denial
-        // is cached, so the saving is timing-dependent here; the sustained flood in
-        // `deny_cache_is_exact_across_proxies_and_saves_redis_calls` measures it.
-        assert!(calls <= CLIENTS as u64, "{calls} script calls");
-    } else {
-        assert_eq!(calls, CLIENTS as u64, "one script call per request");
-    }
+    // Every request was decided (the metrics above), in at most one script call each:
+    // concurrent decisions share calls (batching). With the deny cache, in one fully
+    // concurrent burst every request may be in flight before the first denial is cached, so
+    // its saving is timing-dependent here; the sustained flood in
+    // `deny_cache_is_exact_across_proxies_and_saves_redis_calls` measures it.
+    assert!(
+        (1..=CLIENTS as u64).contains(&calls),
+        "{calls} script calls"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,6 +37,7 @@ fn eval(conn: &mut Connection, keys: &[&str], limits: &[(u32, i64)]) -> Reply {
     for key in keys {
         call.key(*key);
     }
+    call.arg(limits.len());
     for (requests, window_ms) in limits {
         call.arg(*requests).arg(window_ms * 1000);
     }
@@ -667,6 +668,7 @@ fn memory_per_entry_list_vs_seed_zset_at_100k() {
                 .arg(&sha)
                 .arg(1)
                 .arg(list_key)
+                .arg(1)
                 .arg(N as u64 * 2)
                 .arg(3_600_000_000u64)
                 .ignore();
@@ -780,6 +782,7 @@ fn measure_cpu_per_call() -> Vec<(&'static str, f64)> {
                 for (_, w) in limits.iter() {
                     cmd.arg(format!("cpu:{{{bucket}}}:{w}"));
                 }
+                cmd.arg(limits.len());
                 for (r, w) in limits.iter() {
                     cmd.arg(*r).arg(w * 1000);
                 }
@@ -810,4 +813,87 @@ fn redis_cpu_per_call() {
 fn redis_cpu_per_call_within_target() {
     let results = measure_cpu_per_call();
     assert!(results[0].1 <= 6.0, "{:?}", results[0]);
+}
+
+/// One decision of a batch: its keys, and its limits as (requests, window ms).
+type Decision<'a> = (&'a [&'a str], &'a [(u32, i64)]);
+
+/// One call of several decisions.
+fn eval_batch(conn: &mut Connection, decisions: &[Decision]) -> redis::Value {
+    let script = Script::new(SCRIPT_SOURCE);
+    let mut call = script.prepare_invoke();
+    for (keys, _) in decisions {
+        for key in keys.iter() {
+            call.key(*key);
+        }
+    }
+    for (keys, limits) in decisions {
+        assert_eq!(keys.len(), limits.len());
+        call.arg(limits.len());
+        for (requests, window_ms) in limits.iter() {
+            call.arg(*requests).arg(window_ms * 1000);
+        }
+    }
+    call.invoke(conn).expect("script call")
+}
+
+#[test]
+fn a_batch_decides_in_order_what_single_calls_would() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let a: &[&str] = &["t:{a}:60000"];
+    let b: &[&str] = &["t:{b}:1000", "t:{b}:60000"];
+    let one = &[(2, 60_000)][..];
+    let two = &[(5, 1_000), (1, 60_000)][..];
+    // a, b, a, a, b: a admits twice then denies; b admits once (its 1/min limit) then denies.
+    let reply: Vec<i64> = redis::from_redis_value(eval_batch(
+        &mut conn,
+        &[(a, one), (b, two), (a, one), (a, one), (b, two)],
+    ))
+    .unwrap();
+    let statuses: Vec<i64> = {
+        let mut at = 0;
+        [1, 2, 1, 1, 2]
+            .iter()
+            .map(|n| {
+                let s = reply[at];
+                at += 1 + 2 * n;
+                s
+            })
+            .collect()
+    };
+    assert_eq!(statuses, [1, 1, 1, 0, 0], "reply {reply:?}");
+    assert_eq!(entries(&mut conn, a[0]).len(), 2);
+    assert_eq!(entries(&mut conn, b[0]).len(), 1);
+    assert_eq!(entries(&mut conn, b[1]).len(), 1);
+    // The third decision (a, admitted, now full) and the fifth (b, its 1/min limit full).
+    assert_eq!(
+        reply[9], 0,
+        "a is full after its second admission: {reply:?}"
+    );
+    assert_eq!((reply[14], reply[15], reply[17]), (0, 4, 0), "{reply:?}");
+    assert!(reply[18] > 0 && reply[18] <= 60_000_000, "{reply:?}");
+}
+
+#[test]
+fn argv_that_does_not_match_keys_is_an_error_reply() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let script = Script::new(SCRIPT_SOURCE);
+    // Two keys, but ARGV describes one decision of one limit.
+    let err = script
+        .key("t:{a}:1000")
+        .key("t:{b}:1000")
+        .arg(1)
+        .arg(5)
+        .arg(1_000_000)
+        .invoke::<redis::Value>(&mut conn)
+        .unwrap_err();
+    assert!(err.to_string().contains("sliding_window"), "{err}");
+    // Nothing was decided.
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("t:{a}:1000")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(exists, 0);
 }

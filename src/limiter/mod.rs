@@ -122,7 +122,7 @@ pub struct WindowView {
 }
 
 /// Why a store could not decide. The proxy then applies the route's `on_error` policy.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The decision did not complete within `store.timeout`.
     #[error("store timed out after {0:?}")]

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::conn::{classify, Conn};
-use super::RedisStore;
+use super::Inner;
 use crate::limiter::{Limit, LimitView, StoreError, WindowView};
 
 /// Source of the read-only inspector script (`lua/inspect.lua`).
@@ -16,7 +16,7 @@ static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(IN
 
 /// The admin inspector's calls. They use the same connection and timeout as `check` but stay
 /// out of its health bookkeeping: an operator's read must not open or close the gate.
-impl RedisStore {
+impl Inner {
     /// The live connection, or `Unavailable`.
     fn admin_conn(&self) -> Result<Conn, StoreError> {
         match self.conn.load_full() {

@@ -43,6 +43,7 @@ use redis::cluster::ClusterClientBuilder;
 use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
 use conn::{classify, connect_timeout, Conn, Target, SAFETY_NET_FACTOR};
 
+mod batch;
 mod conn;
 mod inspect;
 
@@ -83,8 +84,14 @@ pub enum RedisNodes {
     Cluster(Vec<redis::ConnectionInfo>),
 }
 
-/// The Redis (or Redis Cluster) limiter store.
+/// The Redis (or Redis Cluster) limiter store: a cheap handle on the state below, which the task
+/// that sends a batch of decisions (see `batch.rs`) shares.
 pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+/// The store's state.
+struct Inner {
     target: Target,
     /// Key namespace (`store.prefix`), validated free of `{`, `}` and whitespace.
     prefix: String,
@@ -103,6 +110,8 @@ pub struct RedisStore {
     /// Bumped whenever the connection is (re)made or found lost: Redis may have restarted
     /// empty, so decisions cached before are void (see [`Store::generation`]).
     generation: AtomicU64,
+    /// Decisions waiting for the call in flight to one Redis (see `batch.rs`).
+    queue: std::sync::Mutex<batch::Queue>,
 }
 
 impl RedisStore {
@@ -135,20 +144,30 @@ impl RedisStore {
             }
         };
         Ok(RedisStore {
-            target: client,
-            prefix: target.prefix.clone(),
-            timeout,
-            conn: ArcSwapOption::empty(),
-            healthy: AtomicBool::new(false),
-            timeouts: AtomicU32::new(0),
-            failed_pings: AtomicU32::new(0),
-            maintaining: tokio::sync::Mutex::new(()),
-            generation: AtomicU64::new(0),
+            inner: Arc::new(Inner {
+                target: client,
+                prefix: target.prefix.clone(),
+                timeout,
+                conn: ArcSwapOption::empty(),
+                healthy: AtomicBool::new(false),
+                timeouts: AtomicU32::new(0),
+                failed_pings: AtomicU32::new(0),
+                maintaining: tokio::sync::Mutex::new(()),
+                generation: AtomicU64::new(0),
+                queue: Default::default(),
+            }),
         })
     }
 
     /// The Redis key holding `limit`'s log for `bucket`: `<prefix>:{<bucket>}:<window ms>`.
     pub fn key(&self, bucket: &str, limit: &Limit) -> String {
+        self.inner.key(bucket, limit)
+    }
+}
+
+impl Inner {
+    /// See [`RedisStore::key`].
+    fn key(&self, bucket: &str, limit: &Limit) -> String {
         let mut key = Vec::new();
         self.write_key(&mut key, bucket, limit);
         String::from_utf8(key).expect("prefix and bucket are UTF-8")
@@ -232,76 +251,67 @@ impl RedisStore {
         }
     }
 
-    /// The `EVALSHA` of one decision, written straight into one command buffer: keys built
-    /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
-    /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
-    fn evalsha(&self, bucket: &str, limits: &[Limit]) -> redis::Cmd {
-        let key_len = self.prefix.len() + bucket.len() + 16;
-        let mut cmd =
-            redis::Cmd::with_capacity(3 + 3 * limits.len(), 64 + limits.len() * (key_len + 24));
-        cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(limits.len());
-        let mut key = Vec::with_capacity(key_len);
-        for limit in limits {
-            self.write_key(&mut key, bucket, limit);
-            cmd.arg(&key[..]);
-        }
-        for limit in limits {
-            cmd.arg(limit.requests).arg(limit.window.as_micros() as u64);
-        }
-        cmd
-    }
-
-    /// Turn a script reply into a verdict, checking its shape (read from the reply in place).
-    fn verdict(reply: &redis::Value, limits: &[Limit]) -> Result<Verdict, StoreError> {
-        let bad = || StoreError::Backend(format!("unexpected script reply {reply:?}"));
-        let redis::Value::Array(items) = reply else {
-            return Err(bad());
-        };
-        let int = |i: usize| match items.get(i) {
-            Some(redis::Value::Int(v)) => Ok(*v),
-            _ => Err(bad()),
-        };
-        if items.len() != 1 + 2 * limits.len() {
-            return Err(bad());
-        }
-        let states = (0..limits.len())
-            .map(|i| {
-                Ok(LimitState {
-                    remaining: int(1 + 2 * i)?.clamp(0, i64::from(u32::MAX)) as u32,
-                    reset: Duration::from_micros(int(2 + 2 * i)?.max(0) as u64),
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(Verdict {
-            admitted: int(0)? == 1,
-            states,
-        })
-    }
-}
-
-#[async_trait]
-impl Store for RedisStore {
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
-        if limits.is_empty() {
-            return Ok(Verdict {
-                admitted: true,
-                states: Vec::new(),
-            });
-        }
-        // Fail fast rather than queue behind a reconnect: `maintain` re-opens the gate.
+    /// The live connection, if `check` may use it: fail fast rather than queue behind a
+    /// reconnect (`maintain` re-opens the gate).
+    fn live_conn(&self) -> Result<Arc<Conn>, StoreError> {
         let Some(conn) = self.conn.load_full() else {
             return Err(StoreError::Unavailable("not connected".into()));
         };
         if !self.healthy.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable("connection not ready".into()));
         }
+        Ok(conn)
+    }
 
-        let evalsha = self.evalsha(bucket, limits);
-        let mut conn = (*conn).clone();
-        match tokio::time::timeout(self.timeout, conn.decide(&evalsha)).await {
+    /// See [`Store::check`]. One Redis coalesces concurrent decisions (`batch.rs`); a Cluster
+    /// sends each on its own, to its bucket's slot.
+    async fn check(
+        self: &Arc<Self>,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<Verdict, StoreError> {
+        if limits.is_empty() {
+            return Ok(Verdict {
+                admitted: true,
+                states: Vec::new(),
+            });
+        }
+        let conn = self.live_conn()?;
+        match *conn {
+            Conn::Single(_) => self.check_coalesced(&conn, bucket, limits).await,
+            Conn::Cluster(_) => self.decide_now(&conn, bucket, limits).await,
+        }
+    }
+
+    /// One decision in its own `EVALSHA`.
+    async fn decide_now(
+        &self,
+        conn: &Conn,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<Verdict, StoreError> {
+        let evalsha = self.evalsha([(bucket, limits)].into_iter());
+        let reply = self.call(conn, &evalsha).await?;
+        Self::verdict(&reply, limits)
+    }
+
+    /// Send one `EVALSHA`, bounded by the store timeout, and return the reply's values. A
+    /// failure counts towards failing fast; an answer resets that count.
+    async fn call(
+        &self,
+        conn: &Conn,
+        evalsha: &redis::Cmd,
+    ) -> Result<Vec<redis::Value>, StoreError> {
+        let mut conn = conn.clone();
+        match tokio::time::timeout(self.timeout, conn.decide(evalsha)).await {
             Ok(Ok(reply)) => {
                 self.timeouts.store(0, Ordering::Release);
-                Self::verdict(&reply, limits)
+                match reply {
+                    redis::Value::Array(items) => Ok(items),
+                    other => Err(StoreError::Backend(format!(
+                        "unexpected script reply {other:?}"
+                    ))),
+                }
             }
             Ok(Err(e)) => {
                 let error = classify(&e, self.timeout);
@@ -316,6 +326,71 @@ impl Store for RedisStore {
         }
     }
 
+    /// The `EVALSHA` of some decisions, written straight into one command buffer: keys built
+    /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
+    /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
+    fn evalsha<'a>(
+        &self,
+        decisions: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+    ) -> redis::Cmd {
+        let (mut keys, mut key_bytes) = (0, 0);
+        for (bucket, limits) in decisions.clone() {
+            keys += limits.len();
+            key_bytes += limits.len() * (self.prefix.len() + bucket.len() + 16);
+        }
+        let mut cmd = redis::Cmd::with_capacity(3 + 3 * keys, 64 + key_bytes + keys * 24);
+        cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
+        let mut key = Vec::with_capacity(64);
+        for (bucket, limits) in decisions.clone() {
+            for limit in limits {
+                self.write_key(&mut key, bucket, limit);
+                cmd.arg(&key[..]);
+            }
+        }
+        for (_, limits) in decisions {
+            cmd.arg(limits.len());
+            for limit in limits {
+                cmd.arg(limit.requests).arg(limit.window.as_micros() as u64);
+            }
+        }
+        cmd
+    }
+
+    /// Turn one decision's part of a script reply (`1 + 2n` values) into a verdict, checking
+    /// its shape.
+    fn verdict(reply: &[redis::Value], limits: &[Limit]) -> Result<Verdict, StoreError> {
+        let bad = || StoreError::Backend(format!("unexpected script reply {reply:?}"));
+        let int = |i: usize| match reply.get(i) {
+            Some(redis::Value::Int(v)) => Ok(*v),
+            _ => Err(bad()),
+        };
+        if reply.len() != 1 + 2 * limits.len() {
+            return Err(bad());
+        }
+        let admitted = match int(0)? {
+            1 => true,
+            0 => false,
+            // This decision failed inside the script (a key of another type, say).
+            _ => {
+                return Err(match &reply[1] {
+                    redis::Value::BulkString(msg) => {
+                        StoreError::Backend(String::from_utf8_lossy(msg).into_owned())
+                    }
+                    _ => bad(),
+                })
+            }
+        };
+        let states = (0..limits.len())
+            .map(|i| {
+                Ok(LimitState {
+                    remaining: int(1 + 2 * i)?.clamp(0, i64::from(u32::MAX)) as u32,
+                    reset: Duration::from_micros(int(2 + 2 * i)?.max(0) as u64),
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Verdict { admitted, states })
+    }
+
     fn backend(&self) -> &'static str {
         match self.target {
             Target::Single(_) => "redis",
@@ -323,6 +398,7 @@ impl Store for RedisStore {
         }
     }
 
+    /// See [`Store::maintain`].
     async fn maintain(&self) {
         let Ok(_guard) = self.maintaining.try_lock() else {
             return;
@@ -370,25 +446,40 @@ impl Store for RedisStore {
             Err(error) => self.ping_failed(&error),
         }
     }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        self.inner.check(bucket, limits).await
+    }
+
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn maintain(&self) {
+        self.inner.maintain().await
+    }
 
     fn is_ready(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
+        self.inner.healthy.load(Ordering::Acquire)
     }
 
     fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.inner.generation.load(Ordering::Acquire)
     }
 
     async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
-        self.inspect_window(bucket, limits).await
+        self.inner.inspect_window(bucket, limits).await
     }
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
-        self.reset_bucket(bucket, limits).await
+        self.inner.reset_bucket(bucket, limits).await
     }
 }
 
-impl RedisStore {
+impl Inner {
     /// React to a failed `check` on one Redis: a lost connection, or a few timeouts in a row,
     /// close the gate until `maintain` gets a PING through. (The library reconnects in the
     /// background; meanwhile `check` answers at once instead of queueing behind it.)

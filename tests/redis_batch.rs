@@ -1,0 +1,169 @@
+//! Coalescing on one Redis: decisions pending at the same instant share one `EVALSHA`
+//! (`src/limiter/redis/batch.rs`), and a batch decides exactly what the same decisions sent one
+//! by one would. Against a real `redis-server`.
+//!
+//! The runtime is tokio's current-thread one, so the interleaving is fixed: the first check
+//! sends its own call, and every check started while it is in flight queues behind it.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::redis::{wait_ready, RedisServer};
+use slidegate::limiter::redis::RedisStore;
+use slidegate::limiter::{Limit, Store, StoreError};
+
+/// Roomy: this file is about batching, not deadlines, and debug builds on a busy machine are slow.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn limit(requests: u32, window: Duration) -> Limit {
+    Limit { requests, window }
+}
+
+/// `calls` of EVALSHA in INFO commandstats.
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split([':', ',']).find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+async fn connected(server: &RedisServer) -> Arc<RedisStore> {
+    let store = Arc::new(RedisStore::new(&server.redis_target(TIMEOUT)).unwrap());
+    wait_ready(store.as_ref(), Duration::from_secs(10)).await;
+    store
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_decisions_share_calls_and_stay_exact() {
+    let server = RedisServer::start();
+    let store = connected(&server).await;
+    let mut conn = server.connection();
+    let before = evalsha_calls(&mut conn);
+
+    // 300 concurrent requests of one client against 100/min and 1000/hour, plus 100 of other
+    // clients: exactly 100 of the first kind fit, and every other one does.
+    let limits = [
+        limit(100, Duration::from_secs(60)),
+        limit(1000, Duration::from_secs(3600)),
+    ];
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let store = store.clone();
+        let bucket = if i % 4 == 3 {
+            format!("r:other{i}")
+        } else {
+            "r:hot".to_string()
+        };
+        tasks.push(tokio::spawn(async move {
+            let verdict = store.check(&bucket, &limits).await.expect("check");
+            (bucket, verdict)
+        }));
+    }
+    let (mut hot_admitted, mut others_admitted) = (0, 0);
+    for task in tasks {
+        let (bucket, verdict) = task.await.unwrap();
+        match (bucket.as_str(), verdict.admitted) {
+            ("r:hot", true) => hot_admitted += 1,
+            ("r:hot", false) => {
+                assert_eq!(verdict.states[0].remaining, 0, "{verdict:?}");
+                assert!(verdict.retry_after().unwrap() <= Duration::from_secs(60));
+            }
+            (_, true) => others_admitted += 1,
+            (_, false) => panic!("{bucket} denied: {verdict:?}"),
+        }
+    }
+    assert_eq!(hot_admitted, 100);
+    assert_eq!(others_admitted, 100);
+    let hot_key = store.key("r:hot", &limits[0]);
+    let len: usize = redis::cmd("LLEN").arg(&hot_key).query(&mut conn).unwrap();
+    assert_eq!(len, 100, "one entry per admitted request");
+
+    let calls = evalsha_calls(&mut conn) - before;
+    println!("400 decisions in {calls} EVALSHA calls");
+    // One direct call, then batches of at most 64: at least 7 calls, far fewer than 400.
+    assert!(
+        (7..=40).contains(&calls),
+        "{calls} calls for 400 concurrent decisions"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failing_decision_fails_alone_in_its_batch() {
+    let server = RedisServer::start();
+    let store = connected(&server).await;
+    let limits = [limit(5, Duration::from_secs(60))];
+    // Someone else's string where one client's log should be: WRONGTYPE inside the script.
+    let mut conn = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg(store.key("r:broken", &limits[0]))
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let before = evalsha_calls(&mut conn);
+
+    let mut tasks = Vec::new();
+    for bucket in ["r:first", "r:a", "r:broken", "r:b", "r:a"] {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            (bucket, store.check(bucket, &limits).await)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    // `r:first` went alone; the other four shared one call.
+    assert_eq!(evalsha_calls(&mut conn) - before, 2);
+    for (bucket, result) in &results {
+        match *bucket {
+            "r:broken" => match result {
+                Err(StoreError::Backend(msg)) => assert!(msg.contains("WRONGTYPE"), "{msg}"),
+                other => panic!("r:broken: {other:?}"),
+            },
+            _ => assert!(result.as_ref().unwrap().admitted, "{bucket}: {result:?}"),
+        }
+    }
+    // The second `r:a` saw the first one's entry: decisions in a batch run in order.
+    let a: Vec<u32> = results
+        .iter()
+        .filter(|(b, _)| *b == "r:a")
+        .map(|(_, r)| r.as_ref().unwrap().states[0].remaining)
+        .collect();
+    assert_eq!(a, [4, 3]);
+    assert!(store.is_ready(), "an error reply is not an outage");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn queued_decisions_fail_fast_when_redis_is_gone() {
+    let mut server = RedisServer::start();
+    let store = connected(&server).await;
+    let limits = [limit(5, Duration::from_secs(60))];
+    server.kill();
+
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            let result = store.check(&format!("r:c{i}"), &limits).await;
+            (result, start.elapsed())
+        }));
+    }
+    for task in tasks {
+        let (result, took) = task.await.unwrap();
+        assert!(
+            matches!(
+                result,
+                Err(StoreError::Unavailable(_) | StoreError::Timeout(_))
+            ),
+            "{result:?}"
+        );
+        assert!(
+            took <= TIMEOUT + Duration::from_millis(500),
+            "took {took:?}"
+        );
+    }
+}
