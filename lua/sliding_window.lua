@@ -27,10 +27,13 @@ ARGV  (per decision d, in the same order: 1 + 2 n_d values, integers written in 
     window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
   ARGV that does not account for exactly every key is an error reply (a caller bug).
 
-REPLY  an array: per decision d, in order, 1 + 2 n_d values
+REPLY  an array: first one string of integers in decimal, separated by single spaces (one
+       string, not an array of integers: the client parses one value instead of 3 per limit),
+       then one error message per failed decision, in order. The integers are, per decision d,
+       in order, 1 + 2 n_d values:
   status        1 = admitted (recorded in every list of d), 0 = denied (recorded in none),
-                -1 = this decision failed (e.g. a key of another type); the next value is then
-                the error message and the rest are 0. Other decisions of the call are unaffected.
+                -1 = this decision failed (e.g. a key of another type; its message follows the
+                string) and the rest are 0. Other decisions of the call are unaffected.
   then per limit i of d:
     remaining   requests it would still admit right now, after this decision (0 when full)
     reset       in MICROseconds from the decision's `now`:
@@ -40,7 +43,8 @@ REPLY  an array: per decision d, in order, 1 + 2 n_d values
                     than `requests` entries because `requests` was lowered on a reload,
                     (entry[count - requests] + window - now);
                   - otherwise: (oldest entry + window - now), when one more slot frees.
-                Always > 0 and <= window.
+                Always > 0 and <= window. (Lua prints integers below 1e14 exactly; windows
+                are at most 30 days, 2.6e12 us.)
 
 CLOCK
   now = max(Redis TIME, newest entry of any list of this decision). Every proxy shares the one Redis
@@ -142,6 +146,7 @@ end
 --   st[6i-3] newest entry (false: not read, because it cannot be ahead of TIME)
 local st = { 0, 0, 0, 0, 0, 0 }
 local reply = {}
+local errors = {}
 
 -- One decision over the n lists KEYS[k0+1 .. k0+n], with (requests, window) pairs at
 -- ARGV[a0+1 .. a0+2n]; writes its 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
@@ -333,11 +338,11 @@ while a0 < na do
     local ok, err = pcall(decide, k0, a0 + 1, r0, n)
     if not ok then
         reply[r0 + 1] = -1
-        reply[r0 + 2] = type(err) == 'table' and (err.err or 'error') or tostring(err)
-        for j = r0 + 3, r0 + 1 + 2 * n do
+        errors[#errors + 1] = type(err) == 'table' and (err.err or 'error') or tostring(err)
+        for j = r0 + 2, r0 + 1 + 2 * n do
             reply[j] = 0
         end
     end
     k0, a0, r0 = k0 + n, a0 + 1 + 2 * n, r0 + 1 + 2 * n
 end
-return reply
+return { table.concat(reply, ' '), unpack(errors) }

@@ -41,12 +41,32 @@ fn eval(conn: &mut Connection, keys: &[&str], limits: &[(u32, i64)]) -> Reply {
     for (requests, window_ms) in limits {
         call.arg(*requests).arg(window_ms * 1000);
     }
-    let raw: Vec<i64> = call.invoke(conn).expect("script call");
+    let raw = integers(call.invoke(conn).expect("script call"));
     assert_eq!(raw.len(), 1 + 2 * keys.len(), "reply shape: {raw:?}");
     Reply {
         admitted: raw[0] == 1,
         states: raw[1..].chunks(2).map(|c| (c[0], c[1])).collect(),
     }
+}
+
+/// The integers of a script reply (its first element: one string of space-separated integers),
+/// after checking that no decision failed (no error message follows).
+fn integers(reply: redis::Value) -> Vec<i64> {
+    let (text, errors): (String, Vec<String>) = match redis::from_redis_value::<Vec<String>>(reply)
+    {
+        Ok(mut items) if !items.is_empty() => {
+            let text = items.remove(0);
+            (text, items)
+        }
+        other => panic!("reply shape: {other:?}"),
+    };
+    assert!(errors.is_empty(), "failed decisions: {errors:?}");
+    text.split(' ')
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("not an integer: {v:?} in {text:?}"))
+        })
+        .collect()
 }
 
 /// Redis's clock, in µs.
@@ -846,11 +866,10 @@ fn a_batch_decides_in_order_what_single_calls_would() {
     let one = &[(2, 60_000)][..];
     let two = &[(5, 1_000), (1, 60_000)][..];
     // a, b, a, a, b: a admits twice then denies; b admits once (its 1/min limit) then denies.
-    let reply: Vec<i64> = redis::from_redis_value(eval_batch(
+    let reply = integers(eval_batch(
         &mut conn,
         &[(a, one), (b, two), (a, one), (a, one), (b, two)],
-    ))
-    .unwrap();
+    ));
     let statuses: Vec<i64> = {
         let mut at = 0;
         [1, 2, 1, 1, 2]

@@ -100,24 +100,21 @@ impl Inner {
             Err(error) => return fail_all(batch, &error),
         };
         let evalsha = self.evalsha(batch.iter().map(|p| (&*p.bucket, &*p.limits)));
-        let reply = match self.call(&conn, &evalsha).await {
+        let mut reply = match self.call(&conn, &evalsha).await {
             Ok(reply) => reply,
             Err(error) => return fail_all(batch, &error),
         };
         let expected: usize = batch.iter().map(|p| 1 + 2 * p.limits.len()).sum();
         if reply.len() != expected {
             let error = StoreError::Backend(format!(
-                "script reply has {} values for {} decisions, expected {expected}",
+                "script reply has {} integers for {} decisions, expected {expected}",
                 reply.len(),
                 batch.len()
             ));
             return fail_all(batch, &error);
         }
-        let mut at = 0;
         for p in batch {
-            let len = 1 + 2 * p.limits.len();
-            let verdict = Self::verdict(&reply[at..at + len], &p.limits);
-            at += len;
+            let verdict = reply.next_verdict(&p.limits);
             // The waiter may have given up in the meantime; nothing to do then.
             let _ = p.verdict.send(verdict);
         }

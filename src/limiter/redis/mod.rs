@@ -40,12 +40,14 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
-use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
+use super::{Limit, Store, StoreError, Verdict, WindowView};
 use conn::{classify, connect_timeout, Conn, Target, SAFETY_NET_FACTOR};
+use reply::ScriptReply;
 
 mod batch;
 mod conn;
 mod inspect;
+mod reply;
 
 /// Source of the sliding-window script, compiled into the binary.
 pub const SCRIPT_SOURCE: &str = include_str!("../../../lua/sliding_window.lua");
@@ -291,27 +293,17 @@ impl Inner {
         limits: &[Limit],
     ) -> Result<Verdict, StoreError> {
         let evalsha = self.evalsha([(bucket, limits)].into_iter());
-        let reply = self.call(conn, &evalsha).await?;
-        Self::verdict(&reply, limits)
+        self.call(conn, &evalsha).await?.next_verdict(limits)
     }
 
-    /// Send one `EVALSHA`, bounded by the store timeout, and return the reply's values. A
-    /// failure counts towards failing fast; an answer resets that count.
-    async fn call(
-        &self,
-        conn: &Conn,
-        evalsha: &redis::Cmd,
-    ) -> Result<Vec<redis::Value>, StoreError> {
+    /// Send one `EVALSHA`, bounded by the store timeout, and parse its reply. A failure
+    /// counts towards failing fast; an answer resets that count.
+    async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
         match tokio::time::timeout(self.timeout, conn.decide(evalsha)).await {
             Ok(Ok(reply)) => {
                 self.timeouts.store(0, Ordering::Release);
-                match reply {
-                    redis::Value::Array(items) => Ok(items),
-                    other => Err(StoreError::Backend(format!(
-                        "unexpected script reply {other:?}"
-                    ))),
-                }
+                ScriptReply::parse(reply)
             }
             Ok(Err(e)) => {
                 let error = classify(&e, self.timeout);
@@ -356,41 +348,7 @@ impl Inner {
         cmd
     }
 
-    /// Turn one decision's part of a script reply (`1 + 2n` values) into a verdict, checking
-    /// its shape.
-    fn verdict(reply: &[redis::Value], limits: &[Limit]) -> Result<Verdict, StoreError> {
-        let bad = || StoreError::Backend(format!("unexpected script reply {reply:?}"));
-        let int = |i: usize| match reply.get(i) {
-            Some(redis::Value::Int(v)) => Ok(*v),
-            _ => Err(bad()),
-        };
-        if reply.len() != 1 + 2 * limits.len() {
-            return Err(bad());
-        }
-        let admitted = match int(0)? {
-            1 => true,
-            0 => false,
-            // This decision failed inside the script (a key of another type, say).
-            _ => {
-                return Err(match &reply[1] {
-                    redis::Value::BulkString(msg) => {
-                        StoreError::Backend(String::from_utf8_lossy(msg).into_owned())
-                    }
-                    _ => bad(),
-                })
-            }
-        };
-        let states = (0..limits.len())
-            .map(|i| {
-                Ok(LimitState {
-                    remaining: int(1 + 2 * i)?.clamp(0, i64::from(u32::MAX)) as u32,
-                    reset: Duration::from_micros(int(2 + 2 * i)?.max(0) as u64),
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(Verdict { admitted, states })
-    }
-
+    /// See [`Store::backend`].
     fn backend(&self) -> &'static str {
         match self.target {
             Target::Single(_) => "redis",
