@@ -167,3 +167,38 @@ async fn queued_decisions_fail_fast_when_redis_is_gone() {
         );
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn queued_decisions_answer_by_their_deadline_when_redis_freezes() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(200);
+    let store = Arc::new(RedisStore::new(&server.redis_target(timeout)).unwrap());
+    wait_ready(store.as_ref(), Duration::from_secs(10)).await;
+    let limits = [limit(5, Duration::from_secs(60))];
+    server.freeze();
+
+    // The first check's own call hangs; the 19 behind it queue, then go out as one call that
+    // hangs too. Every one must be answered `Timeout` within its deadline, not twice that
+    // (a second full timeout for the queued batch would take 400 ms).
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            let result = store.check(&format!("r:c{i}"), &limits).await;
+            (result, start.elapsed())
+        }));
+    }
+    let mut worst = Duration::ZERO;
+    for task in tasks {
+        let (result, took) = task.await.unwrap();
+        assert!(matches!(result, Err(StoreError::Timeout(_))), "{result:?}");
+        worst = worst.max(took);
+    }
+    server.thaw();
+    println!("slowest answer with Redis frozen: {worst:?} (timeout {timeout:?})");
+    assert!(
+        worst <= timeout + Duration::from_millis(100),
+        "slowest answer {worst:?} for a {timeout:?} timeout"
+    );
+}
