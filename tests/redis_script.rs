@@ -49,22 +49,19 @@ fn eval(conn: &mut Connection, keys: &[&str], limits: &[(u32, i64)]) -> Reply {
     }
 }
 
-/// The integers of a script reply (its first element: one string of space-separated integers),
-/// after checking that no decision failed (no error message follows).
+/// The integers of a script reply (big-endian doubles, 8 bytes each), which must be a bare
+/// string: an array would carry the messages of failed decisions.
 fn integers(reply: redis::Value) -> Vec<i64> {
-    let (text, errors): (String, Vec<String>) = match redis::from_redis_value::<Vec<String>>(reply)
-    {
-        Ok(mut items) if !items.is_empty() => {
-            let text = items.remove(0);
-            (text, items)
-        }
-        other => panic!("reply shape: {other:?}"),
+    let redis::Value::BulkString(packed) = reply else {
+        panic!("reply shape (failed decisions?): {reply:?}");
     };
-    assert!(errors.is_empty(), "failed decisions: {errors:?}");
-    text.split(' ')
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("not an integer: {v:?} in {text:?}"))
+    assert_eq!(packed.len() % 8, 0, "packed length {}", packed.len());
+    packed
+        .chunks_exact(8)
+        .map(|b| {
+            let v = f64::from_be_bytes(b.try_into().unwrap());
+            assert_eq!(v.fract(), 0.0, "not an integer: {v}");
+            v as i64
         })
         .collect()
 }
