@@ -12,11 +12,12 @@
 
 use std::net::IpAddr;
 
-use http::HeaderValue;
+use http::header::{GetAll, FORWARDED};
+use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::Result;
 
-use crate::keys::push_ip;
+use crate::keys::IpText;
 
 /// How the client reached this listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,17 +56,25 @@ pub struct Hop {
     pub scheme: Scheme,
 }
 
+/// `X-Forwarded-For`, as a map key: looking up by a `HeaderName` skips parsing the name.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`, as a map key.
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Rewrite the forwarding headers of a request about to go upstream.
 ///
-/// Runs on every proxied request, so addresses are written with [`push_ip`] rather than
-/// `fmt` (about 1,500 instructions each otherwise).
+/// Runs on every proxied request, so each value is built in a `Vec` of exactly its length,
+/// which becomes the [`HeaderValue`] without a copy (from a `Vec` whose length is not its
+/// capacity, `Bytes` allocates a second block), and addresses are written with [`IpText`]
+/// rather than `fmt`. The names are `&'static str` so that Pingora's case-preserving map does
+/// not copy them.
 pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
-    let mut peer = String::with_capacity(40);
-    push_ip(&mut peer, hop.peer);
+    let peer = IpText::new(hop.peer);
 
     // X-Forwarded-For: the client's lines (bytes as sent), joined in order, then the peer.
-    let mut value = Vec::with_capacity(64);
-    for prev in req.headers.get_all("x-forwarded-for") {
+    let prior = req.headers.get_all(&X_FORWARDED_FOR);
+    let mut value = Vec::with_capacity(joined_len(&prior) + peer.as_bytes().len());
+    for prev in &prior {
         value.extend_from_slice(prev.as_bytes());
         value.extend_from_slice(b", ");
     }
@@ -74,7 +83,7 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
 
     // X-Forwarded-Proto: only a trusted proxy in front of us knows the client's scheme.
     let keep_proto = hop.peer_trusted && {
-        let mut values = req.headers.get_all("x-forwarded-proto").iter();
+        let mut values = req.headers.get_all(&X_FORWARDED_PROTO).iter();
         matches!(
             (values.next().map(|v| v.as_bytes()), values.next()),
             (Some(b"http" | b"https"), None)
@@ -85,35 +94,40 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
     }
 
     // X-Real-IP: always ours.
-    let real_ip = if hop.client == hop.peer {
-        peer.clone()
+    let client = if hop.client == hop.peer {
+        peer.as_bytes().to_vec()
     } else {
-        let mut client = String::with_capacity(40);
-        push_ip(&mut client, hop.client);
-        client
+        IpText::new(hop.client).as_bytes().to_vec()
     };
-    req.insert_header("X-Real-IP", real_ip)?;
+    req.insert_header("X-Real-IP", client)?;
 
     // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
-    let mut forwarded = Vec::with_capacity(64);
-    if hop.peer_trusted {
-        for prev in req.headers.get_all("forwarded") {
-            forwarded.extend_from_slice(prev.as_bytes());
-            forwarded.extend_from_slice(b", ");
-        }
-    }
     // RFC 7239 §6: an IPv6 node is quoted and bracketed.
     let (open, close): (&[u8], &[u8]) = match hop.peer {
         IpAddr::V6(_) => (b"for=\"[", b"]\""),
         IpAddr::V4(_) => (b"for=", b""),
     };
+    let proto = hop.scheme.as_str().as_bytes();
+    let prior = hop.peer_trusted.then(|| req.headers.get_all(FORWARDED));
+    let ours = open.len() + peer.as_bytes().len() + close.len() + b";proto=".len() + proto.len();
+    let mut forwarded = Vec::with_capacity(prior.as_ref().map_or(0, joined_len) + ours);
+    for prev in prior.iter().flatten() {
+        forwarded.extend_from_slice(prev.as_bytes());
+        forwarded.extend_from_slice(b", ");
+    }
     forwarded.extend_from_slice(open);
     forwarded.extend_from_slice(peer.as_bytes());
     forwarded.extend_from_slice(close);
     forwarded.extend_from_slice(b";proto=");
-    forwarded.extend_from_slice(hop.scheme.as_str().as_bytes());
+    forwarded.extend_from_slice(proto);
+    debug_assert_eq!(forwarded.len(), forwarded.capacity());
     req.insert_header("Forwarded", forwarded)?;
     Ok(())
+}
+
+/// Length of `values` joined, each followed by `", "`.
+fn joined_len(values: &GetAll<'_, HeaderValue>) -> usize {
+    values.iter().map(|v| v.len() + 2).sum()
 }
 
 #[cfg(test)]
