@@ -284,13 +284,15 @@ impl ProxyHttp for SlideGate {
         ) {
             let peer = peer.ip();
             let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+            let scheme = if tls { Scheme::Https } else { Scheme::Http };
             let hop = Hop {
                 peer,
                 client: ctx.client.unwrap_or(peer),
                 peer_trusted: rules.client_ip.is_trusted(peer),
-                scheme: if tls { Scheme::Https } else { Scheme::Http },
+                scheme,
             };
-            forwarding::apply(upstream_request, &hop)?;
+            let own = crate::edge_conn::own_hop(session, peer, scheme);
+            forwarding::apply(upstream_request, &hop, own)?;
         }
         Ok(())
     }
