@@ -98,10 +98,18 @@ pub enum BucketClient<'a> {
 /// [`bucket_key`]) and the admin inspector both build keys here, so they always agree.
 pub fn write_bucket_key(out: &mut String, route: &str, client: BucketClient<'_>) {
     out.clear();
-    out.push_str(route);
+    // Sized before the first push: a key grown push by push reallocates several times, and
+    // this runs on every limited request.
     match client {
-        BucketClient::Global => out.push_str(":global"),
+        BucketClient::Global => {
+            out.reserve(route.len() + ":global".len());
+            out.push_str(route);
+            out.push_str(":global");
+        }
         BucketClient::Header(bytes) => {
+            // The longer of a plain value and `#` + 32 hex digits.
+            out.reserve(route.len() + ":h:".len() + MAX_PLAIN_KEY_LEN.max(33));
+            out.push_str(route);
             out.push_str(":h:");
             if bytes.len() <= MAX_PLAIN_KEY_LEN && bytes.iter().all(|b| is_plain(*b)) {
                 // Plain bytes are ASCII, so this cannot fail.
@@ -111,8 +119,11 @@ pub fn write_bucket_key(out: &mut String, route: &str, client: BucketClient<'_>)
             }
         }
         BucketClient::Ip(ip) => {
+            let text = IpText::new(ip);
+            out.reserve(route.len() + ":ip:".len() + text.as_bytes().len());
+            out.push_str(route);
             out.push_str(":ip:");
-            push_ip(out, ip);
+            out.push_str(text.as_str());
         }
     }
 }
