@@ -24,9 +24,10 @@
 use std::any::Any;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
+use crate::forwarding::{OwnHop, Scheme};
 use crate::metrics::METRICS;
 
 /// Client connection settings, from `[server]`.
@@ -84,6 +86,8 @@ pub struct EdgeStream {
     pending: Vec<u8>,
     /// Bytes received in the current head phase (a timeout with none is a quiet close).
     head_bytes: usize,
+    /// The forwarding values of this connection's hop, built at its first proxied request.
+    own_hop: OnceLock<Option<OwnHop>>,
 }
 
 impl std::fmt::Debug for EdgeStream {
@@ -107,6 +111,7 @@ impl EdgeStream {
             timer: None,
             pending: Vec::new(),
             head_bytes: 0,
+            own_hop: OnceLock::new(),
         }
     }
 
@@ -184,6 +189,16 @@ pub fn head_received(session: &mut Session) {
     if s.limits.keepalive_timeout.is_zero() {
         session.set_keepalive(None);
     }
+}
+
+/// The forwarding values of the connection behind `session` (from `peer`, on a `scheme`
+/// listener), built at its first request; `None` where the connection is not an [`EdgeStream`]
+/// (HTTP/2 streams share one).
+pub fn own_hop(session: &Session, peer: IpAddr, scheme: Scheme) -> Option<&OwnHop> {
+    let s = edge_stream(session)?;
+    s.own_hop
+        .get_or_init(|| OwnHop::new(peer, scheme).ok())
+        .as_ref()
 }
 
 /// The response was sent: the connection is idle until the next request's first byte.

@@ -12,11 +12,12 @@
 
 use std::net::IpAddr;
 
-use http::HeaderValue;
+use http::header::{GetAll, FORWARDED};
+use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
-use pingora::Result;
+use pingora::{ErrorType, OrErr, Result};
 
-use crate::keys::push_ip;
+use crate::keys::IpText;
 
 /// How the client reached this listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,65 +56,147 @@ pub struct Hop {
     pub scheme: Scheme,
 }
 
-/// Rewrite the forwarding headers of a request about to go upstream.
+/// `X-Forwarded-For`, as a map key: looking up by a `HeaderName` skips parsing the name.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`, as a map key.
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// The values of a connection's own hop, which depend only on its peer and scheme: built at
+/// the first request of a connection and cloned (a reference count) by the following ones,
+/// instead of being formatted and allocated for every request.
+#[derive(Debug)]
+pub struct OwnHop {
+    peer: IpAddr,
+    scheme: Scheme,
+    /// The peer's address as text: `X-Forwarded-For` without a prior list, `X-Real-IP` of a
+    /// direct client.
+    addr: HeaderValue,
+    /// `Forwarded` without a prior list: `for=<peer>;proto=<scheme>`.
+    forwarded: HeaderValue,
+}
+
+impl OwnHop {
+    /// The values for a connection from `peer` on a listener of `scheme`.
+    pub fn new(peer: IpAddr, scheme: Scheme) -> Result<OwnHop> {
+        let text = IpText::new(peer);
+        Ok(OwnHop {
+            peer,
+            scheme,
+            addr: value(text.as_bytes().to_vec())?,
+            forwarded: value(forwarded(None, peer, text.as_bytes(), scheme))?,
+        })
+    }
+
+    /// Were these values built for the connection `hop` came in on?
+    fn serves(&self, hop: &Hop) -> bool {
+        self.peer == hop.peer && self.scheme == hop.scheme
+    }
+}
+
+/// Rewrite the forwarding headers of a request about to go upstream; `own` are the values of
+/// its connection's hop if the connection keeps them (see [`OwnHop`]).
 ///
-/// Runs on every proxied request, so addresses are written with [`push_ip`] rather than
-/// `fmt` (about 1,500 instructions each otherwise).
-pub fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
-    let mut peer = String::with_capacity(40);
-    push_ip(&mut peer, hop.peer);
+/// Runs on every proxied request, so a value that is not `own`'s is built in a `Vec` of
+/// exactly its length, which becomes the [`HeaderValue`] without a copy (from a `Vec` whose
+/// length is not its capacity, `Bytes` allocates a second block), and addresses are written
+/// with [`IpText`] rather than `fmt`. The names are `&'static str` so that Pingora's
+/// case-preserving map does not copy them.
+pub fn apply(req: &mut RequestHeader, hop: &Hop, own: Option<&OwnHop>) -> Result<()> {
+    let own = own.filter(|o| o.serves(hop));
+    let fresh;
+    let peer = match own {
+        Some(o) => o.addr.as_bytes(),
+        None => {
+            fresh = IpText::new(hop.peer);
+            fresh.as_bytes()
+        }
+    };
 
     // X-Forwarded-For: the client's lines (bytes as sent), joined in order, then the peer.
-    let mut value = Vec::with_capacity(64);
-    for prev in req.headers.get_all("x-forwarded-for") {
-        value.extend_from_slice(prev.as_bytes());
-        value.extend_from_slice(b", ");
-    }
-    value.extend_from_slice(peer.as_bytes());
-    req.insert_header("X-Forwarded-For", value)?;
+    let prior = req.headers.get_all(&X_FORWARDED_FOR);
+    let xff = match own {
+        Some(o) if prior.iter().next().is_none() => o.addr.clone(),
+        _ => {
+            let mut xff = Vec::with_capacity(joined_len(&prior) + peer.len());
+            for prev in &prior {
+                xff.extend_from_slice(prev.as_bytes());
+                xff.extend_from_slice(b", ");
+            }
+            xff.extend_from_slice(peer);
+            value(xff)?
+        }
+    };
+
+    // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
+    let prior = hop.peer_trusted.then(|| req.headers.get_all(FORWARDED));
+    let forwarded = match own {
+        Some(o) if prior.as_ref().is_none_or(|p| p.iter().next().is_none()) => o.forwarded.clone(),
+        _ => value(forwarded(prior.as_ref(), hop.peer, peer, hop.scheme))?,
+    };
+
+    // X-Real-IP: always ours.
+    let real_ip = match own {
+        _ if hop.client != hop.peer => value(IpText::new(hop.client).as_bytes().to_vec())?,
+        Some(o) => o.addr.clone(),
+        None => value(peer.to_vec())?,
+    };
 
     // X-Forwarded-Proto: only a trusted proxy in front of us knows the client's scheme.
     let keep_proto = hop.peer_trusted && {
-        let mut values = req.headers.get_all("x-forwarded-proto").iter();
+        let mut values = req.headers.get_all(&X_FORWARDED_PROTO).iter();
         matches!(
             (values.next().map(|v| v.as_bytes()), values.next()),
             (Some(b"http" | b"https"), None)
         )
     };
+
+    req.insert_header("X-Forwarded-For", xff)?;
     if !keep_proto {
         req.insert_header("X-Forwarded-Proto", hop.scheme.header_value())?;
     }
-
-    // X-Real-IP: always ours.
-    let real_ip = if hop.client == hop.peer {
-        peer.clone()
-    } else {
-        let mut client = String::with_capacity(40);
-        push_ip(&mut client, hop.client);
-        client
-    };
     req.insert_header("X-Real-IP", real_ip)?;
+    req.insert_header("Forwarded", forwarded)
+}
 
-    // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
-    let mut forwarded = Vec::with_capacity(64);
-    if hop.peer_trusted {
-        for prev in req.headers.get_all("forwarded") {
-            forwarded.extend_from_slice(prev.as_bytes());
-            forwarded.extend_from_slice(b", ");
-        }
-    }
+/// The `Forwarded` value: `prior` (a trusted proxy's list) joined, then our hop, from `peer`
+/// whose text is `text`.
+fn forwarded(
+    prior: Option<&GetAll<'_, HeaderValue>>,
+    peer: IpAddr,
+    text: &[u8],
+    scheme: Scheme,
+) -> Vec<u8> {
     // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-    let (open, close): (&[u8], &[u8]) = match hop.peer {
+    let (open, close): (&[u8], &[u8]) = match peer {
         IpAddr::V6(_) => (b"for=\"[", b"]\""),
         IpAddr::V4(_) => (b"for=", b""),
     };
+    let proto = scheme.as_str().as_bytes();
+    let ours = open.len() + text.len() + close.len() + b";proto=".len() + proto.len();
+    let mut forwarded = Vec::with_capacity(prior.map_or(0, joined_len) + ours);
+    for prev in prior.into_iter().flatten() {
+        forwarded.extend_from_slice(prev.as_bytes());
+        forwarded.extend_from_slice(b", ");
+    }
     forwarded.extend_from_slice(open);
-    forwarded.extend_from_slice(peer.as_bytes());
+    forwarded.extend_from_slice(text);
     forwarded.extend_from_slice(close);
     forwarded.extend_from_slice(b";proto=");
-    forwarded.extend_from_slice(hop.scheme.as_str().as_bytes());
-    req.insert_header("Forwarded", forwarded)?;
-    Ok(())
+    forwarded.extend_from_slice(proto);
+    debug_assert_eq!(forwarded.len(), forwarded.capacity());
+    forwarded
+}
+
+/// Length of `values` joined, each followed by `", "`.
+fn joined_len(values: &GetAll<'_, HeaderValue>) -> usize {
+    values.iter().map(|v| v.len() + 2).sum()
+}
+
+/// A value built from header values and address text (valid bytes, so this does not fail).
+fn value(bytes: Vec<u8>) -> Result<HeaderValue> {
+    HeaderValue::try_from(bytes).explain_err(ErrorType::InvalidHTTPHeader, |_| {
+        "invalid forwarding header value"
+    })
 }
 
 #[cfg(test)]
@@ -136,6 +219,30 @@ mod tests {
             req.append_header(k.to_string(), *v).unwrap();
         }
         req
+    }
+
+    /// `apply` with and without the connection's kept values, which must agree on every
+    /// header and its case on the wire; the result of the first.
+    fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
+        let mut again = req.clone();
+        super::apply(req, hop, None)?;
+        let own = OwnHop::new(hop.peer, hop.scheme)?;
+        super::apply(&mut again, hop, Some(&own))?;
+        let mut wire = (Vec::new(), Vec::new());
+        req.header_to_h1_wire(&mut wire.0);
+        again.header_to_h1_wire(&mut wire.1);
+        assert_eq!(wire.0, wire.1);
+        // Values kept for another peer are not used.
+        let mut other = req.clone();
+        let stranger = OwnHop::new("192.0.2.99".parse().unwrap(), hop.scheme)?;
+        super::apply(&mut other, hop, Some(&stranger))?;
+        let mut after = req.clone();
+        super::apply(&mut after, hop, None)?;
+        let mut wire = (Vec::new(), Vec::new());
+        other.header_to_h1_wire(&mut wire.0);
+        after.header_to_h1_wire(&mut wire.1);
+        assert_eq!(wire.0, wire.1);
+        Ok(())
     }
 
     fn get<'a>(req: &'a RequestHeader, name: &str) -> Vec<&'a str> {
@@ -187,5 +294,26 @@ mod tests {
             apply(&mut req, &hop("10.0.0.1", true, Scheme::Https)).unwrap();
             assert_eq!(get(&req, "x-forwarded-proto"), ["https"], "{bad:?}");
         }
+    }
+
+    #[test]
+    fn lists_are_extended_and_client_is_real_ip() {
+        let mut req = request(&[
+            ("X-Forwarded-For", "6.6.6.6"),
+            ("X-Forwarded-For", "203.0.113.9"),
+            ("Forwarded", "for=6.6.6.6"),
+        ]);
+        let mut hop = hop("10.0.0.1", true, Scheme::Https);
+        hop.client = "203.0.113.9".parse().unwrap();
+        apply(&mut req, &hop).unwrap();
+        assert_eq!(
+            get(&req, "x-forwarded-for"),
+            ["6.6.6.6, 203.0.113.9, 10.0.0.1"]
+        );
+        assert_eq!(get(&req, "x-real-ip"), ["203.0.113.9"]);
+        assert_eq!(
+            get(&req, "forwarded"),
+            ["for=6.6.6.6, for=10.0.0.1;proto=https"]
+        );
     }
 }

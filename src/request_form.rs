@@ -106,29 +106,45 @@ fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
 /// The host routes match on, from a `Host` value or an authority: `host[:digits]` or
 /// `[IPv6][:digits]`, lower-cased, without port or trailing dot; `None` if malformed.
 pub fn host_of(value: &str) -> Option<String> {
-    let port_ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    let port_ok = |p: &[u8]| p.iter().all(|b| b.is_ascii_digit());
     if let Some(rest) = value.strip_prefix('[') {
         let (v6, after) = rest.split_once(']')?;
         v6.parse::<std::net::Ipv6Addr>().ok()?;
-        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(port_ok);
+        let after = after.as_bytes();
+        let port_ok = after.is_empty() || after.strip_prefix(b":").is_some_and(port_ok);
         return port_ok.then(|| v6.to_ascii_lowercase());
     }
-    let (host, port) = match value.split_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (value, None),
+    // One pass over the bytes (this runs on every request): the host ends at the first ':'.
+    let bytes = value.as_bytes();
+    let (host, port) = match bytes.iter().position(|&b| b == b':') {
+        Some(i) => (&bytes[..i], Some(&bytes[i + 1..])),
+        None => (bytes, None),
     };
     if port.is_some_and(|p| !port_ok(p)) {
         return None;
     }
-    let host = host.strip_suffix('.').unwrap_or(host);
+    let host = host.strip_suffix(b".").unwrap_or(host);
     // Letters, digits, '-', '_' and dots between non-empty labels: what DNS names and IPv4
     // literals use. '/', '\\', '@', '%' and ".." would let one Host mean two things.
-    let valid = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && host.split('.').all(|label| !label.is_empty());
-    valid.then(|| host.to_ascii_lowercase())
+    let mut label_empty = true;
+    for &b in host {
+        if b == b'.' {
+            if label_empty {
+                return None;
+            }
+            label_empty = true;
+        } else if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            label_empty = false;
+        } else {
+            return None;
+        }
+    }
+    if label_empty {
+        // Empty, or ending in an empty label.
+        return None;
+    }
+    // `host` is a prefix of `value`, ending before an ASCII byte or at the end.
+    Some(value[..host.len()].to_ascii_lowercase())
 }
 
 /// Collapse `Content-Length: 5, 5` (or several equal lines) to one value; refuse values that
@@ -218,6 +234,17 @@ mod tests {
             ("a/b", None),
             ("[::1", None),
             ("[zz]", None),
+            ("a.", Some("a")),
+            ("a..", None),
+            (".a", None),
+            (".", None),
+            ("a.b.:1", Some("a.b")),
+            (":80", None),
+            ("a:8a", None),
+            ("a b", None),
+            ("é.com", None),
+            ("[::1]x", None),
+            ("[::1]:", Some("::1")),
         ] {
             assert_eq!(host_of(value).as_deref(), want, "{value:?}");
         }

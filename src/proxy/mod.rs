@@ -235,7 +235,8 @@ impl ProxyHttp for SlideGate {
             return Error::e_explain(ErrorType::InternalError, "upstream is not an IP address");
         };
         ctx.upstream = Some(inet);
-        let mut peer = pool.transport.peer(inet);
+        // Built in its box: an HttpPeer is large, and moving it in afterwards is another copy.
+        let mut peer = Box::new(pool.transport.peer(inet));
         // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
         // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
         // connection forever; idle pooled connections are dropped after `idle_timeout`.
@@ -245,7 +246,7 @@ impl ProxyHttp for SlideGate {
         peer.options.read_timeout = Some(t.read);
         peer.options.write_timeout = Some(t.write);
         peer.options.idle_timeout = Some(t.idle);
-        Ok(Box::new(peer))
+        Ok(peer)
     }
 
     fn fail_to_connect(
@@ -284,13 +285,15 @@ impl ProxyHttp for SlideGate {
         ) {
             let peer = peer.ip();
             let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+            let scheme = if tls { Scheme::Https } else { Scheme::Http };
             let hop = Hop {
                 peer,
                 client: ctx.client.unwrap_or(peer),
                 peer_trusted: rules.client_ip.is_trusted(peer),
-                scheme: if tls { Scheme::Https } else { Scheme::Http },
+                scheme,
             };
-            forwarding::apply(upstream_request, &hop)?;
+            let own = crate::edge_conn::own_hop(session, peer, scheme);
+            forwarding::apply(upstream_request, &hop, own)?;
         }
         Ok(())
     }
