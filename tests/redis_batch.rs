@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::redis::{wait_ready, RedisServer};
 use slidegate::limiter::redis::RedisStore;
-use slidegate::limiter::{Limit, Store, StoreError};
+use slidegate::limiter::{Limit, Store, StoreError, Verdict};
 
 /// Roomy: this file is about batching, not deadlines, and debug builds on a busy machine are slow.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -30,16 +30,39 @@ fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
         .map_or(0, |v| v.parse().unwrap())
 }
 
-async fn connected(server: &RedisServer) -> Arc<RedisStore> {
-    let store = Arc::new(RedisStore::new(&server.redis_target(TIMEOUT)).unwrap());
+async fn connected(server: &RedisServer, timeout: Duration) -> Arc<RedisStore> {
+    let store = Arc::new(RedisStore::new(&server.redis_target(timeout)).unwrap());
     wait_ready(store.as_ref(), Duration::from_secs(10)).await;
     store
+}
+
+/// `n` checks started at once, one bucket each; every outcome with how long it took.
+async fn concurrent_checks(
+    store: &Arc<RedisStore>,
+    n: usize,
+    limits: [Limit; 1],
+) -> Vec<(Result<Verdict, StoreError>, Duration)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let start = std::time::Instant::now();
+                let result = store.check(&format!("r:c{i}"), &limits).await;
+                (result, start.elapsed())
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    outcomes
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn concurrent_decisions_share_calls_and_stay_exact() {
     let server = RedisServer::start();
-    let store = connected(&server).await;
+    let store = connected(&server, TIMEOUT).await;
     let mut conn = server.connection();
     let before = evalsha_calls(&mut conn);
 
@@ -93,7 +116,7 @@ async fn concurrent_decisions_share_calls_and_stay_exact() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_failing_decision_fails_alone_in_its_batch() {
     let server = RedisServer::start();
-    let store = connected(&server).await;
+    let store = connected(&server, TIMEOUT).await;
     let limits = [limit(5, Duration::from_secs(60))];
     // Someone else's string where one client's log should be: WRONGTYPE inside the script.
     let mut conn = server.connection();
@@ -139,21 +162,11 @@ async fn a_failing_decision_fails_alone_in_its_batch() {
 #[tokio::test(flavor = "current_thread")]
 async fn queued_decisions_fail_fast_when_redis_is_gone() {
     let mut server = RedisServer::start();
-    let store = connected(&server).await;
+    let store = connected(&server, TIMEOUT).await;
     let limits = [limit(5, Duration::from_secs(60))];
     server.kill();
 
-    let mut tasks = Vec::new();
-    for i in 0..20 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let start = std::time::Instant::now();
-            let result = store.check(&format!("r:c{i}"), &limits).await;
-            (result, start.elapsed())
-        }));
-    }
-    for task in tasks {
-        let (result, took) = task.await.unwrap();
+    for (result, took) in concurrent_checks(&store, 20, limits).await {
         assert!(
             matches!(
                 result,
@@ -172,26 +185,15 @@ async fn queued_decisions_fail_fast_when_redis_is_gone() {
 async fn queued_decisions_answer_by_their_deadline_when_redis_freezes() {
     let server = RedisServer::start();
     let timeout = Duration::from_millis(200);
-    let store = Arc::new(RedisStore::new(&server.redis_target(timeout)).unwrap());
-    wait_ready(store.as_ref(), Duration::from_secs(10)).await;
+    let store = connected(&server, timeout).await;
     let limits = [limit(5, Duration::from_secs(60))];
     server.freeze();
 
     // The first check's own call hangs; the 19 behind it queue, then go out as one call that
     // hangs too. Every one must be answered `Timeout` within its deadline, not twice that
     // (a second full timeout for the queued batch would take 400 ms).
-    let mut tasks = Vec::new();
-    for i in 0..20 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let start = std::time::Instant::now();
-            let result = store.check(&format!("r:c{i}"), &limits).await;
-            (result, start.elapsed())
-        }));
-    }
     let mut worst = Duration::ZERO;
-    for task in tasks {
-        let (result, took) = task.await.unwrap();
+    for (result, took) in concurrent_checks(&store, 20, limits).await {
         assert!(matches!(result, Err(StoreError::Timeout(_))), "{result:?}");
         worst = worst.max(took);
     }
