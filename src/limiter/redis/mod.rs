@@ -1,12 +1,13 @@
 //! Redis store: the limiter state of every proxy instance in one Redis server or Redis Cluster.
 //!
-//! # One round trip per request
+//! # At most one round trip per request
 //!
-//! Each decision is one `EVALSHA` of `lua/sliding_window.lua` (its header documents KEYS, ARGV
-//! and the reply). The script reads Redis's own clock (`TIME`), evicts, counts and records in
+//! Each decision is made by one `EVALSHA` of `lua/sliding_window.lua` (its header documents
+//! KEYS, ARGV and the reply); on one Redis, decisions pending at the same instant share one
+//! call (`batch.rs`). The script reads Redis's own clock (`TIME`), evicts, counts and records in
 //! every limit of the route atomically, so proxies never disagree about time and never race.
-//! [`redis::Script`] sends `EVALSHA` and falls back to `SCRIPT LOAD` + `EVALSHA` on `NOSCRIPT`
-//! (after a restart, a failover or `SCRIPT FLUSH`).
+//! The `EVALSHA` is built here (the script's SHA1 from [`redis::Script`]); on `NOSCRIPT` (after
+//! a restart, a failover or `SCRIPT FLUSH`) the store loads the script and sends it again.
 //!
 //! # Keys
 //!
