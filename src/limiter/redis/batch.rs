@@ -156,20 +156,119 @@ impl Drop for Handover<'_> {
             self.0.queue().sending = false;
             return;
         };
-        runtime.spawn(drain(self.0.clone(), batch));
+        // The guard exists before the task first runs: a task dropped unpolled releases too.
+        runtime.spawn(drain(Draining::new(self.0.clone()), batch));
     }
 }
 
 /// Send batches until the queue is empty, then let requests send their own again.
-async fn drain(inner: Arc<Inner>, mut batch: Vec<Pending>) {
+async fn drain(mut task: Draining, mut batch: Vec<Pending>) {
     loop {
-        inner.send_batch(batch).await;
-        let mut queue = inner.queue();
+        task.inner.send_batch(batch).await;
+        let mut queue = task.inner.queue();
         if queue.pending.is_empty() {
             queue.sending = false;
+            drop(queue);
+            task.finished = true;
             return;
         }
         batch = next_batch(&mut queue);
         drop(queue);
+    }
+}
+
+/// The draining task's hold on the queue. If the task ends any other way than by emptying the
+/// queue (a panic, the runtime dropping it), `sending` would stay set and every later request
+/// would queue behind a task that no longer exists: on drop it answers the waiters (their batch
+/// was dropped) and lets the next request send its own call again.
+struct Draining {
+    inner: Arc<Inner>,
+    finished: bool,
+}
+
+impl Draining {
+    fn new(inner: Arc<Inner>) -> Draining {
+        Draining {
+            inner,
+            finished: false,
+        }
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let orphans = {
+            let mut queue = self.inner.queue();
+            queue.sending = false;
+            std::mem::take(&mut queue.pending)
+        };
+        drop(orphans);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::redis::{RedisNodes, RedisStore, RedisTarget};
+    use std::time::Duration;
+
+    /// A store that is never connected: these tests only touch its queue.
+    fn store() -> RedisStore {
+        let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1").unwrap();
+        RedisStore::new(&RedisTarget {
+            nodes: RedisNodes::Single(Box::new(info)),
+            prefix: "t".into(),
+            timeout: Duration::from_millis(50),
+        })
+        .unwrap()
+    }
+
+    /// A queued decision, as `check_coalesced` leaves it.
+    fn queue_one(inner: &Inner) -> oneshot::Receiver<Result<Verdict, StoreError>> {
+        let (tx, rx) = oneshot::channel();
+        let mut queue = inner.queue();
+        queue.sending = true;
+        queue.pending.push(Pending {
+            bucket: "r:c".into(),
+            limits: Box::new([]),
+            verdict: tx,
+        });
+        rx
+    }
+
+    #[test]
+    fn a_draining_task_that_never_ran_releases_the_queue() {
+        let store = store();
+        let mut rx = queue_one(&store.inner);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.spawn(drain(Draining::new(store.inner.clone()), Vec::new()));
+        // Shut down before the task was ever polled (as at process exit).
+        drop(runtime);
+        assert!(
+            !store.inner.queue().sending,
+            "later requests would queue forever"
+        );
+        assert!(store.inner.queue().pending.is_empty());
+        assert!(
+            rx.try_recv().is_err(),
+            "the waiter is answered (batch dropped)"
+        );
+    }
+
+    #[test]
+    fn a_finished_draining_task_leaves_the_queue_alone() {
+        let store = store();
+        let _rx = queue_one(&store.inner);
+        let mut task = Draining::new(store.inner.clone());
+        task.finished = true;
+        drop(task);
+        // A finished task has handed `sending` on itself; its drop must not touch new waiters.
+        assert!(store.inner.queue().sending);
+        assert_eq!(store.inner.queue().pending.len(), 1);
     }
 }
