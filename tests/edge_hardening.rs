@@ -240,13 +240,7 @@ fn slow_and_idle_clients_are_cut_at_their_deadlines() {
         server_extra: "client_header_timeout = \"500ms\"\nkeepalive_timeout = \"500ms\"".into(),
         ..ProxyOptions::default()
     };
-    let proxy = Proxy::start_with(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
-        opts,
-    );
+    let proxy = Proxy::start_with(&ConfigBuilder::unlimited(up.addr()), opts);
     let addr = proxy.addr();
 
     // Trickling heads.
@@ -345,13 +339,7 @@ fn admin_answers_while_the_proxy_listener_is_saturated() {
         nofile: Some(1024),
         ..ProxyOptions::default()
     };
-    let proxy = Proxy::start_with(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
-        opts,
-    );
+    let proxy = Proxy::start_with(&ConfigBuilder::unlimited(up.addr()), opts);
     assert!(
         proxy
             .log()

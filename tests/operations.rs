@@ -389,12 +389,7 @@ async fn proxy_with_request_in_flight(
     tokio::task::JoinHandle<(Result<Reply, String>, Duration)>,
 ) {
     let up = Upstream::start();
-    let proxy = Proxy::start(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
-    );
+    let proxy = Proxy::start(&ConfigBuilder::unlimited(up.addr()));
     proxy.wait_signal_handler(signal, Duration::from_secs(10));
     let addr = proxy.addr();
     let slow = tokio::spawn(async move {
@@ -541,10 +536,7 @@ async fn upgrade_hands_the_sockets_over_without_a_failed_request() {
     // A grace period long enough that the old process never cuts a request it accepted, even on
     // a loaded 2-core machine: the assertion is about the handover, not about the drain bound.
     let mut a = Proxy::start_with(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "path_prefix = \"/\"")
-            .build(),
+        &ConfigBuilder::unlimited(up.addr()),
         ProxyOptions {
             grace_period: "3s",
             ..ProxyOptions::default()
@@ -657,10 +649,7 @@ async fn instances_on_different_ports_have_distinct_default_paths() {
         env: vec![("TMPDIR".into(), tmp.path().display().to_string())],
         ..ProxyOptions::default()
     };
-    let toml = ConfigBuilder::new()
-        .upstream("app", up.addr())
-        .route("all", "path_prefix = \"/\"")
-        .build();
+    let toml = ConfigBuilder::unlimited(up.addr());
     let mut p1 = Proxy::start_with(&toml, opts.clone());
     let p2 = Proxy::start_with(&toml, opts.clone());
     assert!(!p1.server_section().contains("upgrade_sock"));

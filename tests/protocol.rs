@@ -32,10 +32,7 @@ fn proxy_with_tls() -> (TestCa, Upstream, Proxy) {
     let leaf = ca.issue("proxy", &["localhost"]);
     let up = Upstream::start();
     let proxy = Proxy::start_with(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "")
-            .build(),
+        &ConfigBuilder::unlimited(up.addr()),
         ProxyOptions {
             tls: Some((leaf.cert, leaf.key)),
             ..ProxyOptions::default()
@@ -181,12 +178,7 @@ async fn a_slow_content_length_body_streams_as_it_arrives() {
 #[tokio::test]
 async fn http10_clients_get_close_delimited_bodies() {
     let up = Upstream::start();
-    let proxy = Proxy::start(
-        &ConfigBuilder::new()
-            .upstream("app", up.addr())
-            .route("all", "")
-            .build(),
-    );
+    let proxy = Proxy::start(&ConfigBuilder::unlimited(up.addr()));
     let addr = proxy.addr();
     let exchange = |version: &'static str| async move {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -295,10 +295,7 @@ async fn sighup_swaps_the_certificate_and_refuses_a_bad_one() {
     let first = ca.issue("first", &["localhost"]);
     let second = ca.issue("second", &["localhost"]);
     let up = Upstream::start();
-    let config = ConfigBuilder::new()
-        .upstream("app", up.addr())
-        .route("all", "")
-        .build();
+    let config = ConfigBuilder::unlimited(up.addr());
     // The proxy serves whatever is in these two files.
     let live_cert = ca.dir().join("live.pem");
     let live_key = ca.dir().join("live.key");

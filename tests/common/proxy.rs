@@ -86,6 +86,12 @@ impl ConfigBuilder {
         Self::default()
     }
 
+    /// The config many tests need, built: upstream `app` at `addr` and one route, `all`, for
+    /// every request, with no limits.
+    pub fn unlimited(addr: impl std::fmt::Display) -> String {
+        Self::new().upstream("app", addr).route("all", "").build()
+    }
+
     /// Raw lines of the `[store]` table (default: the memory store).
     pub fn store(mut self, lines: &str) -> Self {
         self.store = Some(lines.to_string());
