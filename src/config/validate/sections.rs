@@ -158,19 +158,6 @@ impl Validator<'_> {
         })
     }
 
-    /// A key that only one backend takes, given with another: name the backend it belongs to.
-    fn only_with<T>(
-        &self,
-        field: Option<Spanned<T>>,
-        key: &str,
-        hint: &str,
-    ) -> Result<(), ConfigError> {
-        match field {
-            Some(v) => self.err(Some(v.span()), key, hint),
-            None => Ok(()),
-        }
-    }
-
     fn redis_url(&self, span: Span, key: String, text: &str) -> Result<RedisUrl, ConfigError> {
         match text.into_connection_info() {
             Ok(info) => Ok(RedisUrl {
@@ -182,68 +169,28 @@ impl Validator<'_> {
     }
 
     /// A key that `backend` needs: present, or an error pointing at the backend line.
-    fn required<T>(
+    fn required<'a, T>(
         &self,
-        field: Option<Spanned<T>>,
+        field: Option<&'a Spanned<T>>,
         backend: &Spanned<RawBackend>,
         key: &str,
-        name: &str,
-    ) -> Result<Spanned<T>, ConfigError> {
+    ) -> Result<&'a Spanned<T>, ConfigError> {
         match field {
             Some(v) => Ok(v),
             None => self.err(
                 Some(backend.span()),
                 key,
-                format!("required with backend = \"{name}\""),
+                format!(
+                    "required with backend = \"{}\"",
+                    backend_name(*backend.get_ref())
+                ),
             ),
         }
     }
 
+    /// `[store]`: the backend with its own keys, then the keys every backend shares.
     pub(super) fn store(&self, raw: RawStore) -> Result<StoreSettings, ConfigError> {
-        let backend = match raw.backend.get_ref() {
-            RawBackend::Memory => {
-                self.only_with(raw.url, "store.url", "only used with backend = \"redis\"")?;
-                self.only_with(
-                    raw.urls,
-                    "store.urls",
-                    "only used with backend = \"redis_cluster\"",
-                )?;
-                Backend::Memory
-            }
-            RawBackend::Redis => {
-                let url = self.required(raw.url, &raw.backend, "store.url", "redis")?;
-                self.only_with(
-                    raw.urls,
-                    "store.urls",
-                    "only used with backend = \"redis_cluster\"; use store.url",
-                )?;
-                Backend::Redis {
-                    url: self.redis_url(url.span(), "store.url".into(), url.get_ref())?,
-                }
-            }
-            RawBackend::RedisCluster => {
-                let urls = self.required(raw.urls, &raw.backend, "store.urls", "redis_cluster")?;
-                self.only_with(
-                    raw.url,
-                    "store.url",
-                    "only used with backend = \"redis\"; use store.urls",
-                )?;
-                if urls.get_ref().is_empty() {
-                    return self.err(
-                        Some(urls.span()),
-                        "store.urls",
-                        "needs at least one seed node",
-                    );
-                }
-                let parsed = urls
-                    .get_ref()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), u))
-                    .collect::<Result<_, _>>()?;
-                Backend::RedisCluster { urls: parsed }
-            }
-        };
+        let backend = self.backend(&raw)?;
         let prefix = raw.prefix.get_ref();
         if prefix.is_empty()
             || prefix.contains(['{', '}'])
@@ -262,6 +209,47 @@ impl Validator<'_> {
             local_deny_cache: raw.local_deny_cache,
             max_memory: raw.max_memory.0,
             deny_cache_max_age: raw.deny_cache_max_age.0,
+        })
+    }
+
+    /// The backend and its keys. A key of another backend is an error naming the backends
+    /// that take it, so a new backend adds one arm here and one in [`backend_keys`].
+    fn backend(&self, raw: &RawStore) -> Result<Backend, ConfigError> {
+        let chosen = *raw.backend.get_ref();
+        let given = [
+            ("store.url", raw.url.as_ref().map(Spanned::span)),
+            ("store.urls", raw.urls.as_ref().map(Spanned::span)),
+        ];
+        for (key, span) in given {
+            if let Some(span) = span.filter(|_| !backend_keys(chosen).contains(&key)) {
+                return self.err(Some(span), key, foreign_key_hint(key, chosen));
+            }
+        }
+        Ok(match chosen {
+            RawBackend::Memory => Backend::Memory,
+            RawBackend::Redis => {
+                let url = self.required(raw.url.as_ref(), &raw.backend, "store.url")?;
+                Backend::Redis {
+                    url: self.redis_url(url.span(), "store.url".into(), url.get_ref())?,
+                }
+            }
+            RawBackend::RedisCluster => {
+                let urls = self.required(raw.urls.as_ref(), &raw.backend, "store.urls")?;
+                if urls.get_ref().is_empty() {
+                    return self.err(
+                        Some(urls.span()),
+                        "store.urls",
+                        "needs at least one seed node",
+                    );
+                }
+                let parsed = urls
+                    .get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), u))
+                    .collect::<Result<_, _>>()?;
+                Backend::RedisCluster { urls: parsed }
+            }
         })
     }
 
@@ -333,4 +321,44 @@ impl Validator<'_> {
         }
         Ok(out)
     }
+}
+
+/// Every backend, for naming the ones that take a key.
+const BACKENDS: [RawBackend; 3] = [
+    RawBackend::Memory,
+    RawBackend::Redis,
+    RawBackend::RedisCluster,
+];
+
+/// The name of `backend` as written in the file.
+fn backend_name(backend: RawBackend) -> &'static str {
+    match backend {
+        RawBackend::Memory => "memory",
+        RawBackend::Redis => "redis",
+        RawBackend::RedisCluster => "redis_cluster",
+    }
+}
+
+/// The `[store]` keys that only `backend` (among others, perhaps) takes.
+fn backend_keys(backend: RawBackend) -> &'static [&'static str] {
+    match backend {
+        RawBackend::Memory => &[],
+        RawBackend::Redis => &["store.url"],
+        RawBackend::RedisCluster => &["store.urls"],
+    }
+}
+
+/// `key` given with a backend that does not take it: which backends do, and what to use.
+fn foreign_key_hint(key: &str, chosen: RawBackend) -> String {
+    let takers: Vec<String> = BACKENDS
+        .iter()
+        .filter(|b| backend_keys(**b).contains(&key))
+        .map(|b| format!("backend = \"{}\"", backend_name(*b)))
+        .collect();
+    let mut hint = format!("only used with {}", takers.join(" or "));
+    let own = backend_keys(chosen);
+    if !own.is_empty() {
+        hint.push_str(&format!("; use {}", own.join(", ")));
+    }
+    hint
 }

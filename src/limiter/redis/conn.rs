@@ -1,20 +1,23 @@
-//! Connections to one Redis or a Cluster: building clients, the calls the store makes on a
-//! live connection, and how redis-rs errors map to the store's error kinds.
+//! The connection seam: the one place that knows one Redis from a Cluster. Everything else in
+//! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
+//! connection implementing [`redis::aio::ConnectionLike`]), and bounds every call with
+//! [`within`], which also maps redis-rs errors to the store's error kinds.
 
+use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::cluster::ClusterClient;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
-use super::{SCRIPT, SCRIPT_SOURCE};
+use super::{RedisNodes, SCRIPT, SCRIPT_SOURCE};
 use crate::limiter::StoreError;
 
 /// Library-level timeouts are set to this multiple of the store's deadline: a safety net that
 /// never fires before the store's own timer.
-pub(super) const SAFETY_NET_FACTOR: u32 = 2;
+const SAFETY_NET_FACTOR: u32 = 2;
 
 /// Where the store connects; built without connecting.
 // One per store, built once: the size difference between the variants does not matter.
@@ -22,6 +25,77 @@ pub(super) const SAFETY_NET_FACTOR: u32 = 2;
 pub(super) enum Target {
     Single(redis::Client),
     Cluster(ClusterClient),
+}
+
+impl Target {
+    /// Clients for `nodes`, configured for calls bounded by `timeout`; nothing connects yet.
+    pub(super) fn new(nodes: &RedisNodes, timeout: Duration) -> Result<Target, StoreError> {
+        match nodes {
+            RedisNodes::Single(info) => redis::Client::open((**info).clone())
+                .map(Target::Single)
+                .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}"))),
+            RedisNodes::Cluster(seeds) => ClusterClientBuilder::new(seeds.iter().cloned())
+                // Retries happen inside one call, so they must fit in `store.timeout`:
+                // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
+                .retries(2)
+                .min_retry_wait(1)
+                .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
+                .connection_timeout(connect_timeout(timeout))
+                // The store's own deadline bounds every call; the library's per-attempt
+                // timeout is only a safety net that frees a hung attempt.
+                .response_timeout(timeout * SAFETY_NET_FACTOR)
+                .overall_response_timeout(None)
+                .build()
+                .map(Target::Cluster)
+                .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster config: {e}"))),
+        }
+    }
+
+    /// The backend name used as a metric label.
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Target::Single(_) => "redis",
+            Target::Cluster(_) => "redis_cluster",
+        }
+    }
+
+    /// True when every key lives on one server, so decisions for any buckets may share one
+    /// script call, and one failed call says the whole store is in trouble. A Cluster spreads
+    /// buckets over slots: a call carries one slot's decisions, and a failure usually concerns
+    /// one shard only.
+    pub(super) fn one_server(&self) -> bool {
+        match self {
+            Target::Single(_) => true,
+            Target::Cluster(_) => false,
+        }
+    }
+
+    /// Open a new connection, bounded so that `maintain` returns promptly.
+    pub(super) async fn connect(&self, timeout: Duration) -> Result<Conn, StoreError> {
+        let budget = connect_timeout(timeout) * 2;
+        let attempt = async {
+            match self {
+                Target::Single(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        // Reconnects run in the background while `check` fails fast (see the
+                        // gate); one quick retry, then the next PING starts another.
+                        .set_number_of_retries(1)
+                        .set_min_delay(Duration::from_millis(10))
+                        .set_max_delay(Duration::from_millis(100))
+                        .set_connection_timeout(Some(connect_timeout(timeout)))
+                        // No library response timer: the store's deadline is the only one (a
+                        // second timer of the same length would race it, and its expiries
+                        // would escape the fail-fast count).
+                        .set_response_timeout(None);
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map(Conn::Single)
+                }
+                Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            }
+        };
+        within(budget, attempt).await
+    }
 }
 
 /// A live connection. Both kinds are cheap handles (`Clone` shares the underlying sockets) and
@@ -32,39 +106,42 @@ pub(super) enum Conn {
     Cluster(ClusterConnection),
 }
 
-impl Conn {
-    /// Run one sliding-window script invocation.
-    pub(super) async fn invoke(
-        &mut self,
-        call: &redis::ScriptInvocation<'_>,
-    ) -> redis::RedisResult<Vec<i64>> {
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => call.invoke_async(c).await,
-            Conn::Cluster(c) => call.invoke_async(c).await,
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
     /// Run one prepared `EVALSHA` of the sliding-window script; on `NOSCRIPT` (Redis restarted,
     /// failed over, `SCRIPT FLUSH`) load the script and send it again.
-    pub(super) async fn decide(
-        &mut self,
-        evalsha: &redis::Cmd,
-    ) -> redis::RedisResult<redis::Value> {
-        let first = match self {
-            Conn::Single(c) => evalsha.query_async(c).await,
-            Conn::Cluster(c) => evalsha.query_async(c).await,
-        };
-        match first {
+    pub(super) async fn decide(&mut self, evalsha: &Cmd) -> redis::RedisResult<Value> {
+        match evalsha.query_async(self).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let load = SCRIPT.prepare_invoke();
-                match self {
-                    Conn::Single(c) => load.load_async(c).await?,
-                    Conn::Cluster(c) => load.load_async(c).await?,
-                };
-                match self {
-                    Conn::Single(c) => evalsha.query_async(c).await,
-                    Conn::Cluster(c) => evalsha.query_async(c).await,
-                }
+                SCRIPT.prepare_invoke().load_async(self).await?;
+                evalsha.query_async(self).await
             }
             other => other,
         }
@@ -74,45 +151,51 @@ impl Conn {
     pub(super) async fn load_script(&mut self) -> redis::RedisResult<()> {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(SCRIPT_SOURCE);
-        match self {
-            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
-            Conn::Cluster(c) => {
-                let all_masters = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
-                c.route_command(cmd, all_masters).await.map(drop)
-            }
-        }
+        self.on_masters(cmd, ResponsePolicy::AllSucceeded).await
     }
 
     /// PING. A Cluster counts as up while any master answers: one failed shard must not
     /// stop the others (checks for its slots fail on their own, within the timeout).
     pub(super) async fn ping(&mut self) -> redis::RedisResult<()> {
-        let cmd = redis::cmd("PING");
+        self.on_masters(redis::cmd("PING"), ResponsePolicy::OneSucceeded)
+            .await
+    }
+
+    /// Send `cmd` to the server, or to every master of a Cluster and combine by `policy`.
+    async fn on_masters(&mut self, cmd: Cmd, policy: ResponsePolicy) -> redis::RedisResult<()> {
         match self {
-            Conn::Single(c) => cmd.query_async::<redis::Value>(c).await.map(drop),
+            Conn::Single(c) => cmd.query_async::<Value>(c).await.map(drop),
             Conn::Cluster(c) => {
-                let any_master = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::OneSucceeded),
-                ));
-                c.route_command(cmd, any_master).await.map(drop)
+                let masters =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(policy)));
+                c.route_command(cmd, masters).await.map(drop)
             }
         }
+    }
+}
+
+/// Run one call to Redis within `timeout`, mapping its failure to the store's error kinds.
+pub(super) async fn within<T>(
+    timeout: Duration,
+    call: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(&e, timeout)),
+        Err(_) => Err(StoreError::Timeout(timeout)),
     }
 }
 
 /// How long one connection attempt may take. A new connection needs a TCP (maybe TLS) handshake
 /// and `HELLO`/`AUTH` round trips, so it gets more than one call's timeout, but it stays well
 /// under the one-second `maintain` period.
-pub(super) fn connect_timeout(timeout: Duration) -> Duration {
+fn connect_timeout(timeout: Duration) -> Duration {
     (timeout * 4).clamp(Duration::from_millis(100), Duration::from_millis(400))
 }
 
 /// Map a redis-rs error to the store's three kinds: the connection is the problem
 /// (`Unavailable`), the clock ran out (`Timeout`), or Redis answered with an error (`Backend`).
-pub(super) fn classify(e: &RedisError, timeout: Duration) -> StoreError {
+fn classify(e: &RedisError, timeout: Duration) -> StoreError {
     if e.is_timeout() {
         return StoreError::Timeout(timeout);
     }

@@ -1,10 +1,9 @@
 //! The admin inspector's reads and resets on Redis (`lua/inspect.lua`, plain `DEL`).
 
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::conn::{classify, Conn};
+use super::conn::{within, Conn};
 use super::Inner;
 use crate::limiter::{Limit, LimitView, StoreError, WindowView};
 
@@ -14,27 +13,12 @@ pub const INSPECT_SOURCE: &str = include_str!("../../../lua/inspect.lua");
 /// The inspector script with its SHA1 computed once.
 static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(INSPECT_SOURCE));
 
-/// The admin inspector's calls. They use the same connection and timeout as `check` but stay
-/// out of its health bookkeeping: an operator's read must not open or close the gate.
+/// The admin inspector's calls. They use the same connection, gate and timeout as `check` but
+/// stay out of its health bookkeeping: an operator's read must not open or close the gate.
 impl Inner {
-    /// The live connection, or `Unavailable`.
+    /// The live connection, if the gate is open.
     fn admin_conn(&self) -> Result<Conn, StoreError> {
-        match self.conn.load_full() {
-            Some(conn) if self.healthy.load(Ordering::Acquire) => Ok((*conn).clone()),
-            _ => Err(StoreError::Unavailable("not connected".into())),
-        }
-    }
-
-    /// Run one admin command, bounded by the store timeout.
-    async fn admin_call<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(&e, self.timeout)),
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
-        }
+        self.live_conn().map(|conn| (*conn).clone())
     }
 
     /// One `EVALSHA` of the read-only `lua/inspect.lua`.
@@ -45,14 +29,8 @@ impl Inner {
     ) -> Result<WindowView, StoreError> {
         if limits.is_empty() {
             let mut conn = self.admin_conn()?;
-            let (secs, micros): (u64, u64) = self
-                .admin_call(async {
-                    match &mut conn {
-                        Conn::Single(c) => redis::cmd("TIME").query_async(c).await,
-                        Conn::Cluster(c) => redis::cmd("TIME").query_async(c).await,
-                    }
-                })
-                .await?;
+            let (secs, micros): (u64, u64) =
+                within(self.timeout, redis::cmd("TIME").query_async(&mut conn)).await?;
             return Ok(WindowView {
                 now_us: secs * 1_000_000 + micros,
                 limits: Vec::new(),
@@ -68,7 +46,7 @@ impl Inner {
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
         let mut conn = self.admin_conn()?;
-        let reply: Vec<i64> = self.admin_call(conn.invoke(&call)).await?;
+        let reply: Vec<i64> = within(self.timeout, call.invoke_async(&mut conn)).await?;
         parse_inspect(&reply, limits.len())
     }
 
@@ -86,14 +64,7 @@ impl Inner {
             del.arg(self.key(bucket, limit));
         }
         let mut conn = self.admin_conn()?;
-        let _: i64 = self
-            .admin_call(async {
-                match &mut conn {
-                    Conn::Single(c) => del.query_async(c).await,
-                    Conn::Cluster(c) => del.query_async(c).await,
-                }
-            })
-            .await?;
+        let _: i64 = within(self.timeout, del.query_async(&mut conn)).await?;
         Ok(())
     }
 }

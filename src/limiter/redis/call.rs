@@ -1,0 +1,92 @@
+//! One script call: the Redis keys of a decision, the `EVALSHA` of one or more decisions, and
+//! sending it through the gate's bookkeeping.
+
+use super::conn::{within, Conn};
+use super::reply::ScriptReply;
+use super::{Inner, SCRIPT};
+use crate::limiter::{Limit, StoreError, Verdict};
+
+impl Inner {
+    /// See [`super::RedisStore::key`].
+    pub(super) fn key(&self, bucket: &str, limit: &Limit) -> String {
+        let mut key = Vec::new();
+        self.write_key(&mut key, bucket, limit);
+        String::from_utf8(key).expect("prefix and bucket are UTF-8")
+    }
+
+    /// Write [`super::RedisStore::key`] into `out` (cleared first), without allocating.
+    fn write_key(&self, out: &mut Vec<u8>, bucket: &str, limit: &Limit) {
+        debug_assert!(
+            !bucket.contains(['{', '}']),
+            "bucket {bucket:?} contains a brace"
+        );
+        out.clear();
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(b":{");
+        out.extend_from_slice(bucket.as_bytes());
+        out.extend_from_slice(b"}:");
+        let window_ms = limit.window.as_millis() as u64;
+        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
+    }
+
+    /// One decision in its own `EVALSHA`.
+    pub(super) async fn decide_now(
+        &self,
+        conn: &Conn,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<Verdict, StoreError> {
+        let evalsha = self.evalsha([(bucket, limits)].into_iter());
+        self.call(conn, &evalsha).await?.next_verdict(limits)
+    }
+
+    /// Send one `EVALSHA`, bounded by the store timeout, and parse its reply. The gate learns
+    /// of every answer and every failure.
+    pub(super) async fn call(
+        &self,
+        conn: &Conn,
+        evalsha: &redis::Cmd,
+    ) -> Result<ScriptReply, StoreError> {
+        let mut conn = conn.clone();
+        match within(self.timeout, conn.decide(evalsha)).await {
+            Ok(reply) => {
+                self.gate.answered();
+                ScriptReply::parse(reply)
+            }
+            Err(error) => {
+                self.gate.call_failed(&error);
+                Err(error)
+            }
+        }
+    }
+
+    /// The `EVALSHA` of some decisions, written straight into one command buffer: keys built
+    /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
+    /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
+    pub(super) fn evalsha<'a>(
+        &self,
+        decisions: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
+    ) -> redis::Cmd {
+        let (mut keys, mut key_bytes) = (0, 0);
+        for (bucket, limits) in decisions.clone() {
+            keys += limits.len();
+            key_bytes += limits.len() * (self.prefix.len() + bucket.len() + 16);
+        }
+        let mut cmd = redis::Cmd::with_capacity(3 + 3 * keys, 64 + key_bytes + keys * 24);
+        cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
+        let mut key = Vec::with_capacity(64);
+        for (bucket, limits) in decisions.clone() {
+            for limit in limits {
+                self.write_key(&mut key, bucket, limit);
+                cmd.arg(&key[..]);
+            }
+        }
+        for (_, limits) in decisions {
+            cmd.arg(limits.len());
+            for limit in limits {
+                cmd.arg(limit.requests).arg(limit.window.as_micros() as u64);
+            }
+        }
+        cmd
+    }
+}
