@@ -15,6 +15,7 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`reload`]: SIGHUP reload with atomic swap.
 //! - [`server`]: assembling the Pingora server.
+//! - [`state_log`]: WARN lines when a route's limiter changes state (outage, fallback, overflow).
 //! - [`tls`]: listener certificate (swapped on reload) and upstream TLS peers.
 //! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
 //! - [`access_log`]: one line per request, written by a thread of its own.
@@ -36,4 +37,5 @@ pub mod reload;
 pub mod request_form;
 pub mod routes;
 pub mod server;
+pub mod state_log;
 pub mod tls;

@@ -274,7 +274,7 @@ impl RouteMetrics {
 /// `slidegate_store_errors_total` handles, resolved once, indexed by [`StoreErrorKind`].
 #[derive(Clone)]
 pub struct StoreErrorMetrics {
-    by_kind: [IntCounter; 4],
+    by_kind: [IntCounter; StoreErrorKind::ALL.len()],
 }
 
 impl Default for StoreErrorMetrics {

@@ -112,9 +112,11 @@ async fn four_hundred_concurrent_decisions(server: &RedisServer) -> u64 {
 async fn concurrent_decisions_share_calls_and_stay_exact() {
     let server = RedisServer::start();
     let calls = four_hundred_concurrent_decisions(&server).await;
-    // One direct call, then batches of at most 64: at least 7 calls, far fewer than 400.
+    // Batches of at most 64; once the hot bucket is found full, its queued decisions are
+    // answered from that denial. At least the 100 others, the 100 admitted and one denial
+    // reach Redis: at least 4 calls, far fewer than 400.
     assert!(
-        (7..=40).contains(&calls),
+        (4..=40).contains(&calls),
         "{calls} calls for 400 concurrent decisions"
     );
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use super::{Limit, LimitState, Store, StoreError, Verdict, WindowView};
+use super::{Limit, Store, StoreError, Verdict, WindowView};
 
 /// Upper bound on cached buckets; past it new denials are simply not cached (correct, only
 /// slower), so a flood of distinct clients cannot grow memory without bound.
@@ -97,21 +97,7 @@ impl DenyCache {
         {
             return None;
         }
-        let aged = now - entry.sent;
-        let states = entry
-            .verdict
-            .states
-            .iter()
-            .map(|s| LimitState {
-                remaining: s.remaining,
-                // Never show 0: the slot has not freed yet as far as we know.
-                reset: s.reset.saturating_sub(aged).max(Duration::from_micros(1)),
-            })
-            .collect();
-        Some(Verdict {
-            admitted: false,
-            states,
-        })
+        Some(entry.verdict.aged(now - entry.sent))
     }
 }
 

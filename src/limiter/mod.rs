@@ -60,6 +60,26 @@ impl Verdict {
             .max()
     }
 
+    /// This verdict `elapsed` later, for answering from a known denial: every `reset` shortened
+    /// by `elapsed`, never to 0 (as far as we know the slot has not freed yet).
+    pub fn aged(&self, elapsed: Duration) -> Verdict {
+        let states = self
+            .states
+            .iter()
+            .map(|s| LimitState {
+                remaining: s.remaining,
+                reset: s
+                    .reset
+                    .saturating_sub(elapsed)
+                    .max(Duration::from_micros(1)),
+            })
+            .collect();
+        Verdict {
+            admitted: self.admitted,
+            states,
+        }
+    }
+
     /// Indexes of the limits that denied this request (empty when admitted).
     pub fn violated(&self) -> impl Iterator<Item = usize> + '_ {
         let admitted = self.admitted;
@@ -137,6 +157,10 @@ pub enum StoreError {
     /// (evicting one would hand it a fresh quota), so this client cannot be tracked.
     #[error("memory store full (max_memory) with clients at their limit")]
     Full,
+    /// More decisions are waiting for the shared store than the proxy queues (the store is
+    /// answering, but this proxy is asking faster than it can): answered at once, not queued.
+    #[error("store queue full: {0} decisions already waiting")]
+    Overloaded(usize),
 }
 
 /// The kinds of [`StoreError`], as counted in `slidegate_store_errors_total{kind}`.
@@ -150,15 +174,18 @@ pub enum StoreErrorKind {
     Backend,
     /// [`StoreError::Full`].
     Full,
+    /// [`StoreError::Overloaded`].
+    Overload,
 }
 
 impl StoreErrorKind {
     /// Every kind, in discriminant order (metric handles are resolved for each at start).
-    pub const ALL: [StoreErrorKind; 4] = [
+    pub const ALL: [StoreErrorKind; 5] = [
         StoreErrorKind::Timeout,
         StoreErrorKind::Unavailable,
         StoreErrorKind::Backend,
         StoreErrorKind::Full,
+        StoreErrorKind::Overload,
     ];
 
     /// The metric label value.
@@ -168,6 +195,7 @@ impl StoreErrorKind {
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::Backend => "backend",
             StoreErrorKind::Full => "full",
+            StoreErrorKind::Overload => "overload",
         }
     }
 }
@@ -180,6 +208,7 @@ impl StoreError {
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
             StoreError::Backend(_) => StoreErrorKind::Backend,
             StoreError::Full => StoreErrorKind::Full,
+            StoreError::Overloaded(_) => StoreErrorKind::Overload,
         }
     }
 }

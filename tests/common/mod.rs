@@ -6,6 +6,7 @@ use std::process::Command;
 
 pub mod admin;
 pub mod browser;
+pub mod load;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;

@@ -1,10 +1,10 @@
 //! One script call: the Redis keys of a decision, the `EVALSHA` of one or more decisions, and
 //! sending it through the gate's bookkeeping.
 
-use super::conn::{within, Conn};
+use super::conn::{classified, Conn};
 use super::reply::ScriptReply;
-use super::{Inner, SCRIPT};
-use crate::limiter::{Limit, StoreError, Verdict};
+use super::{patience, Inner, SCRIPT};
+use crate::limiter::{Limit, StoreError};
 
 impl Inner {
     /// See [`super::RedisStore::key`].
@@ -29,26 +29,17 @@ impl Inner {
         out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
     }
 
-    /// One decision in its own `EVALSHA`.
-    pub(super) async fn decide_now(
-        &self,
-        conn: &Conn,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<Verdict, StoreError> {
-        let evalsha = self.evalsha([(bucket, limits)].into_iter());
-        self.call(conn, &evalsha).await?.next_verdict(limits)
-    }
-
-    /// Send one `EVALSHA`, bounded by the store timeout, and parse its reply. The gate learns
-    /// of every answer and every failure.
+    /// Send one `EVALSHA` and parse its reply. It is the only call in flight on its lane, so
+    /// it waits `store.timeout` for its answer, not counting time the proxy itself was too busy
+    /// to notice one (`patience.rs`). The gate learns of every answer and every failure.
     pub(super) async fn call(
         &self,
         conn: &Conn,
         evalsha: &redis::Cmd,
     ) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
-        match within(self.timeout, conn.decide(evalsha)).await {
+        let answer = async { classified(self.timeout, conn.decide(evalsha).await) };
+        match patience::wait(self.timeout, || None, answer).await {
             Ok(reply) => {
                 self.gate.answered();
                 ScriptReply::parse(reply)

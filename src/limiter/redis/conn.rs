@@ -1,7 +1,8 @@
 //! The connection seam: the one place that knows one Redis from a Cluster. Everything else in
 //! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
-//! connection implementing [`redis::aio::ConnectionLike`]), and bounds every call with
-//! [`within`], which also maps redis-rs errors to the store's error kinds.
+//! connection implementing [`redis::aio::ConnectionLike`]), and bounds every maintenance and
+//! admin call with [`within`], which also maps redis-rs errors to the store's error kinds
+//! (decisions are bounded by `patience.rs` instead).
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +19,9 @@ use crate::limiter::StoreError;
 /// Library-level timeouts are set to this multiple of the store's deadline: a safety net that
 /// never fires before the store's own timer.
 const SAFETY_NET_FACTOR: u32 = 2;
+
+/// Hash slots of a Redis Cluster.
+const CLUSTER_SLOTS: usize = 16384;
 
 /// Where the store connects; built without connecting.
 // One per store, built once: the size difference between the variants does not matter.
@@ -67,6 +71,27 @@ impl Target {
         match self {
             Target::Single(_) => true,
             Target::Cluster(_) => false,
+        }
+    }
+
+    /// How many lanes decisions travel in (see `batch.rs`): one for one server, one per hash
+    /// slot for a Cluster.
+    pub(super) fn lanes(&self) -> usize {
+        match self {
+            Target::Single(_) => 1,
+            Target::Cluster(_) => CLUSTER_SLOTS,
+        }
+    }
+
+    /// The lane of `bucket`: on a Cluster its hash slot, since its keys are
+    /// `<prefix>:{<bucket>}:…` and the braces make `bucket` the hash tag.
+    pub(super) fn lane_of(&self, bucket: &str) -> usize {
+        match self {
+            Target::Single(_) => 0,
+            Target::Cluster(_) => {
+                usize::from(crc16::State::<crc16::XMODEM>::calculate(bucket.as_bytes()))
+                    % CLUSTER_SLOTS
+            }
         }
     }
 
@@ -180,10 +205,18 @@ pub(super) async fn within<T>(
     call: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, StoreError> {
     match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(classify(&e, timeout)),
+        Ok(result) => classified(timeout, result),
         Err(_) => Err(StoreError::Timeout(timeout)),
     }
+}
+
+/// A call's result with its failure mapped to the store's error kinds (`timeout` names the
+/// deadline in a library timeout).
+pub(super) fn classified<T>(
+    timeout: Duration,
+    result: redis::RedisResult<T>,
+) -> Result<T, StoreError> {
+    result.map_err(|e| classify(&e, timeout))
 }
 
 /// How long one connection attempt may take. A new connection needs a TCP (maybe TLS) handshake

@@ -20,8 +20,9 @@
 //! # Connections and failure
 //!
 //! Connections are created in [`Store::maintain`], never in [`RedisStore::new`] nor in
-//! [`Store::check`]: `maintain` runs on Pingora's runtime, and a redis-rs connection's driver
-//! task lives on the runtime that created it. One Redis uses a
+//! [`Store::check`], and on the store's own I/O thread (`io.rs`): a redis-rs connection's
+//! driver task lives on the runtime that created it, and there it reads replies as they
+//! arrive, however busy the proxy's workers are. One Redis uses a
 //! [`redis::aio::ConnectionManager`] (reconnects in the background), a Cluster a
 //! [`redis::cluster_async::ClusterConnection`]. Only `conn.rs` tells the two apart: the rest
 //! of the store sees one connection type and asks the target whether all keys live on one
@@ -52,7 +53,10 @@ mod call;
 mod conn;
 mod gate;
 mod inspect;
+mod io;
+mod lane;
 mod maintain;
+mod patience;
 mod reply;
 
 /// Source of the sliding-window script, compiled into the binary.
@@ -101,8 +105,10 @@ struct Inner {
     gate: Gate,
     /// Serializes `maintain`, in case a caller runs it from two places.
     maintaining: tokio::sync::Mutex<()>,
-    /// Decisions waiting for the call in flight to one Redis (see `batch.rs`).
-    queue: std::sync::Mutex<batch::Queue>,
+    /// Decisions waiting for the call in flight, per lane (see `batch.rs`).
+    lanes: lane::Lanes,
+    /// Where connections live and calls are sent from (last: its drop stops the thread).
+    io: io::IoThread,
 }
 
 impl RedisStore {
@@ -111,6 +117,9 @@ impl RedisStore {
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
         let client = Target::new(&target.nodes, target.timeout)?;
         let gate = Gate::new(client.label(), client.one_server());
+        let lanes = lane::Lanes::new(client.lanes());
+        let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
+            .map_err(|e| StoreError::Backend(format!("cannot start the store I/O thread: {e}")))?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 target: client,
@@ -119,7 +128,8 @@ impl RedisStore {
                 conn: ArcSwapOption::empty(),
                 gate,
                 maintaining: tokio::sync::Mutex::new(()),
-                queue: Default::default(),
+                lanes,
+                io,
             }),
         })
     }
@@ -141,8 +151,7 @@ impl Inner {
         Ok(conn)
     }
 
-    /// See [`Store::check`]. One Redis coalesces concurrent decisions (`batch.rs`); a Cluster
-    /// sends each on its own, to its bucket's slot.
+    /// See [`Store::check`]: concurrent decisions share calls per lane (`batch.rs`).
     async fn check(
         self: &Arc<Self>,
         bucket: &str,
@@ -154,12 +163,8 @@ impl Inner {
                 states: Vec::new(),
             });
         }
-        let conn = self.live_conn()?;
-        if self.target.one_server() {
-            self.check_coalesced(&conn, bucket, limits).await
-        } else {
-            self.decide_now(&conn, bucket, limits).await
-        }
+        self.live_conn()?;
+        self.check_coalesced(bucket, limits).await
     }
 }
 
@@ -174,7 +179,15 @@ impl Store for RedisStore {
     }
 
     async fn maintain(&self) {
-        self.inner.maintain().await
+        let inner = self.inner.clone();
+        let _ = self
+            .inner
+            .io
+            .run(async move {
+                inner.maintain().await;
+                Ok(())
+            })
+            .await;
     }
 
     fn is_ready(&self) -> bool {
@@ -186,10 +199,14 @@ impl Store for RedisStore {
     }
 
     async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
-        self.inner.inspect_window(bucket, limits).await
+        let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
+        let read = async move { inner.inspect_window(&bucket, &limits).await };
+        self.inner.io.run(read).await
     }
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
-        self.inner.reset_bucket(bucket, limits).await
+        let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
+        let reset = async move { inner.reset_bucket(&bucket, &limits).await };
+        self.inner.io.run(reset).await
     }
 }
