@@ -128,6 +128,8 @@ impl SlideGate {
 mod ctx;
 mod outcome;
 mod respond;
+#[cfg(test)]
+mod tests;
 
 pub use ctx::{RequestCtx, Timing};
 use outcome::{outcome, Checked, Outcome, Policy};
