@@ -6,10 +6,11 @@
 //! - [`routes`]: the immutable rule set a request is matched against.
 //! - [`keys`]: client address resolution and bucket keys.
 //! - [`limiter`]: the store trait and its memory and Redis implementations.
-//! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`, problem bodies.
+//! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`.
+//! - [`problem`]: the `application/problem+json` bodies of the proxy and the admin API.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`request_form`]: method, request-target, Host and Content-Length checks before routing.
-//! - [`edge_conn`]: client connection deadlines and the connection cap.
+//! - [`edge`]: client connection deadlines, the connection cap, coalesced response writes.
 //! - [`limits_os`]: the descriptor limit.
 //! - [`proxy`]: Pingora's `ProxyHttp` hooks.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
@@ -24,13 +25,14 @@
 pub mod access_log;
 pub mod admin;
 pub mod config;
-pub mod edge_conn;
+pub mod edge;
 pub mod forwarding;
 pub mod keys;
 pub mod limiter;
 pub mod limits_os;
 pub mod log_hygiene;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
 pub mod ratelimit_headers;
 pub mod reload;

@@ -1,14 +1,10 @@
-//! The response side of a decision: `RateLimit-Policy` / `RateLimit` fields
-//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields), `Retry-After`, and the
-//! `application/problem+json` body of a 429.
+//! The response fields of a decision: `RateLimit-Policy` / `RateLimit`
+//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields) and `Retry-After`. The
+//! body of a 429 is built in [`crate::problem`].
 
 use std::time::Duration;
 
 use crate::limiter::{Limit, Verdict};
-
-/// The problem type registered for quota errors.
-pub const QUOTA_EXCEEDED_TYPE: &str =
-    "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`.
 pub fn policy_name(route: &str, limit: &Limit) -> String {
@@ -81,60 +77,6 @@ pub fn retry_after_secs(verdict: &Verdict) -> u64 {
     verdict.retry_after().map(ceil_secs).unwrap_or(1).max(1)
 }
 
-/// RFC 9457 problem details: the body of every response slidegate writes itself (404, 429,
-/// 503). Serialized from a struct, so no map is built per request.
-#[derive(serde::Serialize)]
-pub struct Problem<'a> {
-    /// Problem type URI (`about:blank` when the status says it all).
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    /// The status's reason phrase.
-    pub title: &'static str,
-    /// HTTP status code.
-    pub status: u16,
-    /// Human-readable explanation.
-    pub detail: &'a str,
-    /// The policies a 429 violated.
-    #[serde(rename = "violated-policies", skip_serializing_if = "Option::is_none")]
-    pub violated_policies: Option<Vec<&'a str>>,
-}
-
-impl Problem<'_> {
-    /// The `application/problem+json` bytes.
-    pub fn to_json(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
-
-/// A plain problem body for `status` (`about:blank`), for responses that never vary.
-pub fn static_problem(status: http::StatusCode, detail: &str) -> bytes::Bytes {
-    Problem {
-        kind: "about:blank",
-        title: status.canonical_reason().unwrap_or(""),
-        status: status.as_u16(),
-        detail,
-        violated_policies: None,
-    }
-    .to_json()
-    .into()
-}
-
-/// The problem+json body of a 429, naming the violated policies.
-pub fn problem_body(route: &str, names: &[String], verdict: &Verdict) -> Vec<u8> {
-    let detail = format!(
-        "rate limit exceeded on route {route}; retry after {} s",
-        retry_after_secs(verdict)
-    );
-    Problem {
-        kind: QUOTA_EXCEEDED_TYPE,
-        title: "Too Many Requests",
-        status: 429,
-        detail: &detail,
-        violated_policies: Some(verdict.violated().map(|i| names[i].as_str()).collect()),
-    }
-    .to_json()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,8 +116,5 @@ mod tests {
         ratelimit_field(&mut out, &names, &v);
         assert_eq!(out, "\"login-1s\";r=0;t=2, \"login-60s\";r=40;t=30");
         assert_eq!(retry_after_secs(&v), 2);
-        let body: serde_json::Value =
-            serde_json::from_slice(&problem_body("login", &names, &v)).unwrap();
-        assert_eq!(body["violated-policies"], serde_json::json!(["login-1s"]));
     }
 }

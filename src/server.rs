@@ -18,7 +18,7 @@ use pingora::services::Service;
 use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
-use crate::edge_conn::{ConnLimits, EdgeApp};
+use crate::edge::{ConnLimits, EdgeApp};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
@@ -146,7 +146,7 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 /// response with a `Content-Length` only at its end, so a slow upstream's body (a progress
 /// stream, `/drip`, a long poll) would reach the client only when complete. The listener's
 /// buffer is off; `EdgeStream` holds writes instead and sends them as soon as the proxy waits
-/// (see `edge_conn`), so pieces arrive as the upstream sends them, like nginx.
+/// (see `edge::coalesce`), so pieces arrive as the upstream sends them, like nginx.
 fn add_listeners<A>(
     proxy: &mut pingora::services::listening::Service<A>,
     config: &Config,

@@ -16,34 +16,34 @@ use serde_json::{json, Value};
 use crate::config::KeySpec;
 use crate::keys::{write_bucket_key, BucketClient};
 use crate::limiter::Store;
+use crate::problem::Problem;
 use crate::routes::{Route, Rules};
 
-/// A JSON response.
-fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
-    let body = serde_json::to_vec(body).expect("a JSON value serializes");
+/// A response of `content_type` with `body`, never cached.
+fn body_response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_TYPE, content_type)
         .header(http::header::CONTENT_LENGTH, body.len())
         .header(http::header::CACHE_CONTROL, "no-store")
         .body(body)
         .expect("valid response")
 }
 
-/// An RFC 9457 problem response.
+/// A JSON response.
+fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
+    let body = serde_json::to_vec(body).expect("a JSON value serializes");
+    body_response(status, "application/json", body)
+}
+
+/// An RFC 9457 problem response (the body built by [`Problem`], as the proxy's are).
 pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response<Vec<u8>> {
-    let body = json!({
-        "type": "about:blank",
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    let mut resp = json_response(status, &body);
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/problem+json"),
-    );
-    resp
+    let body = Problem::titled(status, title, detail).to_json();
+    body_response(status, crate::problem::CONTENT_TYPE, body)
 }
 
 fn bad_request(detail: &str) -> Response<Vec<u8>> {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
+use crate::forwarding::OwnHop;
 use crate::metrics::{Decision, InFlight};
 use crate::request_form::RequestForm;
 use crate::routes::{Route, Rules};
@@ -66,6 +67,9 @@ pub struct RequestCtx {
     pub(super) in_flight: Option<InFlight>,
     /// The host routes matched on, and what to forward for an absolute-form target.
     pub(super) form: RequestForm,
+    /// The forwarding values of this connection's own hop: built at its first proxied request,
+    /// carried to the next requests of an HTTP/1 connection by `persist_connection_context`.
+    pub(super) own_hop: Option<Arc<OwnHop>>,
 }
 
 impl RequestCtx {

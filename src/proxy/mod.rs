@@ -1,24 +1,22 @@
 //! The Pingora side: [`SlideGate`] implements `ProxyHttp` and wires each hook to the small
 //! functions of the other modules (route match, client key, limiter decision, headers, metrics).
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use prometheus::Histogram;
 
 use crate::access_log::{AccessLog, Record};
-use crate::config::OnError;
-use crate::forwarding::{self, Hop, Scheme};
+use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
-use crate::metrics::{Decision, InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
-use crate::ratelimit_headers::{problem_body, ratelimit_field, retry_after_secs};
+use crate::metrics::{InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
 use crate::request_form;
 use crate::routes::{normalize_path, Route, Rules};
 
@@ -61,19 +59,81 @@ impl SlideGate {
             .observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {
             self.store_errors.count(e);
+            // Per request at debug level only: an outage would otherwise write a log line
+            // per request; the store logs its state changes and the metrics count errors.
+            log::debug!("route {}: limiter error: {e}", route.spec.name);
         }
         result
+    }
+
+    /// Find out what [`outcome`] needs, in order: the request form, the route, and for a
+    /// limited route the store's answer. Leaves the client, route and key in `ctx`.
+    async fn check(&self, session: &mut Session, ctx: &mut RequestCtx, rules: &Rules) -> Checked {
+        ctx.form = match request_form::check(session.req_header_mut()) {
+            Ok(form) => form,
+            Err(why) => return Checked::BadForm(why),
+        };
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip())
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let req = session.req_header();
+        let client = rules.client_ip.resolve(peer, &req.headers);
+        ctx.client = Some(client);
+        let host = ctx.form.host.as_deref();
+        let path = normalize_path(request_form::match_path(req));
+        let Some((idx, route)) = rules.find(host, &path, &req.method) else {
+            return Checked::NoRoute;
+        };
+        ctx.route = Some(idx);
+        if route.spec.limits.is_empty() {
+            return Checked::Unlimited;
+        }
+        bucket_key(
+            &mut ctx.key,
+            &route.spec.name,
+            &route.spec.key,
+            &req.headers,
+            client,
+        );
+        Checked::Decided {
+            policy: Policy::of(route),
+            result: self.decide(&ctx.key, route).await,
+        }
+    }
+
+    /// Count an outcome and keep what the later hooks need of it.
+    fn account(&self, ctx: &mut RequestCtx, route: Option<&Route>, outcome: &Outcome<'_>) {
+        if let (Some(route), Some(decision)) = (route, outcome.decision()) {
+            ctx.record(route, decision);
+        }
+        match (outcome, route) {
+            (Outcome::BadRequest(why), _) => {
+                log::debug!("400: {why}");
+                METRICS.bad_requests.inc();
+            }
+            (Outcome::NoRoute, _) => METRICS.no_route.inc(),
+            (Outcome::Shadow { denied: true }, Some(route)) => {
+                log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
+            }
+            (Outcome::Allowed(verdict), Some(route)) => {
+                ctx.ratelimit = respond::ratelimit_value(route, verdict);
+            }
+            _ => {}
+        }
     }
 }
 
 mod ctx;
+mod outcome;
 mod respond;
+#[cfg(test)]
+mod tests;
 
 pub use ctx::{RequestCtx, Timing};
-use respond::{
-    close_delimit_for_http10, insert_ratelimit_fields, respond, BAD_REQUEST_BODY, NOT_FOUND_BODY,
-    RETRY_AFTER, UNAVAILABLE_BODY,
-};
+use outcome::{outcome, Checked, Outcome, Policy};
+use respond::{close_delimit_for_http10, insert_ratelimit_fields};
 
 #[async_trait]
 impl ProxyHttp for SlideGate {
@@ -91,117 +151,18 @@ impl ProxyHttp for SlideGate {
         session: &mut Session,
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
-        crate::edge_conn::head_received(session);
+        crate::edge::head_received(session);
         Ok(())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
         ctx.rules = Some(rules.clone());
-        ctx.form = match request_form::check(session.req_header_mut()) {
-            Ok(form) => form,
-            Err(why) => {
-                // Like nginx: 400 and close; nothing of this request reaches a route.
-                log::debug!("400: {why}");
-                METRICS.bad_requests.inc();
-                session.set_keepalive(None);
-                respond(
-                    session,
-                    ResponseHeader::build(400, Some(4))?,
-                    "application/problem+json",
-                    BAD_REQUEST_BODY.clone(),
-                )
-                .await?;
-                return Ok(true);
-            }
-        };
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip())
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let req = session.req_header();
-        let client = rules.client_ip.resolve(peer, &req.headers);
-        ctx.client = Some(client);
-        let host = ctx.form.host.as_deref();
-        let path = normalize_path(request_form::match_path(req));
-        let Some((idx, route)) = rules.find(host, &path, &req.method) else {
-            METRICS.no_route.inc();
-            respond(
-                session,
-                ResponseHeader::build(404, Some(4))?,
-                "application/problem+json",
-                NOT_FOUND_BODY.clone(),
-            )
-            .await?;
-            return Ok(true);
-        };
-        ctx.route = Some(idx);
-        if route.spec.limits.is_empty() {
-            ctx.record(route, Decision::Allowed);
-            return Ok(false);
-        }
-        bucket_key(
-            &mut ctx.key,
-            &route.spec.name,
-            &route.spec.key,
-            &req.headers,
-            client,
-        );
-
-        let verdict = match self.decide(&ctx.key, route).await {
-            Ok(v) => v,
-            Err(e) => {
-                // Per request at debug level only: an outage would otherwise write a log line
-                // per request; the store logs its state changes and the metrics count errors.
-                log::debug!("route {}: limiter error: {e}", route.spec.name);
-                if route.spec.on_error == OnError::Deny && !route.spec.shadow {
-                    ctx.record(route, Decision::ErrorDenied);
-                    let mut header = ResponseHeader::build(503, Some(4))?;
-                    header.insert_header(RETRY_AFTER, "1")?;
-                    respond(
-                        session,
-                        header,
-                        "application/problem+json",
-                        UNAVAILABLE_BODY.clone(),
-                    )
-                    .await?;
-                    return Ok(true);
-                }
-                ctx.record(route, Decision::ErrorAllowed);
-                return Ok(false);
-            }
-        };
-
-        if route.spec.shadow {
-            // Dry run: count what would have happened, but show the client nothing.
-            if verdict.admitted {
-                ctx.record(route, Decision::Allowed);
-            } else {
-                ctx.record(route, Decision::ShadowDenied);
-                log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
-            }
-            return Ok(false);
-        }
-
-        let mut field = String::with_capacity(48 * route.spec.limits.len());
-        ratelimit_field(&mut field, &route.policy_names, &verdict);
-        let ratelimit = HeaderValue::try_from(field).ok();
-        if verdict.admitted {
-            ctx.record(route, Decision::Allowed);
-            ctx.ratelimit = ratelimit;
-            return Ok(false);
-        }
-
-        ctx.record(route, Decision::Denied);
-        let mut header = ResponseHeader::build(429, Some(6))?;
-        if let Some(r) = ratelimit {
-            insert_ratelimit_fields(&mut header, route, r)?;
-        }
-        header.insert_header(RETRY_AFTER, retry_after_secs(&verdict))?;
-        let body = problem_body(&route.spec.name, &route.policy_names, &verdict);
-        respond(session, header, "application/problem+json", body.into()).await?;
-        Ok(true)
+        let checked = self.check(session, ctx, &rules).await;
+        let outcome = outcome(&checked);
+        let route = ctx.route.map(|i| &rules.routes[i]);
+        self.account(ctx, route, &outcome);
+        respond::write_early(session, &outcome, route).await
     }
 
     async fn upstream_peer(
@@ -292,8 +253,10 @@ impl ProxyHttp for SlideGate {
                 peer_trusted: rules.client_ip.is_trusted(peer),
                 scheme,
             };
-            let own = crate::edge_conn::own_hop(session, peer, scheme);
-            forwarding::apply(upstream_request, &hop, own)?;
+            if ctx.own_hop.is_none() {
+                ctx.own_hop = OwnHop::new(peer, scheme).ok().map(Arc::new);
+            }
+            forwarding::apply(upstream_request, &hop, ctx.own_hop.as_deref())?;
         }
         Ok(())
     }
@@ -337,7 +300,7 @@ impl ProxyHttp for SlideGate {
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        crate::edge_conn::response_done(session);
+        crate::edge::response_done(session);
         let duration = ctx.timing.start.elapsed();
         let histogram = match ctx.route() {
             Some(route) => &route.metrics.request_duration,
@@ -371,6 +334,28 @@ impl ProxyHttp for SlideGate {
             duration,
             bytes_sent: session.body_bytes_sent(),
         });
+    }
+
+    fn persist_connection_context(
+        &self,
+        _session: &Session,
+        ctx: &RequestCtx,
+    ) -> Option<Box<dyn Any + Send + Sync>> {
+        // The connection's own forwarding values live as long as the connection (HTTP/1
+        // keep-alive), so its next request does not format them again.
+        let own = ctx.own_hop.clone()?;
+        Some(Box::new(own))
+    }
+
+    fn on_connection_reuse(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+        prev: Box<dyn Any + Send + Sync>,
+    ) {
+        if let Ok(own) = prev.downcast::<Arc<OwnHop>>() {
+            ctx.own_hop = Some(*own);
+        }
     }
 
     fn suppress_error_log(&self, session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {

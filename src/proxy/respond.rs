@@ -1,29 +1,93 @@
-//! Responses slidegate writes itself (404, 400, 429, 503) and the fields it adds to upstream
-//! responses.
+//! Responses slidegate writes itself (400, 404, 429, 503: the early outcomes) and the fields it
+//! adds to upstream responses.
+
+use std::sync::LazyLock;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
-use once_cell::sync::Lazy;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use crate::ratelimit_headers::static_problem;
+use super::outcome::Outcome;
+use crate::limiter::Verdict;
+use crate::problem::{self, Problem};
+use crate::ratelimit_headers::{ratelimit_field, retry_after_secs};
 use crate::routes::Route;
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
-pub(super) const RATELIMIT_POLICY: &str = "RateLimit-Policy";
-pub(super) const RATELIMIT: &str = "RateLimit";
+const RATELIMIT_POLICY: &str = "RateLimit-Policy";
+const RATELIMIT: &str = "RateLimit";
 /// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
-pub(super) const RETRY_AFTER: &str = "Retry-After";
+const RETRY_AFTER: &str = "Retry-After";
 
 /// Bodies of the responses that never vary, built once.
-pub(super) static NOT_FOUND_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
-pub(super) static BAD_REQUEST_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::BAD_REQUEST, "malformed request"));
-pub(super) static UNAVAILABLE_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
+static NOT_FOUND_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| fixed(StatusCode::NOT_FOUND, "no route matches this request"));
+static BAD_REQUEST_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| fixed(StatusCode::BAD_REQUEST, "malformed request"));
+static UNAVAILABLE_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| fixed(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
+
+fn fixed(status: StatusCode, detail: &str) -> Bytes {
+    Problem::new(status, detail).to_json().into()
+}
+
+/// Write the response of an outcome slidegate answers itself (400, 404, 429, 503), the one
+/// place that knows which those are; `route` is the matched route, which a `429` needs for its
+/// fields. Returns whether a response was written, which is what `request_filter` returns.
+pub(super) async fn write_early(
+    session: &mut Session,
+    outcome: &Outcome<'_>,
+    route: Option<&Route>,
+) -> Result<bool> {
+    let (header, body) = match outcome {
+        Outcome::BadRequest(_) => {
+            // Like nginx: 400 and close; nothing of this request reaches a route.
+            session.set_keepalive(None);
+            (
+                ResponseHeader::build(400, Some(4))?,
+                BAD_REQUEST_BODY.clone(),
+            )
+        }
+        Outcome::NoRoute => (ResponseHeader::build(404, Some(4))?, NOT_FOUND_BODY.clone()),
+        Outcome::ErrorDenied => {
+            let mut header = ResponseHeader::build(503, Some(4))?;
+            header.insert_header(RETRY_AFTER, "1")?;
+            (header, UNAVAILABLE_BODY.clone())
+        }
+        Outcome::Denied(verdict) => {
+            let Some(route) = route else {
+                return Error::e_explain(ErrorType::InternalError, "a 429 without a route");
+            };
+            too_many_requests(route, verdict)?
+        }
+        Outcome::Unlimited
+        | Outcome::ErrorAllowed
+        | Outcome::Shadow { .. }
+        | Outcome::Allowed(_) => return Ok(false),
+    };
+    respond(session, header, body).await?;
+    Ok(true)
+}
+
+/// The head and body of a 429 for `verdict` on `route`.
+fn too_many_requests(route: &Route, verdict: &Verdict) -> Result<(ResponseHeader, Bytes)> {
+    let mut header = ResponseHeader::build(429, Some(6))?;
+    if let Some(r) = ratelimit_value(route, verdict) {
+        insert_ratelimit_fields(&mut header, route, r)?;
+    }
+    header.insert_header(RETRY_AFTER, retry_after_secs(verdict))?;
+    let body = problem::quota_exceeded(&route.spec.name, &route.policy_names, verdict);
+    Ok((header, body.into()))
+}
+
+/// The `RateLimit` value of `verdict` on `route`.
+pub(super) fn ratelimit_value(route: &Route, verdict: &Verdict) -> Option<HeaderValue> {
+    let mut field = String::with_capacity(48 * route.spec.limits.len());
+    ratelimit_field(&mut field, &route.policy_names, verdict);
+    HeaderValue::try_from(field).ok()
+}
 
 /// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
 /// `Transfer-Encoding`, connection closed at the end), as nginx does.
@@ -48,14 +112,9 @@ pub(super) fn insert_ratelimit_fields(
     header.insert_header(RATELIMIT, ratelimit)
 }
 
-/// Write a complete small response from the proxy itself.
-pub(super) async fn respond(
-    session: &mut Session,
-    mut header: ResponseHeader,
-    content_type: &str,
-    body: Bytes,
-) -> Result<()> {
-    header.insert_header("Content-Type", content_type)?;
+/// Write a complete small problem+json response from the proxy itself.
+async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes) -> Result<()> {
+    header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
     header.insert_header("Content-Length", body.len())?;
     session
         .write_response_header(Box::new(header), false)

@@ -1,0 +1,70 @@
+//! The connection cap: a semaphore taken when a connection is handed to the application.
+//! Beyond `max_connections` a new connection is closed at once (Pingora's accept loop is not ours
+//! to gate), so it holds a descriptor only for that instant.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use tokio::sync::Semaphore;
+
+use super::{ConnLimits, EdgeStream};
+use crate::metrics::METRICS;
+
+/// Wraps a server application (the proxy) with the connection cap and [`EdgeStream`].
+pub struct EdgeApp<A> {
+    inner: Arc<A>,
+    limits: ConnLimits,
+    permits: Arc<Semaphore>,
+}
+
+impl<A> EdgeApp<A> {
+    /// Wrap `inner`.
+    pub fn new(inner: A, limits: ConnLimits) -> Self {
+        EdgeApp {
+            inner: Arc::new(inner),
+            limits,
+            permits: Arc::new(Semaphore::new(limits.max_connections as usize)),
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
+            // Over max_connections: close now (dropping the stream), keep the descriptor free.
+            METRICS.client_connections_refused.inc();
+            return None;
+        };
+        METRICS.client_connections.inc();
+        let _gauge = scopeguard(|| METRICS.client_connections.dec());
+        let mut next = Some(Box::new(EdgeStream::new(stream, self.limits)) as Stream);
+        // Run any reuse here, not in Pingora's loop, so the permit is held until the end.
+        while let Some(stream) = next {
+            next = self.inner.process_new(stream, shutdown).await;
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await
+    }
+}
+
+/// Runs `f` on drop (the connection gauge must go down however the connection ends).
+fn scopeguard<F: FnMut()>(f: F) -> impl Drop {
+    struct Guard<F: FnMut()>(F);
+    impl<F: FnMut()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    Guard(f)
+}

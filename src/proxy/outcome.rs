@@ -1,0 +1,204 @@
+//! What happens to a request, decided by one pure function from what the hook found out.
+//!
+//! `request_filter` gathers [`Checked`] (request form, route, the store's answer), calls
+//! [`outcome`], and writes the [`Outcome`]: no decision is taken anywhere else. A new way to
+//! decide (a local fallback for `on_error`, an exempt client) is one more variant here and one
+//! more arm in [`outcome`].
+
+use crate::config::OnError;
+use crate::limiter::{StoreError, Verdict};
+use crate::metrics::Decision;
+use crate::request_form::BadRequest;
+use crate::routes::Route;
+
+/// How a limited route turns the store's answer into a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Policy {
+    /// Dry run: count what would happen, show the client nothing.
+    pub shadow: bool,
+    /// What a store error means for the request.
+    pub on_error: OnError,
+}
+
+impl Policy {
+    /// The policy of `route`.
+    pub fn of(route: &Route) -> Policy {
+        Policy {
+            shadow: route.spec.shadow,
+            on_error: route.spec.on_error,
+        }
+    }
+}
+
+/// What the hook found out about a request, in the order it finds out: each variant ends the
+/// gathering.
+#[derive(Debug)]
+pub(super) enum Checked {
+    /// The head failed the checks before routing.
+    BadForm(BadRequest),
+    /// No route matches.
+    NoRoute,
+    /// The route has no limits: the store is not asked.
+    Unlimited,
+    /// The store's answer for a limited route.
+    Decided {
+        /// The route's shadow and `on_error`.
+        policy: Policy,
+        /// The verdict, or why there is none.
+        result: Result<Verdict, StoreError>,
+    },
+}
+
+/// What happens to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome<'a> {
+    /// `400`, and the connection closes (like nginx).
+    BadRequest(BadRequest),
+    /// `404`.
+    NoRoute,
+    /// Forwarded: the route has no limits.
+    Unlimited,
+    /// Forwarded: the store failed and the route fails open (or is a shadow route).
+    ErrorAllowed,
+    /// `503` with `Retry-After: 1`: the store failed and the route fails closed.
+    ErrorDenied,
+    /// Forwarded without rate-limit fields: a shadow route, with what it would have done.
+    Shadow {
+        /// The limits would have denied the request.
+        denied: bool,
+    },
+    /// Forwarded, with the verdict's `RateLimit` fields on the response.
+    Allowed(&'a Verdict),
+    /// `429` with the verdict's fields and problem body.
+    Denied(&'a Verdict),
+}
+
+/// Decide what happens to a request from what was found out about it.
+pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
+    let (policy, result) = match checked {
+        Checked::BadForm(why) => return Outcome::BadRequest(*why),
+        Checked::NoRoute => return Outcome::NoRoute,
+        Checked::Unlimited => return Outcome::Unlimited,
+        Checked::Decided { policy, result } => (policy, result),
+    };
+    match result {
+        // A shadow route never answers for the store either.
+        Err(_) if policy.on_error == OnError::Deny && !policy.shadow => Outcome::ErrorDenied,
+        Err(_) => Outcome::ErrorAllowed,
+        Ok(v) if policy.shadow => Outcome::Shadow {
+            denied: !v.admitted,
+        },
+        Ok(v) if v.admitted => Outcome::Allowed(v),
+        Ok(v) => Outcome::Denied(v),
+    }
+}
+
+impl Outcome<'_> {
+    /// The decision counted in `slidegate_requests_total` (none for a request without a route).
+    pub fn decision(&self) -> Option<Decision> {
+        Some(match self {
+            Outcome::BadRequest(_) | Outcome::NoRoute => return None,
+            Outcome::Unlimited | Outcome::Allowed(_) | Outcome::Shadow { denied: false } => {
+                Decision::Allowed
+            }
+            Outcome::Shadow { denied: true } => Decision::ShadowDenied,
+            Outcome::ErrorAllowed => Decision::ErrorAllowed,
+            Outcome::ErrorDenied => Decision::ErrorDenied,
+            Outcome::Denied(_) => Decision::Denied,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limiter::LimitState;
+
+    fn verdict(admitted: bool) -> Verdict {
+        Verdict {
+            admitted,
+            states: vec![LimitState {
+                remaining: u32::from(admitted),
+                reset: Duration::from_secs(1),
+            }],
+        }
+    }
+
+    fn decided(shadow: bool, on_error: OnError, result: Result<Verdict, StoreError>) -> Checked {
+        Checked::Decided {
+            policy: Policy { shadow, on_error },
+            result,
+        }
+    }
+
+    fn failed() -> Result<Verdict, StoreError> {
+        Err(StoreError::Timeout(Duration::from_millis(50)))
+    }
+
+    #[test]
+    fn bad_form_is_a_400_without_a_decision() {
+        let out = outcome(&Checked::BadForm(BadRequest::MissingHost));
+        assert_eq!(out, Outcome::BadRequest(BadRequest::MissingHost));
+        assert_eq!(out.decision(), None);
+    }
+
+    #[test]
+    fn no_route_is_a_404_without_a_decision() {
+        let out = outcome(&Checked::NoRoute);
+        assert_eq!(out, Outcome::NoRoute);
+        assert_eq!(out.decision(), None);
+    }
+
+    #[test]
+    fn unlimited_is_forwarded_and_counted_allowed() {
+        let out = outcome(&Checked::Unlimited);
+        assert_eq!(out, Outcome::Unlimited);
+        assert_eq!(out.decision(), Some(Decision::Allowed));
+    }
+
+    #[test]
+    fn store_error_follows_on_error() {
+        let allow = decided(false, OnError::Allow, failed());
+        assert_eq!(outcome(&allow), Outcome::ErrorAllowed);
+        assert_eq!(outcome(&allow).decision(), Some(Decision::ErrorAllowed));
+
+        let deny = decided(false, OnError::Deny, failed());
+        assert_eq!(outcome(&deny), Outcome::ErrorDenied);
+        assert_eq!(outcome(&deny).decision(), Some(Decision::ErrorDenied));
+    }
+
+    #[test]
+    fn shadow_never_answers_not_even_for_a_failed_store() {
+        let deny = decided(true, OnError::Deny, failed());
+        assert_eq!(outcome(&deny), Outcome::ErrorAllowed);
+    }
+
+    #[test]
+    fn shadow_counts_what_would_have_happened() {
+        let denied = decided(true, OnError::Allow, Ok(verdict(false)));
+        assert_eq!(outcome(&denied), Outcome::Shadow { denied: true });
+        assert_eq!(outcome(&denied).decision(), Some(Decision::ShadowDenied));
+
+        let allowed = decided(true, OnError::Allow, Ok(verdict(true)));
+        assert_eq!(outcome(&allowed), Outcome::Shadow { denied: false });
+        assert_eq!(outcome(&allowed).decision(), Some(Decision::Allowed));
+    }
+
+    #[test]
+    fn admitted_is_allowed_with_its_verdict() {
+        let checked = decided(false, OnError::Deny, Ok(verdict(true)));
+        let out = outcome(&checked);
+        assert_eq!(out, Outcome::Allowed(&verdict(true)));
+        assert_eq!(out.decision(), Some(Decision::Allowed));
+    }
+
+    #[test]
+    fn refused_is_denied_with_its_verdict() {
+        let checked = decided(false, OnError::Allow, Ok(verdict(false)));
+        let out = outcome(&checked);
+        assert_eq!(out, Outcome::Denied(&verdict(false)));
+        assert_eq!(out.decision(), Some(Decision::Denied));
+    }
+}
