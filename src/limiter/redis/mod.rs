@@ -187,8 +187,7 @@ impl Inner {
         out.extend_from_slice(b":{");
         out.extend_from_slice(bucket.as_bytes());
         out.extend_from_slice(b"}:");
-        let window_ms = limit.window.as_millis() as u64;
-        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
+        limit.id().push_key_suffix(out);
     }
 
     /// Open a new connection, bounded so that `maintain` returns promptly.
