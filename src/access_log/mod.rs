@@ -24,10 +24,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use async_trait::async_trait;
 use http::Version;
-use once_cell::sync::Lazy;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::{register_int_counter, IntCounter};
+use std::sync::LazyLock;
 
 use crate::config::{AccessFormat, AccessTarget, LogSettings};
 use crate::metrics::Decision;
@@ -44,7 +44,7 @@ const QUEUE: usize = 32;
 const POLL: Duration = Duration::from_millis(5);
 
 /// `slidegate_access_log_dropped_total`.
-pub static DROPPED: Lazy<IntCounter> = Lazy::new(|| {
+pub static DROPPED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "slidegate_access_log_dropped_total",
         "Access log lines dropped because the writer fell behind or could not write"
@@ -159,7 +159,7 @@ impl AccessLog {
                 path: path.clone(),
             },
         };
-        Lazy::force(&DROPPED);
+        LazyLock::force(&DROPPED);
         let (tx, rx) = sync_channel(QUEUE);
         let reopen = Arc::new(AtomicBool::new(false));
         let pending = Arc::new(Mutex::new(Batch::with_capacity()));

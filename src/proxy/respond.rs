@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
-use once_cell::sync::Lazy;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
+use std::sync::LazyLock;
 
 use crate::ratelimit_headers::static_problem;
 use crate::routes::Route;
@@ -18,12 +18,12 @@ pub(super) const RATELIMIT: &str = "RateLimit";
 pub(super) const RETRY_AFTER: &str = "Retry-After";
 
 /// Bodies of the responses that never vary, built once.
-pub(super) static NOT_FOUND_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
-pub(super) static BAD_REQUEST_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::BAD_REQUEST, "malformed request"));
-pub(super) static UNAVAILABLE_BODY: Lazy<Bytes> =
-    Lazy::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
+pub(super) static NOT_FOUND_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| static_problem(StatusCode::NOT_FOUND, "no route matches this request"));
+pub(super) static BAD_REQUEST_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| static_problem(StatusCode::BAD_REQUEST, "malformed request"));
+pub(super) static UNAVAILABLE_BODY: LazyLock<Bytes> =
+    LazyLock::new(|| static_problem(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
 
 /// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
 /// `Transfer-Encoding`, connection closed at the end), as nginx does.
