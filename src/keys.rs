@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-/// Header values longer than this, or with bytes outside [`is_plain`], are replaced by a hash so
+/// Header values longer than this, or with bytes outside `is_plain`, are replaced by a hash so
 /// that key material stays bounded whatever a client sends.
 pub const MAX_PLAIN_KEY_LEN: usize = 64;
 

@@ -1,7 +1,7 @@
 //! The access log: one line per request, formatted and written by a thread of its own.
 //!
 //! A request copies what it logs (a few numbers and its method, host, path and route name)
-//! into the current [`Batch`], behind a mutex only the writer thread ever contends for, once
+//! into the current `Batch`, behind a mutex only the writer thread ever contends for, once
 //! every 5 ms: no allocation per request, no formatting, no system call, no wake-up. A full batch
 //! (128 records) goes into a bounded queue; every 5 ms the writer thread takes the queued batches
 //! and the partial one, formats JSON or nginx `combined` lines, writes them and flushes. If it falls behind (a slow disk, a stalled pipe) and the queue is full, the batch is

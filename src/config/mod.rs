@@ -2,9 +2,9 @@
 //! proxy runs on.
 //!
 //! Three steps, one file each:
-//! - [`raw`]: the serde schema, with spans (unknown keys, bad durations, addresses, CIDRs are
+//! - `raw`: the serde schema, with spans (unknown keys, bad durations, addresses, CIDRs are
 //!   rejected here, with the line the TOML parser reports);
-//! - [`validate`]: pure cross-field checks (no DNS, no sockets) that build the model;
+//! - `validate`: pure cross-field checks (no DNS, no sockets) that build the model;
 //! - this module: the model itself, and [`Config::load`].
 //!
 //! The model is split by what a reload may change: [`ServerSettings`] and [`StoreSettings`] are

@@ -22,7 +22,8 @@
 //! Connections are created in [`Store::maintain`], never in [`RedisStore::new`] nor in
 //! [`Store::check`]: `maintain` runs on Pingora's runtime, and a redis-rs connection's driver
 //! task lives on the runtime that created it. One Redis uses a
-//! [`ConnectionManager`] (reconnects in the background), a Cluster a [`ClusterConnection`].
+//! [`ConnectionManager`] (reconnects in the background), a Cluster a
+//! [`ClusterConnection`](redis::cluster_async::ClusterConnection).
 //!
 //! `check` never waits for a connection: until one is up and answering, it fails at once with
 //! [`StoreError::Unavailable`], and every call is bounded by `store.timeout`, so a dead or
