@@ -1,7 +1,7 @@
-//! Who is the client? Client address resolution (`X-Forwarded-For` from trusted proxies only),
-//! how a route groups clients ([`KeySpec`]: its text in the config, its JSON in the admin API, the
-//! client it picks from a request or from an admin query) and the bucket key a request is
-//! counted under.
+//! Who is the client? How a route groups clients ([`KeySpec`]: its text in the config, its JSON
+//! in the admin API, the client it picks from a request or from an admin query) and the bucket
+//! key a request is counted under; the client address (`client_ip.rs`: `X-Forwarded-For` from
+//! trusted proxies only) and addresses written without allocating (`ip_text.rs`).
 //!
 //! A new kind of key is a new [`KeySpec`] variant and its arms here; the config parses it through
 //! [`FromStr`], the admin API and page read it through [`Display`](std::fmt::Display) and
@@ -12,71 +12,17 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use http::{HeaderMap, HeaderName};
-use ipnet::IpNet;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+pub use client_ip::ClientIpResolver;
+pub use ip_text::{push_ip, IpText};
+
+mod client_ip;
+mod ip_text;
 
 /// Header values longer than this, or with bytes outside `is_plain`, are replaced by a hash so
 /// that key material stays bounded whatever a client sends.
 pub const MAX_PLAIN_KEY_LEN: usize = 64;
-
-/// Resolves the client address of a request.
-#[derive(Debug, Clone, Default)]
-pub struct ClientIpResolver {
-    trusted: Vec<IpNet>,
-}
-
-impl ClientIpResolver {
-    /// A resolver that believes `X-Forwarded-For` only from peers inside `trusted`.
-    pub fn new(trusted: Vec<IpNet>) -> Self {
-        ClientIpResolver { trusted }
-    }
-
-    /// Is `ip` inside `trusted_proxies`?
-    pub fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|net| net.contains(&ip))
-    }
-
-    /// The client address. When the socket peer is a trusted proxy, walk `X-Forwarded-For`
-    /// from the right and return the first address that is not trusted: entries to its left
-    /// were written by the client itself and prove nothing. If every hop is trusted, the
-    /// left-most one is the client; an unparsable entry ends the walk at the last good hop.
-    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        if self.trusted.is_empty() || !self.is_trusted(peer) {
-            return peer;
-        }
-        let mut client = peer;
-        // Several X-Forwarded-For lines are one list, in order.
-        let values: Vec<&[u8]> = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        for value in values.iter().rev() {
-            for hop in value.rsplit(|b| *b == b',') {
-                let Some(ip) = parse_hop(hop) else {
-                    return client;
-                };
-                client = ip;
-                if !self.is_trusted(ip) {
-                    return ip;
-                }
-            }
-        }
-        client
-    }
-}
-
-/// One `X-Forwarded-For` element: an IP, optionally `[v6]` or with a `:port`.
-fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
-    let s = std::str::from_utf8(hop).ok()?.trim();
-    if let Ok(ip) = s.parse() {
-        return Some(ip);
-    }
-    if let Some(rest) = s.strip_prefix('[') {
-        return rest.split(']').next()?.parse().ok();
-    }
-    s.rsplit_once(':').and_then(|(ip, _port)| ip.parse().ok())
-}
 
 /// Bytes kept verbatim in a key; anything else (including `{`, `}` which would break Redis
 /// Cluster hash tags, and `#` which marks hashed values) forces hashing.
@@ -131,81 +77,6 @@ pub fn write_bucket_key(out: &mut String, route: &str, client: BucketClient<'_>)
             out.push_str(":ip:");
             out.push_str(text.as_str());
         }
-    }
-}
-
-/// Append `ip` as `Display` would write it; see [`IpText`].
-pub fn push_ip(out: &mut String, ip: IpAddr) {
-    out.push_str(IpText::new(ip).as_str());
-}
-
-/// An address written as `Display` writes it, on the stack: no allocation, and IPv4, by far the
-/// common case, is written digit by digit (`fmt` machinery costs about 1,500 instructions per
-/// address, this under 100).
-pub struct IpText {
-    buf: [u8; IpText::MAX_LEN],
-    len: usize,
-}
-
-impl IpText {
-    /// The longest text of an address (`ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`).
-    const MAX_LEN: usize = 45;
-
-    /// Write `ip`.
-    pub fn new(ip: IpAddr) -> Self {
-        let mut text = IpText {
-            buf: [0; Self::MAX_LEN],
-            len: 0,
-        };
-        match ip {
-            IpAddr::V4(v4) => {
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text.push(b'.');
-                    }
-                    if octet >= 100 {
-                        text.push(b'0' + octet / 100);
-                    }
-                    if octet >= 10 {
-                        text.push(b'0' + octet / 10 % 10);
-                    }
-                    text.push(b'0' + octet % 10);
-                }
-            }
-            IpAddr::V6(v6) => {
-                // Cannot fail: no IPv6 text is longer than MAX_LEN.
-                let _ = write!(text, "{v6}");
-            }
-        }
-        text
-    }
-
-    fn push(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        // SAFETY: only whole `str`s and ASCII digits and dots are ever written (`write_str`
-        // refuses what does not fit whole), so the bytes are UTF-8; checking them again costs
-        // more than writing an IPv4 address.
-        unsafe { std::str::from_utf8_unchecked(&self.buf[..self.len]) }
-    }
-
-    /// The text as bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl std::fmt::Write for IpText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 
@@ -343,58 +214,6 @@ pub fn bucket_key(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(xff: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in xff {
-            h.append("x-forwarded-for", v.parse().unwrap());
-        }
-        h
-    }
-
-    #[test]
-    fn push_ip_writes_what_display_writes() {
-        for ip in [
-            "0.0.0.0",
-            "127.0.0.1",
-            "255.255.255.255",
-            "10.20.3.4",
-            "::1",
-            "2001:db8::7",
-            "::ffff:255.255.255.255",
-            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-            "1:2:3:4:5:6:7:8",
-        ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            let mut out = String::from("x");
-            push_ip(&mut out, ip);
-            assert_eq!(out, format!("x{ip}"));
-        }
-    }
-
-    #[test]
-    fn untrusted_peer_ignores_xff() {
-        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
-        let peer: IpAddr = "192.0.2.1".parse().unwrap();
-        assert_eq!(r.resolve(peer, &headers(&["1.2.3.4"])), peer);
-    }
-
-    #[test]
-    fn trusted_peer_takes_rightmost_untrusted() {
-        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
-        let peer: IpAddr = "10.0.0.1".parse().unwrap();
-        // The client forged 6.6.6.6 on the left; 203.0.113.9 is what our proxy saw.
-        let got = r.resolve(peer, &headers(&["6.6.6.6, 203.0.113.9", "10.1.1.1"]));
-        assert_eq!(got, "203.0.113.9".parse::<IpAddr>().unwrap());
-    }
-
-    #[test]
-    fn garbage_hop_stops_at_last_good() {
-        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
-        let peer: IpAddr = "10.0.0.1".parse().unwrap();
-        let got = r.resolve(peer, &headers(&["nonsense, 10.2.2.2"]));
-        assert_eq!(got, "10.2.2.2".parse::<IpAddr>().unwrap());
-    }
 
     #[test]
     fn long_header_values_are_hashed_and_bounded() {
