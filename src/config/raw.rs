@@ -5,8 +5,9 @@
 //! point at are kept in [`Spanned`] so [`super::validate`] can name their line too.
 //!
 //! Durations are bounded at parse time ([`BoundedDuration`], [`Window`]) so that the arithmetic
-//! other modules do on them (`timeout * 4`, `Limit::window_us`, a `u32` of milliseconds in `LimitId`, window plus a
-//! microsecond timestamp in Lua doubles) can never overflow or lose precision.
+//! other modules do on them (`timeout * 4`, `Limit::window_us`, the `u32` of milliseconds in a
+//! `LimitId`, window plus a microsecond timestamp in Lua doubles) can never overflow or lose
+//! precision.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

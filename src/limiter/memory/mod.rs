@@ -9,8 +9,8 @@
 //! under a per-process random seed, and never stored: the top bits pick one of [`SHARDS`]
 //! shards, each a mutex over a `HashMap<u64, u32>` index into a `Vec` of buckets (so a random
 //! bucket can be sampled for eviction in O(1)). A bucket is the hash, its newest activity and
-//! one log per limit (by its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond
-//! timestamps. Two different keys with the same 64-bit hash would share one bucket, which is
+//! one log per limit (found by its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of
+//! microsecond timestamps. Two different keys with the same 64-bit hash would share one bucket, which is
 //! stricter for both, never looser; with a secret seed a client cannot aim for that.
 //!
 //! **Bound.** Each shard has `max_memory / SHARDS` bytes: [`BUCKET_COST`] per bucket plus the
