@@ -5,14 +5,14 @@
 //! level, never an ERROR line per request; and no line written at the default level carries a
 //! query string or a header value, so tokens in URLs and credentials stay out of the log.
 
-use once_cell::sync::Lazy;
 use pingora::{Error, ErrorSource, ErrorType};
 use prometheus::{register_int_counter, IntCounter};
+use std::sync::LazyLock;
 
 use pingora::proxy::Session;
 
 /// `slidegate_client_aborts_total`.
-pub static CLIENT_ABORTS: Lazy<IntCounter> = Lazy::new(|| {
+pub static CLIENT_ABORTS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "slidegate_client_aborts_total",
         "Requests whose client closed or reset the connection before the response was complete"
@@ -22,7 +22,7 @@ pub static CLIENT_ABORTS: Lazy<IntCounter> = Lazy::new(|| {
 
 /// Register the counter (at zero) before the first request.
 pub fn init() {
-    Lazy::force(&CLIENT_ABORTS);
+    LazyLock::force(&CLIENT_ABORTS);
 }
 
 /// Did the client go away? Downstream I/O failures: a closed or reset connection, a failed

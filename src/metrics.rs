@@ -3,7 +3,7 @@
 //!
 //! Labels are bounded: route names come from the config, never from requests.
 
-use once_cell::sync::Lazy;
+use std::sync::LazyLock;
 
 use crate::limiter::{StoreError, StoreErrorKind};
 use prometheus::{
@@ -11,7 +11,9 @@ use prometheus::{
     Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
-/// All slidegate metrics.
+/// The proxy's metrics: everything but `slidegate_client_aborts_total` ([`crate::log_hygiene`])
+/// and `slidegate_access_log_dropped_total` ([`crate::access_log`]), which live with what they
+/// count.
 pub struct Metrics {
     /// `slidegate_requests_total{route,decision}`.
     pub requests: IntCounterVec,
@@ -63,7 +65,7 @@ const REQUEST_BUCKETS: &[f64] = &[
 /// prometheus crate's `process` feature, its default registry registers a `ProcessCollector` for
 /// this process when it is first used (Linux only), and `/metrics` gathers that registry.
 pub fn init() {
-    Lazy::force(&METRICS);
+    LazyLock::force(&METRICS);
 }
 
 /// Counts a request in `slidegate_requests_in_flight` for as long as it lives: created with the
@@ -85,7 +87,8 @@ impl Drop for InFlight {
 }
 
 /// The process-wide metrics.
-pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    Metrics {
     requests: register_int_counter_vec!(
         "slidegate_requests_total",
         "Requests matched to a route, by limiter decision",
@@ -127,7 +130,7 @@ pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
     .expect("register slidegate_config_reloads_total"),
     request_duration: register_histogram_vec!(
         "slidegate_request_duration_seconds",
-        "Whole requests, first byte read to last byte sent, by route (\"\" = no route matched)",
+        "Whole requests, from the first proxy hook to the logging hook, by route (\"\" = no route matched)",
         &["route"],
         REQUEST_BUCKETS.to_vec()
     )
@@ -179,11 +182,12 @@ pub static METRICS: Lazy<Metrics> = Lazy::new(|| Metrics {
         "Clients evicted from the memory store to stay within max_memory"
     )
     .expect("register slidegate_store_evictions_total"),
+}
 });
 
 /// `slidegate_request_duration_seconds{route=""}`: requests that matched no route.
-pub static NO_ROUTE_DURATION: Lazy<Histogram> =
-    Lazy::new(|| METRICS.request_duration.with_label_values(&[""]));
+pub static NO_ROUTE_DURATION: LazyLock<Histogram> =
+    LazyLock::new(|| METRICS.request_duration.with_label_values(&[""]));
 
 /// The decisions counted in `slidegate_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

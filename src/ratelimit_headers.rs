@@ -8,12 +8,7 @@ use crate::limiter::{Limit, Verdict};
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`.
 pub fn policy_name(route: &str, limit: &Limit) -> String {
-    let ms = limit.window.as_millis();
-    if ms.is_multiple_of(1000) {
-        format!("{route}-{}s", ms / 1000)
-    } else {
-        format!("{route}-{ms}ms")
-    }
+    format!("{route}-{}", limit.id().policy_suffix())
 }
 
 /// Whole seconds, rounded up: a client told to wait `t` seconds must not come back early.

@@ -123,11 +123,20 @@ pub fn host_of(value: &str) -> Option<String> {
     if port.is_some_and(|p| !port_ok(p)) {
         return None;
     }
-    let host = host.strip_suffix(b".").unwrap_or(host);
-    // Letters, digits, '-', '_' and dots between non-empty labels: what DNS names and IPv4
-    // literals use. '/', '\\', '@', '%' and ".." would let one Host mean two things.
+    let host = host_name(host)?;
+    // `host` is a prefix of `value`, ending before an ASCII byte or at the end.
+    Some(value[..host.len()].to_ascii_lowercase())
+}
+
+/// A host name as routes compare it: `name` without one trailing dot, if it is letters, digits,
+/// '-', '_' and dots between non-empty labels (what DNS names and IPv4 literals use); `None`
+/// otherwise. '/', '\\', '@', '%' and ".." would let one Host mean two things. The request side
+/// ([`host_of`]) and the config's `host` ([`crate::config::HostMatch::parse`]) both check here,
+/// so a configured host is always one a request can name.
+pub fn host_name(name: &[u8]) -> Option<&[u8]> {
+    let name = name.strip_suffix(b".").unwrap_or(name);
     let mut label_empty = true;
-    for &b in host {
+    for &b in name {
         if b == b'.' {
             if label_empty {
                 return None;
@@ -139,12 +148,8 @@ pub fn host_of(value: &str) -> Option<String> {
             return None;
         }
     }
-    if label_empty {
-        // Empty, or ending in an empty label.
-        return None;
-    }
-    // `host` is a prefix of `value`, ending before an ASCII byte or at the end.
-    Some(value[..host.len()].to_ascii_lowercase())
+    // Empty, or ending in an empty label, names no host.
+    (!label_empty).then_some(name)
 }
 
 /// Collapse `Content-Length: 5, 5` (or several equal lines) to one value; refuse values that

@@ -72,6 +72,11 @@ async fn exercise(proxy: &Proxy, reads: usize) {
     assert_eq!(routes[0]["key"], "client_ip");
     assert_eq!(routes[1]["key"], "header:x-api-key");
     assert_eq!(routes[2]["key"], "global");
+    // The page acts on the kind, sent as JSON: it never parses the text.
+    assert_eq!(
+        routes[1]["key_spec"],
+        serde_json::json!({"kind": "header", "name": "x-api-key"})
+    );
     assert_eq!(
         routes[0]["limits"],
         serde_json::json!([

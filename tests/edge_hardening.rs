@@ -7,53 +7,14 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::proxy::{http_get_blocking, request, send, ConfigBuilder, Proxy, ProxyOptions};
+use common::proxy::{
+    exchange, http_get_blocking, read_response, request, send, ConfigBuilder, Proxy, ProxyOptions,
+};
 use common::redis::RedisServer;
 use common::upstream::{Upstream, DELAY_HEADER};
-
-/// Send `bytes` on a new connection (no half-close: Pingora drops a request whose client
-/// half-closed before the answer) and read one response: `(status, head and body)`; status 0
-/// when the connection closed without one.
-fn exchange(addr: SocketAddr, bytes: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let _ = s.write_all(bytes);
-    read_response(&mut s)
-}
-
-/// Read one response from `s`: until the body given by `Content-Length` is complete, EOF, or
-/// the read timeout.
-fn read_response(s: &mut TcpStream) -> (u16, String) {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if got.len() >= end + 4 + len {
-                break;
-            }
-        }
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&got).into_owned();
-    let status = text
-        .strip_prefix("HTTP/1.")
-        .and_then(|r| r.get(2..5))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, text)
-}
 
 /// The setup: a limited host route, a limited `/login` route and a case-insensitive
 /// limited `/api` route (1 request per hour each), and an unlimited catch-all.

@@ -16,6 +16,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::http::status_of;
 use common::proxy::{get, send, ConfigBuilder, Proxy};
 use common::upstream::Upstream;
 use slidegate::limiter::memory::MemoryStore;
@@ -259,12 +260,7 @@ fn raw_exchange(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> Outcome {
             .next()
             .unwrap_or("")
             .to_string();
-        let status = line
-            .strip_prefix("HTTP/1.")
-            .and_then(|r| r.get(2..5))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        return Outcome::Status(status, line);
+        return Outcome::Status(status_of(&line), line);
     }
     match read_error {
         Some(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {

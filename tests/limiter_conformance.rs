@@ -1,5 +1,6 @@
 //! One conformance suite for every store: the memory store, `RedisStore` on one Redis, and
-//! `RedisStore` on a 3-master Redis Cluster must give the same answers.
+//! `RedisStore` on a 3-master Redis Cluster must give the same answers, and so must each of them
+//! behind the `DenyCache` (which answers denials locally and must never change a verdict).
 //!
 //! Each case is a plain `async fn(Arc<dyn Store>)`; the `conformance!` macro instantiates every
 //! case once per backend, each test with its own fresh store (and its own Redis).
@@ -11,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis::{wait_ready, RedisCluster, RedisServer};
+use common::store::limit;
 use futures::future::join_all;
+use slidegate::limiter::deny_cache::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::redis::RedisStore;
 use slidegate::limiter::{Limit, Store, Verdict};
@@ -50,11 +53,22 @@ async fn redis_cluster() -> Fixture {
     (Arc::new(store), Box::new(cluster))
 }
 
-fn limit(requests: u32, window_ms: u64) -> Limit {
-    Limit {
-        requests,
-        window: Duration::from_millis(window_ms),
-    }
+/// `fixture`'s store behind a [`DenyCache`], as the proxy runs a shared store.
+async fn deny_cached(fixture: impl std::future::Future<Output = Fixture>) -> Fixture {
+    let (store, guard) = fixture.await;
+    (Arc::new(DenyCache::new(store)), guard)
+}
+
+async fn deny_cache_memory() -> Fixture {
+    deny_cached(memory()).await
+}
+
+async fn deny_cache_redis() -> Fixture {
+    deny_cached(redis_single()).await
+}
+
+async fn deny_cache_redis_cluster() -> Fixture {
+    deny_cached(redis_cluster()).await
 }
 
 async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {
@@ -84,7 +98,7 @@ fn assert_near(actual: Duration, expected: Duration, what: &str) {
 
 /// 500 concurrent checks against 10/min admit exactly 10, each seeing a distinct `remaining`.
 async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
-    let limits = [limit(10, 60_000)];
+    let limits = [limit(10, Duration::from_secs(60))];
     let calls = (0..500).map(|_| {
         let store = store.clone();
         tokio::spawn(async move { store.check("conc:client", &limits).await })
@@ -111,7 +125,7 @@ async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
 
 /// The fixed-window boundary burst does not get through a sliding window.
 async fn boundary_burst(store: Arc<dyn Store>) {
-    let limits = [limit(10, 2000)];
+    let limits = [limit(10, Duration::from_secs(2))];
     let t0 = Instant::now();
     for _ in 0..10 {
         assert!(check(&store, "burst:client", &limits).await.admitted);
@@ -136,7 +150,10 @@ async fn boundary_burst(store: Arc<dyn Store>) {
 
 /// Stacked limits: a request denied by one limit is recorded in none.
 async fn stacked_limits_all_or_nothing(store: Arc<dyn Store>) {
-    let limits = [limit(3, 1000), limit(5, 10_000)];
+    let limits = [
+        limit(3, Duration::from_secs(1)),
+        limit(5, Duration::from_secs(10)),
+    ];
     let b = "stacked:client";
     let t0 = Instant::now();
     for expected in [[2, 4], [1, 3], [0, 2]] {
@@ -181,7 +198,7 @@ async fn stacked_limits_all_or_nothing(store: Arc<dyn Store>) {
 /// `remaining` counts down per admission; `reset` is the time until the oldest entry leaves.
 async fn reset_and_remaining(store: Arc<dyn Store>) {
     let window = Duration::from_secs(2);
-    let limits = [limit(5, 2000)];
+    let limits = [limit(5, Duration::from_secs(2))];
     let b = "reset:client";
     let t0 = Instant::now();
 
@@ -231,7 +248,11 @@ async fn reset_and_remaining(store: Arc<dyn Store>) {
 /// Buckets are independent, and a route with three limits works for many buckets (on a Cluster
 /// they hash to different nodes; the shared hash tag keeps each call in one slot: no CROSSSLOT).
 async fn buckets_are_independent(store: Arc<dyn Store>) {
-    let limits = [limit(2, 10_000), limit(3, 60_000), limit(4, 3_600_000)];
+    let limits = [
+        limit(2, Duration::from_secs(10)),
+        limit(3, Duration::from_secs(60)),
+        limit(4, Duration::from_secs(3600)),
+    ];
     let calls = (0..64).map(|i| {
         let store = store.clone();
         async move {
@@ -251,18 +272,22 @@ async fn buckets_are_independent(store: Arc<dyn Store>) {
 async fn logs_are_keyed_by_window(store: Arc<dyn Store>) {
     let b = "reload:client";
     for _ in 0..3 {
-        assert!(check(&store, b, &[limit(5, 10_000)]).await.admitted);
+        assert!(
+            check(&store, b, &[limit(5, Duration::from_secs(10))])
+                .await
+                .admitted
+        );
     }
-    let lowered = check(&store, b, &[limit(3, 10_000)]).await;
+    let lowered = check(&store, b, &[limit(3, Duration::from_secs(10))]).await;
     assert!(
         !lowered.admitted,
         "3 entries already fill a limit lowered to 3"
     );
     assert_eq!(remaining(&lowered), [0]);
-    let raised = check(&store, b, &[limit(10, 10_000)]).await;
+    let raised = check(&store, b, &[limit(10, Duration::from_secs(10))]).await;
     assert!(raised.admitted);
     assert_eq!(remaining(&raised), [6]);
-    let new_window = check(&store, b, &[limit(5, 20_000)]).await;
+    let new_window = check(&store, b, &[limit(5, Duration::from_secs(20))]).await;
     assert!(new_window.admitted);
     assert_eq!(remaining(&new_window), [4]);
 }
@@ -309,3 +334,6 @@ macro_rules! conformance {
 conformance!(memory, memory);
 conformance!(redis, redis_single);
 conformance!(redis_cluster, redis_cluster);
+conformance!(deny_cache_memory, deny_cache_memory);
+conformance!(deny_cache_redis, deny_cache_redis);
+conformance!(deny_cache_redis_cluster, deny_cache_redis_cluster);

@@ -2,16 +2,16 @@
 //! swept away, both by a direct `sweep()` and by `Store::sweep_expired()` (what the proxy's
 //! once-a-second background task calls).
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::store::limit;
 
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::{Limit, Store};
 
 const KEYS: usize = 100_000;
-
-fn limit(requests: u32, window: Duration) -> [Limit; 1] {
-    [Limit { requests, window }]
-}
 
 /// Admit one request for each of `keys`, asserting each is admitted.
 async fn fill(store: &MemoryStore, prefix: &str, keys: usize, limits: &[Limit]) {
@@ -34,7 +34,7 @@ async fn hundred_thousand_one_off_clients_are_swept() {
     // Short, yet long enough that filling (~0.2 s in a debug build) fits well inside it.
     let window = Duration::from_secs(1);
     let started = Instant::now();
-    fill(&store, "route:ip:", KEYS, &limit(5, window)).await;
+    fill(&store, "route:ip:", KEYS, &[limit(5, window)]).await;
     let filled_in = started.elapsed();
     assert_eq!(store.len(), KEYS);
     assert_eq!(store.entries(), KEYS);
@@ -63,19 +63,10 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     let store = MemoryStore::new();
     let short = Duration::from_millis(200);
     let long = Duration::from_secs(60);
-    fill(&store, "short:", KEYS, &limit(3, short)).await;
-    fill(&store, "long:", 10, &limit(3, long)).await;
+    fill(&store, "short:", KEYS, &[limit(3, short)]).await;
+    fill(&store, "long:", 10, &[limit(3, long)]).await;
     // One bucket with both a short and a long limit: after the sweep only its long log stays.
-    let stacked = [
-        Limit {
-            requests: 2,
-            window: short,
-        },
-        Limit {
-            requests: 2,
-            window: long,
-        },
-    ];
+    let stacked = [limit(2, short), limit(2, long)];
     assert!(store.check("both", &stacked).await.unwrap().admitted);
     assert_eq!(store.len(), KEYS + 11);
     assert_eq!(store.entries(), KEYS + 10 + 2);
@@ -96,7 +87,7 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     assert_eq!(v.states[1].remaining, 0);
     assert!(!store.check("both", &stacked).await.unwrap().admitted);
     // And a swept key starts from scratch.
-    let v = store.check("short:0", &limit(3, short)).await.unwrap();
+    let v = store.check("short:0", &[limit(3, short)]).await.unwrap();
     assert!(v.admitted);
     assert_eq!(v.states[0].remaining, 2);
 }
@@ -122,7 +113,7 @@ fn many_threads_on_one_key_never_reorder_or_underflow() {
                         // A "reload" every few calls: 50 -> 2 -> 50 ...
                         let requests = if (i / 7 + t) % 2 == 0 { 50 } else { 2 };
                         let v = futures::executor::block_on(
-                            store.check("route:ip:one", &limit(requests, window)),
+                            store.check("route:ip:one", &[limit(requests, window)]),
                         )
                         .expect("decides");
                         for s in &v.states {
@@ -154,7 +145,7 @@ fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
     const MAX: u64 = 4 << 20;
     const FLOOD: usize = 200_000;
     let store = MemoryStore::with_max_memory(MAX);
-    let limits = limit(2, Duration::from_secs(3600));
+    let limits = [limit(2, Duration::from_secs(3600))];
     for i in 0..1000 {
         let k = format!("login:ip:victim-{i}");
         assert!(store.check_now(&k, &limits).unwrap().admitted);

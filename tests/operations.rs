@@ -17,16 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::proxy::{get, request, send, ConfigBuilder, Proxy, ProxyOptions, Reply};
+use common::proxy::{get, limited, request, send, ConfigBuilder, Proxy, ProxyOptions, Reply};
 use common::upstream::{Upstream, DELAY_HEADER, UPSTREAM_BODY};
 use slidegate::config::Config;
-
-/// `path_prefix` and one limit, as the lines of a `[[routes]]` entry.
-fn limited(path: &str, requests: u32, window: &str) -> String {
-    format!(
-        "path_prefix = \"{path}\"\nlimits = [ {{ requests = {requests}, window = \"{window}\" }} ]"
-    )
-}
 
 /// `slidegate_config_reloads_total{result}` (0 while the series does not exist yet).
 fn reloads(proxy: &Proxy, result: &str) -> u64 {

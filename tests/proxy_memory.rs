@@ -7,19 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::proxy::{closed_addr, connect, get, send, ConfigBuilder, Proxy, Reply};
+use common::proxy::{closed_addr, connect, get, limit, limited, send, ConfigBuilder, Proxy, Reply};
 use common::ratelimit::{parse_ratelimit, retry_after, violated};
 use common::upstream::{Upstream, UPSTREAM_BODY};
-
-/// `limits = [...]` with one limit.
-fn limit(requests: u32, window: &str) -> String {
-    format!("limits = [ {{ requests = {requests}, window = \"{window}\" }} ]")
-}
-
-/// A `[[routes]]` body: `path_prefix` and one limit.
-fn limited(path: &str, requests: u32, window: &str) -> String {
-    format!("path_prefix = \"{path}\"\n{}", limit(requests, window))
-}
 
 fn assert_no_ratelimit_headers(reply: &Reply) {
     for h in ["ratelimit", "ratelimit-policy", "retry-after"] {

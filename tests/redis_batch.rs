@@ -11,15 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::redis::{wait_ready, RedisServer};
+use common::store::limit;
 use slidegate::limiter::redis::RedisStore;
 use slidegate::limiter::{Limit, Store, StoreError, Verdict};
 
 /// Roomy: this file is about batching, not deadlines, and debug builds on a busy machine are slow.
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-fn limit(requests: u32, window: Duration) -> Limit {
-    Limit { requests, window }
-}
 
 /// `calls` of EVALSHA in INFO commandstats.
 fn evalsha_calls(conn: &mut redis::Connection) -> u64 {

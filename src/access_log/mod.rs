@@ -1,7 +1,7 @@
 //! The access log: one line per request, formatted and written by a thread of its own.
 //!
 //! A request copies what it logs (a few numbers and its method, host, path and route name)
-//! into the current [`Batch`], behind a mutex only the writer thread ever contends for, once
+//! into the current `Batch`, behind a mutex only the writer thread ever contends for, once
 //! every 5 ms: no allocation per request, no formatting, no system call, no wake-up. A full batch
 //! (128 records) goes into a bounded queue; every 5 ms the writer thread takes the queued batches
 //! and the partial one, formats JSON or nginx `combined` lines, writes them and flushes. If it falls behind (a slow disk, a stalled pipe) and the queue is full, the batch is
@@ -24,10 +24,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use async_trait::async_trait;
 use http::Version;
-use once_cell::sync::Lazy;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::{register_int_counter, IntCounter};
+use std::sync::LazyLock;
 
 use crate::config::{AccessFormat, AccessTarget, LogSettings};
 use crate::metrics::Decision;
@@ -44,7 +44,7 @@ const QUEUE: usize = 32;
 const POLL: Duration = Duration::from_millis(5);
 
 /// `slidegate_access_log_dropped_total`.
-pub static DROPPED: Lazy<IntCounter> = Lazy::new(|| {
+pub static DROPPED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "slidegate_access_log_dropped_total",
         "Access log lines dropped because the writer fell behind or could not write"
@@ -159,7 +159,7 @@ impl AccessLog {
                 path: path.clone(),
             },
         };
-        Lazy::force(&DROPPED);
+        LazyLock::force(&DROPPED);
         let (tx, rx) = sync_channel(QUEUE);
         let reopen = Arc::new(AtomicBool::new(false));
         let pending = Arc::new(Mutex::new(Batch::with_capacity()));

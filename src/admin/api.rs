@@ -7,14 +7,12 @@
 //! Times are milliseconds with microsecond fractions; timestamps are on the store's clock (Redis
 //! `TIME` for Redis), milliseconds since the Unix epoch. Errors are `application/problem+json`.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::config::KeySpec;
-use crate::keys::{write_bucket_key, BucketClient};
+use crate::keys::write_bucket_key;
 use crate::limiter::Store;
 use crate::problem::Problem;
 use crate::routes::{Route, Rules};
@@ -59,24 +57,13 @@ fn us_to_ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-/// `key` as configured (header names are case-insensitive and shown lower-case).
-fn key_text(key: &KeySpec) -> String {
-    match key {
-        KeySpec::ClientIp => "client_ip".into(),
-        KeySpec::Header(name) => format!("header:{name}"),
-        KeySpec::Global => "global".into(),
-    }
-}
-
 fn limits_json(route: &Route) -> Vec<Value> {
     route
         .spec
         .limits
         .iter()
         .zip(&route.policy_names)
-        .map(|(l, name)| {
-            json!({"name": name, "requests": l.requests, "window_ms": l.window.as_millis() as u64})
-        })
+        .map(|(l, name)| json!({"name": name, "requests": l.requests, "window_ms": l.window_ms()}))
         .collect()
 }
 
@@ -88,7 +75,9 @@ pub fn routes(rules: &Rules) -> Response<Vec<u8>> {
         .map(|r| {
             let mut v = json!({
                 "name": r.spec.name,
-                "key": key_text(&r.spec.key),
+                // The text as configured, and its kind as JSON for the page to act on.
+                "key": r.spec.key.to_string(),
+                "key_spec": r.spec.key,
                 "shadow": r.spec.shadow,
                 "limits": limits_json(r),
             });
@@ -144,37 +133,13 @@ fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
         return Err(Rejection::NoRoute(format!("no route named {name:?}")));
     };
     let client = client.unwrap_or_default();
+    let who = route
+        .spec
+        .key
+        .client_of_query(&client)
+        .map_err(|e| Rejection::Bad(format!("route {name:?} {e}")))?;
     let mut bucket = String::new();
-    match &route.spec.key {
-        KeySpec::Global => {
-            if !client.is_empty() {
-                return Err(Rejection::Bad(format!(
-                    "route {name:?} keys globally: leave \"client\" empty"
-                )));
-            }
-            write_bucket_key(&mut bucket, &route.spec.name, BucketClient::Global);
-        }
-        KeySpec::ClientIp => {
-            let ip: IpAddr = client.trim().parse().map_err(|_| {
-                Rejection::Bad(format!(
-                    "route {name:?} keys by client IP: \"client\" must be an IP address"
-                ))
-            })?;
-            write_bucket_key(&mut bucket, &route.spec.name, BucketClient::Ip(ip));
-        }
-        KeySpec::Header(header) => {
-            if client.is_empty() {
-                return Err(Rejection::Bad(format!(
-                    "route {name:?} keys by header {header}: \"client\" must be its value"
-                )));
-            }
-            write_bucket_key(
-                &mut bucket,
-                &route.spec.name,
-                BucketClient::Header(client.as_bytes()),
-            );
-        }
-    }
+    write_bucket_key(&mut bucket, &route.spec.name, who);
     Ok(Target {
         route,
         client,
@@ -211,7 +176,7 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
             json!({
                 "name": name,
                 "requests": limit.requests,
-                "window_ms": limit.window.as_millis() as u64,
+                "window_ms": limit.window_ms(),
                 "remaining": lv.remaining,
                 "reset_ms": ms(lv.reset),
                 "count": lv.count,

@@ -2,9 +2,9 @@
 //! proxy runs on.
 //!
 //! Three steps, one file each:
-//! - [`raw`]: the serde schema, with spans (unknown keys, bad durations, addresses, CIDRs are
+//! - `raw`: the serde schema, with spans (unknown keys, bad durations, addresses, CIDRs are
 //!   rejected here, with the line the TOML parser reports);
-//! - [`validate`]: pure cross-field checks (no DNS, no sockets) that build the model;
+//! - `validate`: pure cross-field checks (no DNS, no sockets) that build the model;
 //! - this module: the model itself, and [`Config::load`].
 //!
 //! The model is split by what a reload may change: [`ServerSettings`] and [`StoreSettings`] are
@@ -20,13 +20,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http::{HeaderName, Method};
+use http::Method;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::limiter::redis::{RedisNodes, RedisTarget};
 use crate::limiter::Limit;
 
+pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
@@ -257,17 +258,6 @@ pub struct UpstreamSpec {
     pub tls: Option<UpstreamTls>,
     /// Speak HTTP/2 to the servers (ALPN `h2` over TLS, prior knowledge without).
     pub h2: bool,
-}
-
-/// How a route groups requests into buckets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySpec {
-    /// The client address (see [`ClientIpSettings`]).
-    ClientIp,
-    /// The value of a request header; requests without it are keyed by client address.
-    Header(HeaderName),
-    /// One bucket for every client.
-    Global,
 }
 
 /// One `[[routes]]` entry, validated.

@@ -5,8 +5,9 @@
 //! point at are kept in [`Spanned`] so [`super::validate`] can name their line too.
 //!
 //! Durations are bounded at parse time ([`BoundedDuration`], [`Window`]) so that the arithmetic
-//! other modules do on them (`timeout * 4`, `window.as_micros() as u64`, window plus a
-//! microsecond timestamp in Lua doubles) can never overflow or lose precision.
+//! other modules do on them (`timeout * 4`, `Limit::window_us`, the `u32` of milliseconds in a
+//! `LimitId`, window plus a microsecond timestamp in Lua doubles) can never overflow or lose
+//! precision.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -355,7 +356,8 @@ impl<'de> Deserialize<'de> for ByteSize {
 }
 
 /// Longest window: 30 days. Window plus a microsecond timestamp then stays far below 2^53,
-/// so Lua's doubles in the Redis script are exact, and `as_micros() as u64` cannot truncate.
+/// so Lua's doubles in the Redis script are exact, and neither `Limit::window_us` nor the
+/// milliseconds of a `LimitId` can truncate.
 pub const MAX_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A window length: humantime syntax, whole milliseconds, 1 ms ..= [`MAX_WINDOW`].

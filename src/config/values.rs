@@ -79,25 +79,23 @@ pub enum HostMatch {
 }
 
 impl HostMatch {
-    /// Parse a configured host: lower-cased, without a trailing dot; `None` if it names no host.
+    /// Parse a configured host: lower-cased, without a trailing dot; `None` if it names no host
+    /// a request could send (the same rule as the request side:
+    /// [`crate::request_form::host_name`]).
     pub fn parse(text: &str) -> Option<HostMatch> {
-        let mut v = text.to_ascii_lowercase();
-        // "api.example.com." is the same host in absolute form; store it without the dot so
-        // configured hosts never end with '.' (the request side strips it too).
-        if v.ends_with('.') {
-            v.pop();
-        }
-        let bare = v.strip_prefix("*.").unwrap_or(&v);
-        // Empty labels ("..", a leading '.', a second trailing '.') name no host.
-        if bare.is_empty()
-            || bare.contains(['*', '/', ' ', ':'])
-            || bare.split('.').any(str::is_empty)
-        {
-            return None;
-        }
-        Some(match v.strip_prefix('*') {
-            Some(suffix) => HostMatch::Suffix(suffix.to_string()),
-            None => HostMatch::Exact(v),
+        let (wildcard, bare) = match text.strip_prefix("*.") {
+            Some(bare) => (true, bare),
+            None => (false, text),
+        };
+        // "api.example.com." is the same host in absolute form: stored without the dot, as the
+        // request side strips it too.
+        let name = crate::request_form::host_name(bare.as_bytes())?;
+        // `name` is ASCII (checked), a prefix of `bare`.
+        let name = bare[..name.len()].to_ascii_lowercase();
+        Some(if wildcard {
+            HostMatch::Suffix(format!(".{name}"))
+        } else {
+            HostMatch::Exact(name)
         })
     }
 
@@ -109,5 +107,31 @@ impl HostMatch {
                 host.len() > s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostMatch;
+
+    #[test]
+    fn hosts_no_request_can_send_are_refused() {
+        for bad in [
+            "a@b.com", "a/b", "a b", "é.com", "a..b", ".", "*.", "*", "a.*.com", "[::1]",
+        ] {
+            assert_eq!(HostMatch::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_are_lower_cased_without_the_trailing_dot() {
+        assert_eq!(
+            HostMatch::parse("API.Example.com."),
+            Some(HostMatch::Exact("api.example.com".into()))
+        );
+        assert_eq!(
+            HostMatch::parse("*.Example.com"),
+            Some(HostMatch::Suffix(".example.com".into()))
+        );
     }
 }

@@ -27,6 +27,75 @@ pub struct Limit {
     pub window: Duration,
 }
 
+impl Limit {
+    /// The window in microseconds (windows are validated to whole milliseconds of at most 30
+    /// days, so this is exact).
+    pub fn window_us(&self) -> u64 {
+        self.window.as_micros().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The window in milliseconds.
+    pub fn window_ms(&self) -> u64 {
+        self.window.as_millis().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// What this limit is, apart from how many requests it admits: see [`LimitId`].
+    pub fn id(&self) -> LimitId {
+        LimitId {
+            // Windows are validated to at most 30 days, well under 2^32 ms.
+            window_ms: self.window_ms().min(u64::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+/// The identity of a limit within its route: the Redis key suffix, the `RateLimit-Policy`
+/// name's suffix, the memory store's log and the config's duplicate check all use it, so two
+/// limits of one route share a log exactly when their ids are equal. `requests` is not part of
+/// it: a reload that only changes `requests` keeps the recorded entries.
+///
+/// Today every limit is an exact log named by its window. A limit of another kind with the same
+/// window must get a different id (a new field here, and a new suffix), never the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LimitId {
+    window_ms: u32,
+}
+
+impl LimitId {
+    /// The window in milliseconds.
+    pub fn window_ms(self) -> u32 {
+        self.window_ms
+    }
+
+    /// The window in microseconds.
+    pub fn window_us(self) -> u64 {
+        u64::from(self.window_ms) * 1000
+    }
+
+    /// Append the Redis key suffix (`<window ms>`), as [`Display`](std::fmt::Display) writes it
+    /// but without the formatting machinery: this runs for every limit of every decision.
+    pub fn push_key_suffix(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(itoa::Buffer::new().format(self.window_ms).as_bytes());
+    }
+
+    /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
+    /// milliseconds as `1500ms`.
+    pub fn policy_suffix(self) -> String {
+        let ms = self.window_ms;
+        if ms.is_multiple_of(1000) {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{ms}ms")
+        }
+    }
+}
+
+/// The Redis key suffix: `<window ms>`.
+impl std::fmt::Display for LimitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.window_ms)
+    }
+}
+
 /// The state of one limit after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitState {
@@ -114,7 +183,7 @@ impl LimitView {
     /// The view of `limit` given its in-window entries (oldest first, µs on the store clock) and
     /// the store's `now_us`: exactly what the deciding step would report for them.
     pub fn from_entries(limit: &Limit, in_window: &[u64], now_us: u64) -> LimitView {
-        let window_us = limit.window.as_micros() as u64;
+        let window_us = limit.window_us();
         let count = in_window.len();
         let r = limit.requests as usize;
         // The same pivot as the script: a full limit admits again when entry[c - r] leaves.
@@ -266,5 +335,42 @@ pub trait Store: Send + Sync + 'static {
     /// from earlier decisions, like the deny cache, is void once it changes.
     fn generation(&self) -> u64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(requests: u32, ms: u64) -> Limit {
+        Limit {
+            requests,
+            window: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn windows_in_us_and_ms() {
+        let l = limit(1, 1500);
+        assert_eq!((l.window_us(), l.window_ms()), (1_500_000, 1500));
+        assert_eq!(l.id().window_us(), 1_500_000);
+    }
+
+    #[test]
+    fn id_is_the_window_and_leaves_requests_out() {
+        assert_eq!(limit(5, 60_000).id(), limit(100, 60_000).id());
+        assert_ne!(limit(5, 60_000).id(), limit(5, 1_000).id());
+    }
+
+    #[test]
+    fn id_texts_are_todays_key_suffix_and_policy_suffix() {
+        for (ms, key, policy) in [(60_000, "60000", "60s"), (250, "250", "250ms")] {
+            let id = limit(1, ms).id();
+            let mut out = b"p:{b}:".to_vec();
+            id.push_key_suffix(&mut out);
+            assert_eq!(out, format!("p:{{b}}:{key}").into_bytes());
+            assert_eq!(id.to_string(), key);
+            assert_eq!(id.policy_suffix(), policy);
+        }
     }
 }

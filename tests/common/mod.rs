@@ -6,10 +6,14 @@ use std::process::Command;
 
 pub mod admin;
 pub mod browser;
+pub mod config;
+pub mod http;
 pub mod load;
+pub mod ports;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
+pub mod store;
 pub mod tls;
 pub mod upstream;
 

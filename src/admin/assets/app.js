@@ -104,11 +104,19 @@ function fillRouteSelect() {
   updateHint();
 }
 
+// What the client field takes, by the kind of the route's key (sent as JSON, never parsed here).
+function keyHint(key) {
+  switch (key.kind) {
+    case "client_ip": return "(an IP address)";
+    case "global": return "(leave empty: one bucket for everyone)";
+    case "header": return `(the value of ${key.name})`;
+    default: return "";
+  }
+}
+
 function updateHint() {
   const r = routes.find((x) => x.name === $("#route").value);
-  const hint = !r ? "" : r.key === "client_ip" ? "(an IP address)"
-    : r.key === "global" ? "(leave empty: one bucket for everyone)"
-    : `(the value of ${r.key.slice("header:".length)})`;
+  const hint = !r ? "" : keyHint(r.key_spec);
   $("#client-hint").textContent = hint;
 }
 

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use http::{HeaderName, Method};
+use http::Method;
 
 use super::raw::{RawConfig, RawRoute};
 use super::{
@@ -153,27 +153,19 @@ impl Validator<'_> {
                 format!("no [upstreams.{}] is defined", r.upstream.get_ref()),
             );
         };
-        let key = match r.key.get_ref().as_str() {
-            "client_ip" => KeySpec::ClientIp,
-            "global" => KeySpec::Global,
-            other => match other.strip_prefix("header:") {
-                Some(h) => match HeaderName::from_bytes(h.as_bytes()) {
-                    Ok(name) => KeySpec::Header(name),
-                    Err(_) => return self.err(Some(r.key.span()), at("key"), format!("invalid header name {h:?}")),
-                },
-                None => {
-                    return self.err(
-                        Some(r.key.span()),
-                        at("key"),
-                        format!("unknown key {other:?}; expected \"client_ip\", \"global\" or \"header:<Name>\""),
-                    )
-                }
-            },
+        let key: KeySpec = match r.key.get_ref().parse() {
+            Ok(key) => key,
+            Err(e) => return self.err(Some(r.key.span()), at("key"), e.to_string()),
         };
         let mut limits = Vec::with_capacity(r.limits.len());
         for (j, l) in r.limits.iter().enumerate() {
             let window = l.window.get_ref().0;
-            if limits.iter().any(|x: &Limit| x.window == window) {
+            let limit = Limit {
+                requests: l.requests.get(),
+                window,
+            };
+            // Two limits with one id would share one log (one Redis key, one policy name).
+            if limits.iter().any(|x: &Limit| x.id() == limit.id()) {
                 return self.err(
                     Some(l.window.span()),
                     format!("routes[{i}].limits[{j}].window"),
@@ -183,10 +175,7 @@ impl Validator<'_> {
                     ),
                 );
             }
-            limits.push(Limit {
-                requests: l.requests.get(),
-                window,
-            });
+            limits.push(limit);
         }
         Ok(RouteSpec {
             name: r.name.into_inner(),

@@ -9,8 +9,8 @@
 //! under a per-process random seed, and never stored: the top bits pick one of [`SHARDS`]
 //! shards, each a mutex over a `HashMap<u64, u32>` index into a `Vec` of buckets (so a random
 //! bucket can be sampled for eviction in O(1)). A bucket is the hash, its newest activity and
-//! one log per window held inline (`SmallVec`), each log a `VecDeque` of microsecond
-//! timestamps. Two different keys with the same 64-bit hash would share one bucket, which is
+//! one log per limit (found by its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of
+//! microsecond timestamps. Two different keys with the same 64-bit hash would share one bucket, which is
 //! stricter for both, never looser; with a secret seed a client cannot aim for that.
 //!
 //! **Bound.** Each shard has `max_memory / SHARDS` bytes: [`BUCKET_COST`] per bucket plus the
@@ -183,7 +183,7 @@ impl MemoryStore {
         // Pass 1: evict and count every limit; admitted only if all have room.
         let mut admitted = true;
         for limit in limits {
-            let i = bucket.log_index(window_ms(limit));
+            let i = bucket.log_index(limit.id());
             let log = &mut bucket.logs[i];
             log.requests = limit.requests;
             log.evict(now);
@@ -193,7 +193,7 @@ impl MemoryStore {
         let states = limits
             .iter()
             .map(|limit| {
-                let i = bucket.log_index(window_ms(limit));
+                let i = bucket.log_index(limit.id());
                 let log = &mut bucket.logs[i];
                 if admitted {
                     if log.entries.capacity() == 0 {
@@ -264,15 +264,13 @@ impl MemoryStore {
             let b = &shard.slots[slot];
             limits
                 .iter()
-                .map(
-                    |l| match b.logs.iter().find(|g| g.window_ms == window_ms(l)) {
-                        Some(g) if g.entries.len() == g.entries.capacity() => {
-                            (g.entries.capacity().max(1) * 8).next_multiple_of(16)
-                        }
-                        Some(_) => 0,
-                        None => 16,
-                    },
-                )
+                .map(|l| match b.logs.iter().find(|g| g.id == l.id()) {
+                    Some(g) if g.entries.len() == g.entries.capacity() => {
+                        (g.entries.capacity().max(1) * 8).next_multiple_of(16)
+                    }
+                    Some(_) => 0,
+                    None => 16,
+                })
                 .sum()
         };
         if grow > 0 && shard.bytes + grow > self.shard_budget {
@@ -290,11 +288,6 @@ impl MemoryStore {
         shard.bytes = shard.bytes - before + after;
         Ok(verdict)
     }
-}
-
-fn window_ms(limit: &Limit) -> u32 {
-    // Windows are validated to whole milliseconds of at most 30 days.
-    limit.window.as_millis().min(u128::from(u32::MAX)) as u32
 }
 
 #[async_trait]
@@ -317,9 +310,9 @@ impl Store for MemoryStore {
         let limits = limits
             .iter()
             .map(|limit| {
-                let cutoff = now.saturating_sub(limit.window.as_micros() as u64);
+                let cutoff = now.saturating_sub(limit.window_us());
                 let entries: Vec<u64> = b
-                    .and_then(|b| b.logs.iter().find(|l| l.window_ms == window_ms(limit)))
+                    .and_then(|b| b.logs.iter().find(|l| l.id == limit.id()))
                     .map(|log| {
                         log.entries
                             .iter()

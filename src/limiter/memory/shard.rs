@@ -7,13 +7,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 use smallvec::SmallVec;
 
 use super::{BUCKET_COST, EVICTION_SAMPLES};
+use crate::limiter::LimitId;
 
 /// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
 /// oldest first.
 #[derive(Debug)]
 pub(super) struct WindowLog {
-    /// Window in milliseconds (windows are whole milliseconds, at most 30 days < 2^32 ms).
-    pub(super) window_ms: u32,
+    /// Which limit this is the log of (its window, today).
+    pub(super) id: LimitId,
     /// `requests` of the limit at its latest decision (eviction must know who is at its limit).
     pub(super) requests: u32,
     pub(super) entries: VecDeque<u64>,
@@ -21,7 +22,7 @@ pub(super) struct WindowLog {
 
 impl WindowLog {
     pub(super) fn window_us(&self) -> u64 {
-        u64::from(self.window_ms) * 1000
+        self.id.window_us()
     }
 
     /// Drop entries that are `window` or more old: an entry recorded at `t` frees its slot at
@@ -42,8 +43,8 @@ impl WindowLog {
     }
 }
 
-/// All logs of one bucket (route + client), keyed by window length so that a reload that only
-/// changes `requests` keeps the recorded entries.
+/// All logs of one bucket (route + client), keyed by [`LimitId`] (which leaves `requests` out)
+/// so that a reload that only changes `requests` keeps the recorded entries.
 #[derive(Debug)]
 pub struct Bucket {
     pub(super) key: u64,
@@ -53,12 +54,12 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    pub(super) fn log_index(&mut self, window_ms: u32) -> usize {
-        match self.logs.iter().position(|l| l.window_ms == window_ms) {
+    pub(super) fn log_index(&mut self, id: LimitId) -> usize {
+        match self.logs.iter().position(|l| l.id == id) {
             Some(i) => i,
             None => {
                 self.logs.push(WindowLog {
-                    window_ms,
+                    id,
                     requests: u32::MAX,
                     entries: VecDeque::new(),
                 });
@@ -133,7 +134,8 @@ impl Shard {
     }
 
     /// Evict sampled buckets until `need` more bytes fit in `budget`; never `keep`, never a
-    /// bucket at its limit. False when no sampled bucket may go.
+    /// bucket at its limit. Returns how many were evicted, or `Err` when no sampled bucket may
+    /// go (the caller answers [`StoreError::Full`](crate::limiter::StoreError::Full)).
     pub(super) fn make_room(
         &mut self,
         need: usize,

@@ -25,8 +25,7 @@ impl Inner {
         out.extend_from_slice(b":{");
         out.extend_from_slice(bucket.as_bytes());
         out.extend_from_slice(b"}:");
-        let window_ms = limit.window.as_millis() as u64;
-        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
+        limit.id().push_key_suffix(out);
     }
 
     /// Send one `EVALSHA` and parse its reply. It is the only call in flight on its lane, so
@@ -75,7 +74,7 @@ impl Inner {
         for (_, limits) in decisions {
             cmd.arg(limits.len());
             for limit in limits {
-                cmd.arg(limit.requests).arg(limit.window.as_micros() as u64);
+                cmd.arg(limit.requests).arg(limit.window_us());
             }
         }
         cmd

@@ -41,8 +41,7 @@ impl Inner {
             call.key(self.key(bucket, limit));
         }
         for limit in limits {
-            call.arg(limit.requests)
-                .arg(limit.window.as_micros() as u64);
+            call.arg(limit.requests).arg(limit.window_us());
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
         let mut conn = self.admin_conn()?;
