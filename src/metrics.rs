@@ -202,16 +202,22 @@ pub enum Decision {
     ErrorAllowed,
     /// The store failed and the route fails closed (503).
     ErrorDenied,
+    /// The shared store failed; this proxy's local log admitted the request.
+    LocalAllowed,
+    /// The shared store failed; this proxy's local log denied the request (429).
+    LocalDenied,
 }
 
 impl Decision {
     /// Every decision, in the order of their metric handles.
-    pub const ALL: [Decision; 5] = [
+    pub const ALL: [Decision; 7] = [
         Decision::Allowed,
         Decision::Denied,
         Decision::ShadowDenied,
         Decision::ErrorAllowed,
         Decision::ErrorDenied,
+        Decision::LocalAllowed,
+        Decision::LocalDenied,
     ];
 
     /// The label value.
@@ -222,6 +228,8 @@ impl Decision {
             Decision::ShadowDenied => "shadow_denied",
             Decision::ErrorAllowed => "error_allowed",
             Decision::ErrorDenied => "error_denied",
+            Decision::LocalAllowed => "local_allowed",
+            Decision::LocalDenied => "local_denied",
         }
     }
 }
@@ -229,7 +237,7 @@ impl Decision {
 /// Label handles of one route, resolved once at config load so the hot path never hashes labels.
 #[derive(Clone)]
 pub struct RouteMetrics {
-    decisions: [IntCounter; 5],
+    decisions: [IntCounter; Decision::ALL.len()],
     /// Upstream responses by status class 1xx..5xx (index 0..4); anything else goes to 5xx.
     upstream: [IntCounter; 5],
     /// `slidegate_request_duration_seconds{route}`.
@@ -245,13 +253,7 @@ impl RouteMetrics {
         let d = |d: Decision| m.requests.with_label_values(&[route, d.as_str()]);
         let u = |c: &str| m.upstream_responses.with_label_values(&[route, c]);
         RouteMetrics {
-            decisions: [
-                d(Decision::Allowed),
-                d(Decision::Denied),
-                d(Decision::ShadowDenied),
-                d(Decision::ErrorAllowed),
-                d(Decision::ErrorDenied),
-            ],
+            decisions: Decision::ALL.map(d),
             upstream: [u("1xx"), u("2xx"), u("3xx"), u("4xx"), u("5xx")],
             request_duration: m.request_duration.with_label_values(&[route]),
             upstream_duration: m.upstream_duration.with_label_values(&[route]),
@@ -259,7 +261,7 @@ impl RouteMetrics {
     }
 
     /// The current value of every decision counter of this route, in [`Decision::ALL`] order.
-    pub fn decision_counts(&self) -> [(Decision, u64); 5] {
+    pub fn decision_counts(&self) -> [(Decision, u64); Decision::ALL.len()] {
         Decision::ALL.map(|d| (d, self.decisions[d as usize].get()))
     }
 

@@ -15,6 +15,7 @@ use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
 use crate::metrics::RouteMetrics;
 use crate::ratelimit_headers::{policy_field, policy_name};
+use crate::state_log::StateLog;
 use crate::tls::{TlsFileError, UpstreamTransport};
 
 /// One route, ready for the hot path: its validated spec plus what is precomputed from it.
@@ -27,6 +28,8 @@ pub struct Route {
     pub policy_header: Option<HeaderValue>,
     /// Metric handles of this route.
     pub metrics: RouteMetrics,
+    /// WARN lines when this route's limiter changes state.
+    pub state_log: StateLog,
 }
 
 impl Route {
@@ -44,6 +47,7 @@ impl Route {
             policy_names,
             policy_header,
             metrics: RouteMetrics::new(&spec.name),
+            state_log: StateLog::default(),
         }
     }
 

@@ -48,6 +48,15 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     })
 }
 
+/// This proxy's own sliding-window log for `on_error = "local"`: present with a shared store,
+/// bounded by `store.max_memory` like the memory store. Its entries are never merged into the
+/// shared store when it answers again.
+pub fn build_local_fallback(config: &Config) -> Option<Arc<dyn Store>> {
+    let settings = &config.store;
+    settings.redis_target()?;
+    Some(Arc::new(MemoryStore::with_max_memory(settings.max_memory)))
+}
+
 /// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects.
 async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -66,7 +75,7 @@ async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
 /// Calls [`Store::sweep_expired`] once a second on a background runtime of its own, so that
 /// sweeping a million idle buckets never stalls the proxy's workers.
 struct StoreSweeper {
-    store: Arc<dyn Store>,
+    stores: Vec<Arc<dyn Store>>,
 }
 
 #[async_trait]
@@ -76,7 +85,7 @@ impl BackgroundService for StoreSweeper {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => self.store.sweep_expired(),
+                _ = tick.tick() => self.stores.iter().for_each(|s| s.sweep_expired()),
                 _ = shutdown.changed() => return,
             }
         }
@@ -247,6 +256,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
+    let local = build_local_fallback(&config);
     let certs = match &config.server.tls {
         Some(tls) => {
             Some(CertResolver::load(tls).with_context(|| format!("{}", config.source.display()))?)
@@ -268,7 +278,9 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
     let mut app = pingora::proxy::http_proxy(
         &server.configuration,
-        SlideGate::new(rules.clone(), store.clone()).with_access_log(access_log),
+        SlideGate::new(rules.clone(), store.clone())
+            .with_local_fallback(local.clone())
+            .with_access_log(access_log),
     );
     // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
     // now and then (Pingora's default is no limit).
@@ -298,7 +310,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     server.add_service(background_service(
         "store sweeper",
         StoreSweeper {
-            store: store.clone(),
+            stores: std::iter::once(store.clone()).chain(local).collect(),
         },
     ));
     if config.server.admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {

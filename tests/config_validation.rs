@@ -143,6 +143,27 @@ fn base_config_is_valid() {
     assert!(stdout.contains("is valid"), "{stdout}");
 }
 
+/// `on_error` defaults to `local` with a shared store and to `allow` with the memory store.
+#[test]
+fn on_error_defaults_to_local_with_a_shared_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let memory = Config::from_toml(&file, BASE).unwrap();
+    assert_eq!(memory.routes[0].on_error, slidegate::config::OnError::Allow);
+    let redis = edit(
+        "backend = \"memory\"",
+        "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"",
+    );
+    let shared = Config::from_toml(&file, &redis).unwrap();
+    assert_eq!(shared.routes[0].on_error, slidegate::config::OnError::Local);
+    let explicit = redis.replace(
+        "key = \"client_ip\"",
+        "key = \"client_ip\"\non_error = \"allow\"",
+    );
+    let chosen = Config::from_toml(&file, &explicit).unwrap();
+    assert_eq!(chosen.routes[0].on_error, slidegate::config::OnError::Allow);
+}
+
 #[test]
 fn shipped_example_config_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slidegate.toml");
@@ -316,6 +337,20 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             key: "store.url",
             line_of: Some("backend = \"redis\""),
             message: "required with backend = \"redis\"",
+        },
+        Case {
+            what: "local fallback without a shared store",
+            toml: edit("backend = \"memory\"", "backend = \"memory\"\non_error = \"local\""),
+            key: "store.on_error",
+            line_of: Some("on_error = \"local\""),
+            message: "needs a shared store",
+        },
+        Case {
+            what: "a route's local fallback without a shared store",
+            toml: edit("key = \"client_ip\"", "key = \"client_ip\"\non_error = \"local\""),
+            key: "routes[0].on_error",
+            line_of: Some("on_error = \"local\""),
+            message: "needs a shared store",
         },
         // Parses, but `timeout * 4` in the Redis store would overflow and panic.
         Case {

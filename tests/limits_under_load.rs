@@ -7,8 +7,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::config::ConfigBuilder;
+use common::http::send;
 use common::load::{h2load, Burst, BurstResult};
-use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
+use common::proxy::{Proxy, ProxyOptions};
 use common::redis::{RedisCluster, RedisServer};
 use common::upstream::Upstream;
 
@@ -155,4 +157,142 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
     let store = format!("backend = \"redis_cluster\"\nurls = {:?}", cluster.urls());
     let proxy = start(&config(&store, &upstream, ""));
     exact_under_bursts(&[&proxy], "cluster");
+}
+
+/// A flood on an `on_error = "deny"` route must not turn into 503s for the route's other
+/// clients: a client sending every 50 ms during the flood gets its own limit's answers.
+#[test]
+fn a_flood_on_a_deny_route_gives_another_client_no_503() {
+    let _heavy = heavy();
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    let proxy = start(&config(&store, &upstream, "deny"));
+    let addr = proxy.addr();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (flood, polite) = std::thread::scope(|s| {
+        let flood = s.spawn(|| {
+            let result = h2load(
+                addr,
+                &Burst::keyed(300, &format!("flood-{}", fastrand_key())),
+            );
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            result
+        });
+        let polite = s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let key = format!("polite-{}", fastrand_key());
+            let mut statuses = Vec::new();
+            // Bounded: at most 200 requests (10 s), and at least 10 even if the flood ends first.
+            while statuses.len() < 200
+                && (statuses.len() < 10 || !done.load(std::sync::atomic::Ordering::SeqCst))
+            {
+                let reply = runtime.block_on(send(addr, "GET", "/", &[("X-K", &key)]));
+                statuses.push(reply.status);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            statuses
+        });
+        (flood.join().unwrap(), polite.join().unwrap())
+    });
+    eprintln!("flood: {flood:?}; polite client: {polite:?}");
+    assert_eq!(flood.s2xx, LIMIT, "the flood's own key");
+    assert_eq!(flood.s5xx, 0, "the flood itself gets no 503 either");
+    assert!(
+        !polite.contains(&503),
+        "polite client got a 503: {polite:?}"
+    );
+    let admitted = polite.iter().filter(|&&s| s == 200).count() as u64;
+    assert_eq!(admitted, LIMIT.min(polite.len() as u64), "{polite:?}");
+    assert_eq!(store_errors(&proxy), 0);
+}
+
+/// Redis frozen (SIGSTOP) under traffic, two proxies with `on_error = "local"`: each proxy
+/// decides with its own log, so the outage admits between the limit and twice the limit; every
+/// answer comes within the store timeout (+10 ms); after SIGCONT the shared log decides again,
+/// exactly, without a restart.
+#[test]
+fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
+    let _heavy = heavy();
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\ntimeout = \"50ms\"",
+        redis.url()
+    );
+    let toml = config(&store, &upstream, "local");
+    let proxies = [start(&toml), start(&toml)];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Warm both proxies' connections and the script, and measure a healthy answer's latency:
+    // the outage may add the store timeout (+10 ms) to it, no more.
+    let mut baseline = Duration::ZERO;
+    for i in 0..10 {
+        let started = std::time::Instant::now();
+        let warm = runtime.block_on(send(proxies[i % 2].addr(), "GET", "/", &[("X-K", "warm")]));
+        baseline = baseline.max(started.elapsed());
+        assert_eq!(warm.status, 200);
+    }
+
+    redis.freeze();
+    let key = format!("outage-{}", fastrand_key());
+    let mut statuses = Vec::new();
+    let mut slowest = Duration::ZERO;
+    // 4 × LIMIT requests over about 2 s, alternating proxies.
+    for i in 0..4 * LIMIT as usize {
+        let addr = proxies[i % 2].addr();
+        let started = std::time::Instant::now();
+        let reply = runtime.block_on(send(addr, "GET", "/", &[("X-K", &key)]));
+        slowest = slowest.max(started.elapsed());
+        statuses.push(reply.status);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    redis.thaw();
+    let admitted = statuses.iter().filter(|&&s| s == 200).count() as u64;
+    eprintln!(
+        "frozen: {admitted} admitted of limit {LIMIT} by 2 proxies, slowest {slowest:?} \
+         (healthy slowest {baseline:?})"
+    );
+    assert!(
+        (LIMIT..=2 * LIMIT).contains(&admitted),
+        "{admitted} admitted: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 429),
+        "{statuses:?}"
+    );
+    assert!(
+        slowest <= Duration::from_millis(60) + baseline,
+        "an answer took {slowest:?} with a 50 ms store timeout (healthy: {baseline:?})"
+    );
+    let local: u64 = proxies
+        .iter()
+        .map(|p| p.decisions("api", "local_allowed") + p.decisions("api", "local_denied"))
+        .sum();
+    assert_eq!(
+        local,
+        statuses.len() as u64,
+        "every outage decision was local"
+    );
+
+    // Back: exact again, without a restart.
+    for p in &proxies {
+        common::admin::wait_readyz(p, 200, Duration::from_secs(10));
+    }
+    let key = format!("after-{}", fastrand_key());
+    let after: Vec<u16> = (0..2 * LIMIT as usize)
+        .map(|i| {
+            let addr = proxies[i % 2].addr();
+            runtime
+                .block_on(send(addr, "GET", "/", &[("X-K", &key)]))
+                .status
+        })
+        .collect();
+    let admitted = after.iter().filter(|&&s| s == 200).count() as u64;
+    assert_eq!(admitted, LIMIT, "after SIGCONT: {after:?}");
 }

@@ -64,6 +64,10 @@ pub enum OnError {
     Allow,
     /// Fail closed: answer 503 with `Retry-After: 1` (counted as `error_denied`).
     Deny,
+    /// Decide with this proxy's own in-process log for the same limits while the shared store
+    /// cannot (counted as `local_allowed` / `local_denied`): an outage admits at most
+    /// (proxies × limit) per window. The default with a shared store.
+    Local,
 }
 
 /// A Redis URL as written, with the connection info parsed from it once, at validation.

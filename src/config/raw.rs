@@ -102,8 +102,8 @@ pub(super) struct RawStore {
     pub prefix: Spanned<String>,
     #[serde(default = "default_timeout")]
     pub timeout: StoreTimeout,
-    #[serde(default = "default_on_error")]
-    pub on_error: OnError,
+    /// Default: `local` with a shared store, `allow` with the memory store.
+    pub on_error: Option<Spanned<OnError>>,
     #[serde(default = "default_true")]
     pub local_deny_cache: bool,
     #[serde(default = "default_max_memory")]
@@ -120,7 +120,7 @@ impl Default for RawStore {
             urls: None,
             prefix: default_prefix(),
             timeout: default_timeout(),
-            on_error: default_on_error(),
+            on_error: None,
             local_deny_cache: true,
             max_memory: default_max_memory(),
             deny_cache_max_age: default_deny_cache_max_age(),
@@ -145,9 +145,6 @@ fn default_deny_cache_max_age() -> DenyCacheMaxAge {
 }
 fn default_true() -> bool {
     true
-}
-fn default_on_error() -> OnError {
-    OnError::Allow
 }
 
 /// `[client_ip]`.
@@ -228,7 +225,7 @@ pub(super) struct RawRoute {
     pub path_case_insensitive: bool,
     #[serde(default)]
     pub shadow: bool,
-    pub on_error: Option<OnError>,
+    pub on_error: Option<Spanned<OnError>>,
     #[serde(default)]
     pub limits: Vec<RawLimit>,
 }

@@ -13,6 +13,7 @@ use pingora::proxy::{ProxyHttp, Session};
 use prometheus::Histogram;
 
 use crate::access_log::{AccessLog, Record};
+use crate::config::OnError;
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
@@ -24,6 +25,8 @@ use crate::routes::{normalize_path, Route, Rules};
 pub struct SlideGate {
     rules: Arc<ArcSwap<Rules>>,
     store: Arc<dyn Store>,
+    /// This proxy's own log for `on_error = "local"` (present with a shared store).
+    local: Option<Arc<dyn Store>>,
     limiter_duration: Histogram,
     store_errors: StoreErrorMetrics,
     access_log: Option<AccessLog>,
@@ -39,10 +42,17 @@ impl SlideGate {
         SlideGate {
             rules,
             store,
+            local: None,
             limiter_duration,
             store_errors: StoreErrorMetrics::default(),
             access_log: None,
         }
+    }
+
+    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
+    pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
+        self.local = local;
+        self
     }
 
     /// Send one line per request to `log`.
@@ -97,9 +107,20 @@ impl SlideGate {
             &req.headers,
             client,
         );
-        Checked::Decided {
-            policy: Policy::of(route),
-            result: self.decide(&ctx.key, route).await,
+        let policy = Policy::of(route);
+        let result = self.decide(&ctx.key, route).await;
+        match (&self.local, result) {
+            // The shared store cannot decide: this proxy's own log does, for the same limits.
+            (Some(local), Err(_)) if policy.on_error == OnError::Local => Checked::Decided {
+                policy,
+                result: local.check(&ctx.key, &route.spec.limits).await,
+                by: DecidedBy::Local,
+            },
+            (_, result) => Checked::Decided {
+                policy,
+                result,
+                by: DecidedBy::Store,
+            },
         }
     }
 
@@ -107,6 +128,9 @@ impl SlideGate {
     fn account(&self, ctx: &mut RequestCtx, route: Option<&Route>, outcome: &Outcome<'_>) {
         if let (Some(route), Some(decision)) = (route, outcome.decision()) {
             ctx.record(route, decision);
+        }
+        if let (Some(route), Some(state)) = (route, outcome.limiter_state()) {
+            route.state_log.note(&route.spec.name, state);
         }
         match (outcome, route) {
             (Outcome::BadRequest(why), _) => {
@@ -117,7 +141,7 @@ impl SlideGate {
             (Outcome::Shadow { denied: true }, Some(route)) => {
                 log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
             }
-            (Outcome::Allowed(verdict), Some(route)) => {
+            (Outcome::Allowed(verdict) | Outcome::LocalAllowed(verdict), Some(route)) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
             }
             _ => {}
@@ -132,7 +156,7 @@ mod respond;
 mod tests;
 
 pub use ctx::{RequestCtx, Timing};
-use outcome::{outcome, Checked, Outcome, Policy};
+use outcome::{outcome, Checked, DecidedBy, Outcome, Policy};
 use respond::{close_delimit_for_http10, insert_ratelimit_fields};
 
 #[async_trait]

@@ -10,6 +10,7 @@ use crate::limiter::{StoreError, Verdict};
 use crate::metrics::Decision;
 use crate::request_form::BadRequest;
 use crate::routes::Route;
+use crate::state_log::LimiterState;
 
 /// How a limited route turns the store's answer into a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +47,19 @@ pub(super) enum Checked {
         policy: Policy,
         /// The verdict, or why there is none.
         result: Result<Verdict, StoreError>,
+        /// Who decided: the shared store, or (`on_error = "local"`, the store failed) this
+        /// proxy's local log.
+        by: DecidedBy,
     },
+}
+
+/// Who gave a [`Checked::Decided`] its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DecidedBy {
+    /// The route's store.
+    Store,
+    /// This proxy's local log, because the shared store could not decide.
+    Local,
 }
 
 /// What happens to a request.
@@ -71,25 +84,31 @@ pub(super) enum Outcome<'a> {
     Allowed(&'a Verdict),
     /// `429` with the verdict's fields and problem body.
     Denied(&'a Verdict),
+    /// Forwarded on the local log's verdict (the shared store failed), with its fields.
+    LocalAllowed(&'a Verdict),
+    /// `429` on the local log's verdict (the shared store failed).
+    LocalDenied(&'a Verdict),
 }
 
 /// Decide what happens to a request from what was found out about it.
 pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
-    let (policy, result) = match checked {
+    let (policy, result, by) = match checked {
         Checked::BadForm(why) => return Outcome::BadRequest(*why),
         Checked::NoRoute => return Outcome::NoRoute,
         Checked::Unlimited => return Outcome::Unlimited,
-        Checked::Decided { policy, result } => (policy, result),
+        Checked::Decided { policy, result, by } => (policy, result, by),
     };
-    match result {
+    match (result, by) {
         // A shadow route never answers for the store either.
-        Err(_) if policy.on_error == OnError::Deny && !policy.shadow => Outcome::ErrorDenied,
-        Err(_) => Outcome::ErrorAllowed,
-        Ok(v) if policy.shadow => Outcome::Shadow {
+        (Err(_), _) if policy.on_error == OnError::Deny && !policy.shadow => Outcome::ErrorDenied,
+        (Err(_), _) => Outcome::ErrorAllowed,
+        (Ok(v), _) if policy.shadow => Outcome::Shadow {
             denied: !v.admitted,
         },
-        Ok(v) if v.admitted => Outcome::Allowed(v),
-        Ok(v) => Outcome::Denied(v),
+        (Ok(v), DecidedBy::Store) if v.admitted => Outcome::Allowed(v),
+        (Ok(v), DecidedBy::Store) => Outcome::Denied(v),
+        (Ok(v), DecidedBy::Local) if v.admitted => Outcome::LocalAllowed(v),
+        (Ok(v), DecidedBy::Local) => Outcome::LocalDenied(v),
     }
 }
 
@@ -105,6 +124,21 @@ impl Outcome<'_> {
             Outcome::ErrorAllowed => Decision::ErrorAllowed,
             Outcome::ErrorDenied => Decision::ErrorDenied,
             Outcome::Denied(_) => Decision::Denied,
+            Outcome::LocalAllowed(_) => Decision::LocalAllowed,
+            Outcome::LocalDenied(_) => Decision::LocalDenied,
+        })
+    }
+
+    /// The state of the route's limiter this outcome shows, for the route's state log.
+    pub fn limiter_state(&self) -> Option<LimiterState> {
+        Some(match self {
+            Outcome::BadRequest(_) | Outcome::NoRoute | Outcome::Unlimited => return None,
+            Outcome::ErrorAllowed => LimiterState::FailOpen,
+            Outcome::ErrorDenied => LimiterState::FailClosed,
+            Outcome::LocalAllowed(_) | Outcome::LocalDenied(_) => LimiterState::Local,
+            Outcome::Shadow { .. } | Outcome::Allowed(_) | Outcome::Denied(_) => {
+                LimiterState::Normal
+            }
         })
     }
 }
@@ -130,6 +164,18 @@ mod tests {
         Checked::Decided {
             policy: Policy { shadow, on_error },
             result,
+            by: DecidedBy::Store,
+        }
+    }
+
+    fn local(shadow: bool, result: Result<Verdict, StoreError>) -> Checked {
+        Checked::Decided {
+            policy: Policy {
+                shadow,
+                on_error: OnError::Local,
+            },
+            result,
+            by: DecidedBy::Local,
         }
     }
 
@@ -200,5 +246,49 @@ mod tests {
         let out = outcome(&checked);
         assert_eq!(out, Outcome::Denied(&verdict(false)));
         assert_eq!(out.decision(), Some(Decision::Denied));
+    }
+
+    #[test]
+    fn the_local_log_decides_when_the_shared_store_failed() {
+        let admitted = local(false, Ok(verdict(true)));
+        assert_eq!(outcome(&admitted), Outcome::LocalAllowed(&verdict(true)));
+        assert_eq!(outcome(&admitted).decision(), Some(Decision::LocalAllowed));
+        assert_eq!(
+            outcome(&admitted).limiter_state(),
+            Some(LimiterState::Local)
+        );
+
+        let refused = local(false, Ok(verdict(false)));
+        assert_eq!(outcome(&refused), Outcome::LocalDenied(&verdict(false)));
+        assert_eq!(outcome(&refused).decision(), Some(Decision::LocalDenied));
+    }
+
+    #[test]
+    fn a_failed_local_log_fails_open_and_shadow_stays_silent() {
+        assert_eq!(outcome(&local(false, failed())), Outcome::ErrorAllowed);
+        let shadow = local(true, Ok(verdict(false)));
+        assert_eq!(outcome(&shadow), Outcome::Shadow { denied: true });
+    }
+
+    #[test]
+    fn the_state_log_sees_outages_and_recovery() {
+        let cases = [
+            (
+                decided(false, OnError::Allow, failed()),
+                LimiterState::FailOpen,
+            ),
+            (
+                decided(false, OnError::Deny, failed()),
+                LimiterState::FailClosed,
+            ),
+            (
+                decided(false, OnError::Deny, Ok(verdict(true))),
+                LimiterState::Normal,
+            ),
+        ];
+        for (checked, state) in cases {
+            assert_eq!(outcome(&checked).limiter_state(), Some(state));
+        }
+        assert_eq!(outcome(&Checked::NoRoute).limiter_state(), None);
     }
 }

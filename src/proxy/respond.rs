@@ -56,7 +56,7 @@ pub(super) async fn write_early(
             header.insert_header(RETRY_AFTER, "1")?;
             (header, UNAVAILABLE_BODY.clone())
         }
-        Outcome::Denied(verdict) => {
+        Outcome::Denied(verdict) | Outcome::LocalDenied(verdict) => {
             let Some(route) = route else {
                 return Error::e_explain(ErrorType::InternalError, "a 429 without a route");
             };
@@ -65,7 +65,8 @@ pub(super) async fn write_early(
         Outcome::Unlimited
         | Outcome::ErrorAllowed
         | Outcome::Shadow { .. }
-        | Outcome::Allowed(_) => return Ok(false),
+        | Outcome::Allowed(_)
+        | Outcome::LocalAllowed(_) => return Ok(false),
     };
     respond(session, header, body).await?;
     Ok(true)

@@ -9,8 +9,9 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use http::Method;
+use toml::Spanned;
 
-use super::raw::{RawConfig, RawRoute};
+use super::raw::{RawBackend, RawConfig, RawRoute, RawStore};
 use super::{
     ClientIpSettings, Config, ConfigError, HostMatch, KeySpec, OnError, RouteSpec, RoutingSpec,
     UpstreamSpec,
@@ -50,10 +51,40 @@ impl Validator<'_> {
         })
     }
 
+    /// `[store].on_error`, the routes' default: `local` with a shared store, `allow` with the
+    /// memory store (already local).
+    fn default_on_error(&self, store: &RawStore) -> Result<DefaultOnError, ConfigError> {
+        let shared = !matches!(store.backend.get_ref(), RawBackend::Memory);
+        let value = match &store.on_error {
+            Some(v) => self.on_error(v, shared, "store.on_error".into())?,
+            None if shared => OnError::Local,
+            None => OnError::Allow,
+        };
+        Ok(DefaultOnError { value, shared })
+    }
+
+    /// One `on_error` value: `local` needs a shared store to fall back from.
+    fn on_error(
+        &self,
+        v: &Spanned<OnError>,
+        shared: bool,
+        key: String,
+    ) -> Result<OnError, ConfigError> {
+        if *v.get_ref() == OnError::Local && !shared {
+            return self.err(
+                Some(v.span()),
+                key,
+                "\"local\" needs a shared store (backend = \"redis\" or \"redis_cluster\"); \
+                 the memory store already decides locally",
+            );
+        }
+        Ok(*v.get_ref())
+    }
+
     /// The whole configuration.
     pub fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let server = self.server(raw.server)?;
-        let default_on_error = raw.store.on_error;
+        let default_on_error = self.default_on_error(&raw.store)?;
         let store = self.store(raw.store)?;
         let upstreams = self.upstreams(raw.upstreams)?;
         let log = self.log(raw.log)?;
@@ -82,7 +113,7 @@ impl Validator<'_> {
         i: usize,
         r: RawRoute,
         upstreams: &[UpstreamSpec],
-        default_on_error: OnError,
+        default_on_error: DefaultOnError,
         names: &mut HashSet<String>,
     ) -> Result<RouteSpec, ConfigError> {
         let at = |k: &str| format!("routes[{i}].{k}");
@@ -186,10 +217,20 @@ impl Validator<'_> {
             upstream,
             key,
             shadow: r.shadow,
-            on_error: r.on_error.unwrap_or(default_on_error),
+            on_error: match &r.on_error {
+                Some(v) => self.on_error(v, default_on_error.shared, at("on_error"))?,
+                None => default_on_error.value,
+            },
             limits,
         })
     }
+}
+
+/// The routes' `on_error` default, and whether the store is shared (`local` is allowed).
+#[derive(Clone, Copy)]
+struct DefaultOnError {
+    value: OnError,
+    shared: bool,
 }
 
 #[cfg(test)]
