@@ -74,27 +74,12 @@ pub fn quota_exceeded(route: &str, names: &[String], verdict: &Verdict) -> Vec<u
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::limiter::LimitState;
 
     #[test]
     fn quota_exceeded_names_the_violated_policies() {
         let names = ["login-1s".to_string(), "login-60s".to_string()];
-        let v = Verdict {
-            admitted: false,
-            states: vec![
-                LimitState {
-                    remaining: 0,
-                    reset: Duration::from_millis(1200),
-                },
-                LimitState {
-                    remaining: 40,
-                    reset: Duration::from_secs(30),
-                },
-            ],
-        };
+        let v = crate::limiter::fixtures::denied_by_the_first_of_two();
         let body: serde_json::Value =
             serde_json::from_slice(&quota_exceeded("login", &names, &v)).unwrap();
         assert_eq!(body["violated-policies"], serde_json::json!(["login-1s"]));

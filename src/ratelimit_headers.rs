@@ -75,7 +75,6 @@ pub fn retry_after_secs(verdict: &Verdict) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::LimitState;
 
     #[test]
     fn fields_are_structured() {
@@ -94,19 +93,7 @@ mod tests {
             policy_field(&names, &limits),
             "\"login-1s\";q=5;w=1, \"login-60s\";q=100;w=60"
         );
-        let v = Verdict {
-            admitted: false,
-            states: vec![
-                LimitState {
-                    remaining: 0,
-                    reset: Duration::from_millis(1200),
-                },
-                LimitState {
-                    remaining: 40,
-                    reset: Duration::from_secs(30),
-                },
-            ],
-        };
+        let v = crate::limiter::fixtures::denied_by_the_first_of_two();
         let mut out = String::new();
         ratelimit_field(&mut out, &names, &v);
         assert_eq!(out, "\"login-1s\";r=0;t=2, \"login-60s\";r=40;t=30");

@@ -156,8 +156,10 @@ async fn a_failing_decision_fails_alone_in_its_batch() {
     for task in tasks {
         results.push(task.await.unwrap());
     }
-    // `r:first` went alone; the other four shared one call.
-    assert_eq!(evalsha_calls(&mut conn) - before, 2);
+    // The five shared calls: one if all queued before the store's I/O thread sent the first,
+    // two if `r:first` went out alone.
+    let calls = evalsha_calls(&mut conn) - before;
+    assert!((1..=2).contains(&calls), "{calls} calls");
     for (bucket, result) in &results {
         match *bucket {
             "r:broken" => match result {

@@ -179,13 +179,20 @@ mod tests {
     use super::*;
     use crate::limiter::memory::MemoryStore;
 
+    fn limit(requests: u32, window: Duration) -> Limit {
+        Limit { requests, window }
+    }
+
+    /// Fill a one-request limit of bucket `b`: admitted, then denied.
+    async fn fill(cache: &DenyCache, limits: &[Limit]) {
+        assert!(cache.check("b", limits).await.unwrap().admitted);
+        assert!(!cache.check("b", limits).await.unwrap().admitted);
+    }
+
     #[tokio::test]
     async fn denies_locally_until_the_slot_frees_then_asks_again() {
         let cache = DenyCache::new(Arc::new(MemoryStore::new()));
-        let limits = [Limit {
-            requests: 2,
-            window: Duration::from_millis(300),
-        }];
+        let limits = [limit(2, Duration::from_millis(300))];
         assert!(cache.check("b", &limits).await.unwrap().admitted);
         assert!(cache.check("b", &limits).await.unwrap().admitted);
         let denied = cache.check("b", &limits).await.unwrap();
@@ -206,19 +213,11 @@ mod tests {
     #[tokio::test]
     async fn reload_clears_the_cache() {
         let cache = DenyCache::new(Arc::new(MemoryStore::new()));
-        let one = [Limit {
-            requests: 1,
-            window: Duration::from_secs(60),
-        }];
-        assert!(cache.check("b", &one).await.unwrap().admitted);
-        assert!(!cache.check("b", &one).await.unwrap().admitted);
+        fill(&cache, &[limit(1, Duration::from_secs(60))]).await;
         assert_eq!(cache.len(), 1);
         cache.rules_changed();
         assert!(cache.is_empty());
-        let raised = [Limit {
-            requests: 3,
-            window: Duration::from_secs(60),
-        }];
+        let raised = [limit(3, Duration::from_secs(60))];
         assert!(
             cache.check("b", &raised).await.unwrap().admitted,
             "raised limit admits at once"
@@ -230,16 +229,8 @@ mod tests {
         // A request that began before a reload may insert its old-limit denial after the
         // reload cleared the cache: requests under the new limits must not see it.
         let cache = DenyCache::new(Arc::new(MemoryStore::new()));
-        let old = [Limit {
-            requests: 1,
-            window: Duration::from_secs(60),
-        }];
-        assert!(cache.check("b", &old).await.unwrap().admitted);
-        assert!(!cache.check("b", &old).await.unwrap().admitted);
-        let new = [Limit {
-            requests: 2,
-            window: Duration::from_secs(60),
-        }];
+        fill(&cache, &[limit(1, Duration::from_secs(60))]).await;
+        let new = [limit(2, Duration::from_secs(60))];
         assert!(cache.check("b", &new).await.unwrap().admitted);
         assert_eq!(cache.hits(), 0);
     }

@@ -374,3 +374,27 @@ mod tests {
         }
     }
 }
+
+/// Fixtures shared by the unit tests of the modules that render verdicts.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    /// A denial by the first of two limits (full, a slot frees in 1.2 s); the second has 40
+    /// left and frees one in 30 s.
+    pub(crate) fn denied_by_the_first_of_two() -> Verdict {
+        Verdict {
+            admitted: false,
+            states: vec![
+                LimitState {
+                    remaining: 0,
+                    reset: Duration::from_millis(1200),
+                },
+                LimitState {
+                    remaining: 40,
+                    reset: Duration::from_secs(30),
+                },
+            ],
+        }
+    }
+}

@@ -233,19 +233,27 @@ mod tests {
     }
 
     #[test]
-    fn admitted_is_allowed_with_its_verdict() {
-        let checked = decided(false, OnError::Deny, Ok(verdict(true)));
-        let out = outcome(&checked);
-        assert_eq!(out, Outcome::Allowed(&verdict(true)));
-        assert_eq!(out.decision(), Some(Decision::Allowed));
-    }
-
-    #[test]
-    fn refused_is_denied_with_its_verdict() {
-        let checked = decided(false, OnError::Allow, Ok(verdict(false)));
-        let out = outcome(&checked);
-        assert_eq!(out, Outcome::Denied(&verdict(false)));
-        assert_eq!(out.decision(), Some(Decision::Denied));
+    fn the_store_verdict_allows_or_denies() {
+        let (yes, no) = (verdict(true), verdict(false));
+        let cases = [
+            (
+                OnError::Deny,
+                true,
+                Outcome::Allowed(&yes),
+                Decision::Allowed,
+            ),
+            (
+                OnError::Allow,
+                false,
+                Outcome::Denied(&no),
+                Decision::Denied,
+            ),
+        ];
+        for (on_error, admitted, want, decision) in cases {
+            let checked = decided(false, on_error, Ok(verdict(admitted)));
+            assert_eq!(outcome(&checked), want);
+            assert_eq!(outcome(&checked).decision(), Some(decision));
+        }
     }
 
     #[test]
