@@ -63,7 +63,7 @@ struct Book {
     since: [u64; 5],
 }
 
-/// A line to write: see [`Book::note`].
+/// A line to write: the state now and the counts since the last line.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Line {
     /// The state now.
