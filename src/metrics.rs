@@ -39,6 +39,9 @@ pub struct Metrics {
     pub bad_requests: IntCounter,
     /// `slidegate_store_evictions_total`: clients evicted from the full memory store.
     pub store_evictions: IntCounter,
+    /// `slidegate_memory_overflow_total{route}`: decisions the memory store made in a route's
+    /// overflow bucket because the route's room was full of clients at their limit.
+    pub memory_overflow: IntCounterVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -182,6 +185,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Clients evicted from the memory store to stay within max_memory"
     )
     .expect("register slidegate_store_evictions_total"),
+    memory_overflow: register_int_counter_vec!(
+        "slidegate_memory_overflow_total",
+        "Memory store decisions made in a route's overflow bucket (its room full of clients at their limit)",
+        &["route"]
+    )
+    .expect("register slidegate_memory_overflow_total"),
 }
 });
 

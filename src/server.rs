@@ -35,7 +35,13 @@ use crate::tls::CertResolver;
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let settings = &config.store;
     let Some(target) = settings.redis_target() else {
+        let limited = config
+            .routing
+            .routes
+            .iter()
+            .filter(|r| !r.limits.is_empty());
         let store = MemoryStore::with_max_memory(settings.max_memory)
+            .with_routes(limited.map(|r| r.name.as_str()))
             .with_eviction_counter(crate::metrics::METRICS.store_evictions.clone());
         return Ok(Arc::new(store));
     };

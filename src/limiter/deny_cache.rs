@@ -99,18 +99,24 @@ impl DenyCache {
         }
         Some(entry.verdict.aged(now - entry.sent))
     }
-}
 
-#[async_trait]
-impl Store for DenyCache {
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+    /// Answer from the cache, or ask the store with `ask` and cache its denial.
+    async fn cached<'a, F>(
+        &'a self,
+        bucket: &str,
+        limits: &[Limit],
+        ask: impl FnOnce(&'a dyn Store) -> F,
+    ) -> Result<Verdict, StoreError>
+    where
+        F: std::future::Future<Output = Result<Verdict, StoreError>>,
+    {
         let sent = Instant::now();
         if let Some(v) = self.lookup(bucket, limits, sent) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(v);
         }
         let generation = self.inner.generation();
-        let verdict = self.inner.check(bucket, limits).await?;
+        let verdict = ask(&*self.inner).await?;
         match verdict.retry_after() {
             Some(wait) if self.denied.len() < MAX_ENTRIES || self.denied.contains_key(bucket) => {
                 self.denied.insert(
@@ -128,6 +134,24 @@ impl Store for DenyCache {
             _ => {}
         }
         Ok(verdict)
+    }
+}
+
+#[async_trait]
+impl Store for DenyCache {
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
+        self.cached(bucket, limits, |s| s.check(bucket, limits))
+            .await
+    }
+
+    async fn check_in(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<Verdict, StoreError> {
+        self.cached(bucket, limits, |s| s.check_in(route, bucket, limits))
+            .await
     }
 
     fn backend(&self) -> &'static str {

@@ -294,6 +294,19 @@ pub trait Store: Send + Sync + 'static {
     /// `{`, `}`) against `limits`; record it in every limit if and only if all admit.
     async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError>;
 
+    /// [`Store::check`] for a bucket of `route` (the route's name), so that a store can keep
+    /// routes apart without parsing the bucket text (the memory store gives each route its own
+    /// room). By default the route is ignored.
+    async fn check_in(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+    ) -> Result<Verdict, StoreError> {
+        let _ = route;
+        self.check(bucket, limits).await
+    }
+
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`).
     fn backend(&self) -> &'static str;
 

@@ -64,7 +64,10 @@ impl SlideGate {
     /// Decide with the store, timing and counting the outcome.
     async fn decide(&self, bucket: &str, route: &Route) -> Result<Verdict, StoreError> {
         let started = Instant::now();
-        let result = self.store.check(bucket, &route.spec.limits).await;
+        let result = self
+            .store
+            .check_in(&route.spec.name, bucket, &route.spec.limits)
+            .await;
         self.limiter_duration
             .observe(started.elapsed().as_secs_f64());
         if let Err(e) = &result {

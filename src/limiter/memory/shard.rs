@@ -1,13 +1,14 @@
-//! The memory store's data: one shard (an index from key hash to a slot vector of buckets,
+//! The memory store's data and its pure decision: one shard (an index from key hash to a slot vector of buckets,
 //! with its byte accounting and eviction), a bucket (one log per window), a log.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::LimitId;
+use crate::limiter::{Limit, LimitId, LimitState, Verdict};
 
 /// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
 /// oldest first.
@@ -54,6 +55,65 @@ pub struct Bucket {
 }
 
 impl Bucket {
+    /// An empty bucket for the key hash `key`, last active at `now`.
+    pub(super) fn new(key: u64, now: u64) -> Bucket {
+        Bucket {
+            key,
+            last_us: now,
+            logs: SmallVec::new(),
+        }
+    }
+
+    /// The sliding-window decision (the Lua script's): evict, count, admit only if every limit
+    /// has room, and record in all logs or in none.
+    pub(super) fn decide(&mut self, limits: &[Limit], now: u64) -> Verdict {
+        self.last_us = now;
+        let admitted = self.admits(limits, now);
+        let states = limits
+            .iter()
+            .map(|limit| {
+                let i = self.log_index(limit.id());
+                let log = &mut self.logs[i];
+                if admitted {
+                    if log.entries.capacity() == 0 {
+                        // Most clients never have more than one entry: start exact.
+                        log.entries.reserve_exact(1);
+                    }
+                    log.entries.push_back(now);
+                }
+                // A full limit admits again when entry[len - requests] leaves: the oldest,
+                // unless a reload lowered `requests` below what the log already holds. `now` is
+                // never older than an entry (taken under the lock, clamped to the newest), so
+                // this cannot underflow; saturate anyway.
+                let pivot = log.entries.len().saturating_sub(limit.requests as usize);
+                let reset_us = match log.entries.get(pivot) {
+                    Some(&t) => (t + log.window_us()).saturating_sub(now),
+                    None => log.window_us(),
+                };
+                LimitState {
+                    remaining: u64::from(limit.requests).saturating_sub(log.entries.len() as u64)
+                        as u32,
+                    reset: Duration::from_micros(reset_us),
+                }
+            })
+            .collect();
+        Verdict { admitted, states }
+    }
+
+    /// Evict expired entries of every limit and tell whether all of them have room (recording
+    /// nothing): pass 1 of [`Bucket::decide`].
+    pub(super) fn admits(&mut self, limits: &[Limit], now: u64) -> bool {
+        let mut admitted = true;
+        for limit in limits {
+            let i = self.log_index(limit.id());
+            let log = &mut self.logs[i];
+            log.requests = limit.requests;
+            log.evict(now);
+            admitted &= log.entries.len() < limit.requests as usize;
+        }
+        admitted
+    }
+
     pub(super) fn log_index(&mut self, id: LimitId) -> usize {
         match self.logs.iter().position(|l| l.id == id) {
             Some(i) => i,
@@ -66,6 +126,21 @@ impl Bucket {
                 self.logs.len() - 1
             }
         }
+    }
+
+    /// Bytes its logs grow by if `limits` record one more entry: a full log doubles its
+    /// capacity, a new log starts at one entry.
+    pub(super) fn growth(&self, limits: &[Limit]) -> usize {
+        limits
+            .iter()
+            .map(|l| match self.logs.iter().find(|g| g.id == l.id()) {
+                Some(g) if g.entries.len() == g.entries.capacity() => {
+                    (g.entries.capacity().max(1) * 8).next_multiple_of(16)
+                }
+                Some(_) => 0,
+                None => 16,
+            })
+            .sum()
     }
 
     pub(super) fn cost(&self) -> usize {
@@ -124,12 +199,46 @@ pub(super) struct Shard {
 }
 
 impl Shard {
+    /// Hold a new bucket (its key must not be held yet).
+    pub(super) fn push(&mut self, bucket: Bucket) {
+        self.bytes += bucket.cost();
+        self.index.insert(bucket.key, self.slots.len() as u32);
+        self.slots.push(bucket);
+    }
+
     pub(super) fn remove_at(&mut self, i: usize) {
         let b = self.slots.swap_remove(i);
         self.bytes -= b.cost();
         self.index.remove(&b.key);
         if let Some(moved) = self.slots.get(i) {
             self.index.insert(moved.key, i as u32);
+        }
+    }
+
+    /// Drop expired entries of every bucket and the buckets with nothing left; give memory
+    /// back after a wave of one-off clients.
+    pub(super) fn sweep(&mut self, now: u64) {
+        let mut j = 0;
+        while j < self.slots.len() {
+            let b = &mut self.slots[j];
+            let before = b.cost();
+            b.logs.retain_mut(|log| {
+                log.evict(now);
+                !log.entries.is_empty()
+            });
+            let after = b.cost();
+            self.bytes = self.bytes - before + after;
+            if self.slots[j].logs.is_empty() {
+                self.remove_at(j);
+            } else {
+                j += 1;
+            }
+        }
+        // Don't reallocate every second: only when three quarters are unused.
+        let len = self.slots.len();
+        if len < self.slots.capacity() / 4 {
+            self.slots.shrink_to(len * 2);
+            self.index.shrink_to(len * 2);
         }
     }
 

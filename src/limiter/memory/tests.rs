@@ -1,0 +1,108 @@
+//! The store over its rooms: shares, isolation between routes, the bound under floods.
+
+use super::*;
+use std::time::Duration;
+
+fn one(requests: u32, ms: u64) -> [Limit; 1] {
+    [Limit {
+        requests,
+        window: Duration::from_millis(ms),
+    }]
+}
+
+/// Each of `keys` made-up clients of `route` sends exactly its quota of 2.
+fn rotate_keys(store: &MemoryStore, route: &str, keys: usize, limits: &[Limit]) {
+    for i in 0..keys {
+        let k = format!("{route}:h:made-up-{i}");
+        store.check_now_in(route, &k, limits);
+        store.check_now_in(route, &k, limits);
+    }
+}
+
+#[test]
+fn full_store_evicts_spare_quota_never_clients_at_their_limit() {
+    // 1 MiB: 16 KiB per shard, about 100 buckets each.
+    let store = MemoryStore::with_max_memory(1 << 20);
+    let limits = one(2, 60_000);
+    // 500 clients at their limit (2 of 2).
+    for i in 0..500 {
+        let k = format!("full-{i}");
+        assert!(store.check_now(&k, &limits).unwrap().admitted);
+        assert!(store.check_now(&k, &limits).unwrap().admitted);
+    }
+    // A flood of made-up keys, one request each (spare quota): they evict each other.
+    for i in 0..100_000 {
+        store.check_now(&format!("junk-{i}"), &limits).unwrap();
+    }
+    assert!(store.accounted_bytes() <= 1 << 20);
+    assert!(store.evictions() > 90_000, "{}", store.evictions());
+    // Every client at its limit is still there and still denied.
+    for i in 0..500 {
+        let v = store.check_now(&format!("full-{i}"), &limits).unwrap();
+        assert!(!v.admitted, "full-{i} was evicted and got a fresh quota");
+    }
+    println!("overflow decisions: {}", store.overflows(UNROUTED));
+}
+
+#[test]
+fn shares_are_equal_and_a_route_first_seen_later_shrinks_them() {
+    let store = MemoryStore::with_max_memory(1 << 20).with_routes(["a", "b"]);
+    let budgets = |s: &MemoryStore| {
+        let mut v: Vec<_> = s
+            .rooms
+            .load()
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.budget()))
+            .collect();
+        v.sort();
+        v
+    };
+    let half = (1 << 20) / 2 / SHARDS * SHARDS;
+    assert_eq!(budgets(&store), [("a".into(), half), ("b".into(), half)]);
+    store.check_now_in("c", "c:ip:1", &one(1, 1000));
+    let third = (1 << 20) / 3 / SHARDS * SHARDS;
+    assert!(
+        budgets(&store).iter().all(|(_, b)| *b == third),
+        "{:?}",
+        budgets(&store)
+    );
+    assert_eq!(share(1000, 0), 1000);
+}
+
+#[test]
+fn a_flood_on_one_route_leaves_another_routes_room_and_is_still_limited() {
+    let store = MemoryStore::with_max_memory(1 << 20).with_routes(["keys", "login"]);
+    let hour = one(2, 3_600_000);
+    // 20k made-up keys at their quota: far more than the half MiB room holds.
+    rotate_keys(&store, "keys", 20_000, &hour);
+    let flooded = store.overflows("keys");
+    assert!(flooded > 10_000, "{flooded} overflow decisions");
+    assert!(store.accounted_bytes() <= 1 << 20);
+    // Another route: every fresh client gets exactly its limit, in its own bucket.
+    for i in 0..500 {
+        let k = format!("login:ip:10.0.0.{i}");
+        assert!(store.check_now_in("login", &k, &hour).admitted);
+        assert!(store.check_now_in("login", &k, &hour).admitted);
+        assert!(!store.check_now_in("login", &k, &hour).admitted, "{k}");
+    }
+    assert_eq!(store.overflows("login"), 0);
+    // The flooded route: a fresh key gets at most its limit, whether it finds a flooder
+    // with spare quota to evict (its own bucket) or shares the overflow bucket (full since
+    // the flood: refused, never admitted unrecorded).
+    let mut admitted = 0;
+    for i in 0..100 {
+        let k = format!("keys:h:fresh-{i}");
+        let got = (0..3)
+            .filter(|_| store.check_now_in("keys", &k, &hour).admitted)
+            .count();
+        assert!(got <= 2, "{k}: {got} admitted");
+        admitted += got;
+    }
+    println!(
+        "{flooded} overflow decisions; 100 fresh keys on the flooded route: {admitted} admitted"
+    );
+    assert!(
+        admitted < 100,
+        "fresh keys are refused in proportion to the flood"
+    );
+}
