@@ -35,15 +35,7 @@ use crate::tls::CertResolver;
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let settings = &config.store;
     let Some(target) = settings.redis_target() else {
-        let limited = config
-            .routing
-            .routes
-            .iter()
-            .filter(|r| !r.limits.is_empty());
-        let store = MemoryStore::with_max_memory(settings.max_memory)
-            .with_routes(limited.map(|r| r.name.as_str()))
-            .with_eviction_counter(crate::metrics::METRICS.store_evictions.clone());
-        return Ok(Arc::new(store));
+        return Ok(Arc::new(memory_store(config)));
     };
     let store: Arc<dyn Store> =
         Arc::new(RedisStore::new(&target).context("cannot set up the Redis store")?);
@@ -58,9 +50,21 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// bounded by `store.max_memory` like the memory store. Its entries are never merged into the
 /// shared store when it answers again.
 pub fn build_local_fallback(config: &Config) -> Option<Arc<dyn Store>> {
-    let settings = &config.store;
-    settings.redis_target()?;
-    Some(Arc::new(MemoryStore::with_max_memory(settings.max_memory)))
+    config.store.redis_target()?;
+    Some(Arc::new(memory_store(config)))
+}
+
+/// A memory store bounded by `max_memory`, with a room for every limited route from the start
+/// (so a flood before another route's first request cannot take its share).
+fn memory_store(config: &Config) -> MemoryStore {
+    let limited = config
+        .routing
+        .routes
+        .iter()
+        .filter(|r| !r.limits.is_empty());
+    MemoryStore::with_max_memory(config.store.max_memory)
+        .with_routes(limited.map(|r| r.name.as_str()))
+        .with_eviction_counter(crate::metrics::METRICS.store_evictions.clone())
 }
 
 /// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects.

@@ -13,6 +13,9 @@
 pub mod deny_cache;
 pub mod memory;
 pub mod redis;
+mod view;
+
+pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 
 use std::time::Duration;
 
@@ -160,56 +163,6 @@ impl Verdict {
     }
 }
 
-/// Most entries one [`LimitView`] carries: the newest ones, enough to draw a window, bounded
-/// so that inspecting a limit of a million requests cannot build a huge reply.
-pub const MAX_VIEW_ENTRIES: usize = 1000;
-
-/// One limit of a bucket as it stands right now, read without recording anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitView {
-    /// Entries in the window (all of them, even when `entries_us` is truncated).
-    pub count: u64,
-    /// Requests the limit would still admit right now (0 when full).
-    pub remaining: u32,
-    /// Time until one more slot frees, the same rule as [`LimitState::reset`] (the full window
-    /// when the log is empty).
-    pub reset: Duration,
-    /// The newest in-window entries (at most [`MAX_VIEW_ENTRIES`]), oldest first, in µs since the
-    /// Unix epoch on the store's clock.
-    pub entries_us: Vec<u64>,
-}
-
-impl LimitView {
-    /// The view of `limit` given its in-window entries (oldest first, µs on the store clock) and
-    /// the store's `now_us`: exactly what the deciding step would report for them.
-    pub fn from_entries(limit: &Limit, in_window: &[u64], now_us: u64) -> LimitView {
-        let window_us = limit.window_us();
-        let count = in_window.len();
-        let r = limit.requests as usize;
-        // The same pivot as the script: a full limit admits again when entry[c - r] leaves.
-        let reset_us = match in_window.get(count.saturating_sub(r)) {
-            Some(&t) => (t + window_us).saturating_sub(now_us).max(1),
-            None => window_us,
-        };
-        LimitView {
-            count: count as u64,
-            remaining: r.saturating_sub(count) as u32,
-            reset: Duration::from_micros(reset_us),
-            entries_us: in_window[count.saturating_sub(MAX_VIEW_ENTRIES)..].to_vec(),
-        }
-    }
-}
-
-/// One bucket as it stands right now: the store's clock and one view per limit, in the order the
-/// limits were given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WindowView {
-    /// The store's clock (Redis `TIME` for Redis), µs since the Unix epoch.
-    pub now_us: u64,
-    /// One view per limit.
-    pub limits: Vec<LimitView>,
-}
-
 /// Why a store could not decide. The proxy then applies the route's `on_error` policy.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -222,8 +175,9 @@ pub enum StoreError {
     /// The store answered with an error (script error, wrong type, cluster error, ...).
     #[error("store error: {0}")]
     Backend(String),
-    /// The memory store is at `max_memory` and every client it could evict is at its limit
-    /// (evicting one would hand it a fresh quota), so this client cannot be tracked.
+    /// A store could not track this client for lack of room. The memory store no longer
+    /// answers it (a full route's new clients share its overflow bucket); kept so the metric
+    /// label stays and a store with a hard bound can say so.
     #[error("memory store full (max_memory) with clients at their limit")]
     Full,
     /// More decisions are waiting for the shared store than the proxy queues (the store is

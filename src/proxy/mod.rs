@@ -116,7 +116,9 @@ impl SlideGate {
             // The shared store cannot decide: this proxy's own log does, for the same limits.
             (Some(local), Err(_)) if policy.on_error == OnError::Local => Checked::Decided {
                 policy,
-                result: local.check(&ctx.key, &route.spec.limits).await,
+                result: local
+                    .check_in(&route.spec.name, &ctx.key, &route.spec.limits)
+                    .await,
                 by: DecidedBy::Local,
             },
             (_, result) => Checked::Decided {

@@ -6,7 +6,7 @@
 //! It has exactly the semantics of the Redis script, so the conformance suite runs against
 //! both; it is the default store for single-instance deployments and tests.
 //!
-//! **Layout.** Each route has a [`room`](room::Room) of its own. A bucket key (route + client,
+//! **Layout.** Each route has a room (`room.rs`) of its own. A bucket key (route + client,
 //! up to ~100 bytes) is hashed to a `u64` with xxh3 under a per-process random seed, and never
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
 //! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
