@@ -325,15 +325,24 @@ mod tests {
         let want = Ok(Some("admin.example.com".to_string()));
         assert_eq!(host(&mut h2("https://Admin.Example.com/x", None)), want);
         assert_eq!(
-            host(&mut h2("https://admin.example.com:8443/x", Some("ADMIN.example.com:8443"))),
+            host(&mut h2(
+                "https://admin.example.com:8443/x",
+                Some("ADMIN.example.com:8443")
+            )),
             want
         );
         assert_eq!(
-            host(&mut h2("https://admin.example.com/x", Some("other.example.com"))),
+            host(&mut h2(
+                "https://admin.example.com/x",
+                Some("other.example.com")
+            )),
             Err(BadRequest::Host)
         );
         assert_eq!(
-            host(&mut h2("https://admin.example.com/x", Some("admin.example.com:8443"))),
+            host(&mut h2(
+                "https://admin.example.com/x",
+                Some("admin.example.com:8443")
+            )),
             Err(BadRequest::Host)
         );
         // No authority and no Host: nothing to route on (HTTP/2 is not HTTP/1.1's 400 case).

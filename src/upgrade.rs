@@ -9,7 +9,23 @@
 //! those requested); any other 101 is a broken upstream answer: `502`.
 
 use http::header::UPGRADE;
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::{Error, ErrorType};
+
+/// Refuse (`502`) an upstream 101 that [`switch_allowed`] does not allow; any other response
+/// passes.
+pub fn check_switch(request: &RequestHeader, response: &ResponseHeader) -> pingora::Result<()> {
+    if response.status != StatusCode::SWITCHING_PROTOCOLS
+        || switch_allowed(&request.headers, &response.headers)
+    {
+        return Ok(());
+    }
+    Error::e_explain(
+        ErrorType::HTTPStatus(502),
+        "upstream 101 names no protocol the request asked for",
+    )
+}
 
 /// May a 101 with `response` headers switch the connection of a request with `request`
 /// headers? Protocols compare case-insensitively, as whole tokens (`websocket`, `h2c`,
@@ -48,8 +64,14 @@ mod tests {
         let ws = headers(&["websocket"]);
         assert!(switch_allowed(&ws, &headers(&["websocket"])));
         assert!(switch_allowed(&ws, &headers(&["WebSocket"])));
-        assert!(switch_allowed(&headers(&["h2c, websocket"]), &headers(&["websocket"])));
-        assert!(switch_allowed(&headers(&["foo", "websocket"]), &headers(&["websocket"])));
+        assert!(switch_allowed(
+            &headers(&["h2c, websocket"]),
+            &headers(&["websocket"])
+        ));
+        assert!(switch_allowed(
+            &headers(&["foo", "websocket"]),
+            &headers(&["websocket"])
+        ));
         // Switched to nothing, or to something never asked for.
         assert!(!switch_allowed(&ws, &headers(&[])));
         assert!(!switch_allowed(&ws, &headers(&[""])));

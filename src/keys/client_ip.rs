@@ -166,7 +166,10 @@ mod tests {
         let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert!(r.is_trusted(mapped));
-        let got = r.resolve(mapped, &headers(&["[::ffff:203.0.113.9]:5555, ::ffff:10.2.2.2"]));
+        let got = r.resolve(
+            mapped,
+            &headers(&["[::ffff:203.0.113.9]:5555, ::ffff:10.2.2.2"]),
+        );
         assert_eq!(got, "203.0.113.9".parse::<IpAddr>().unwrap());
         // Untrusted: the peer itself, as IPv4.
         let stranger: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
@@ -178,7 +181,10 @@ mod tests {
     fn prefixes_key_the_network() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let r = ClientIpResolver::default();
-        assert_eq!(r.key_address(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2:aaaa::1"));
+        assert_eq!(
+            r.key_address(ip("2001:db8:1:2:aaaa::1")),
+            ip("2001:db8:1:2:aaaa::1")
+        );
         assert_eq!(r.key_address(ip("192.0.2.77")), ip("192.0.2.77"));
         let r = r.with_prefixes(KeyPrefixes { v4: 24, v6: 64 });
         for a in ["2001:db8:1:2:aaaa::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"] {

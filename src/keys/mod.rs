@@ -235,8 +235,14 @@ mod tests {
         let spec: KeySpec = "header:X-Api-Key".parse().unwrap();
         assert!(!spec.repeats_header(&h));
         assert!(!KeySpec::ClientIp.repeats_header(&h));
-        assert!(!"header:x-other".parse::<KeySpec>().unwrap().repeats_header(&HeaderMap::new()));
-        assert!("header:x-other".parse::<KeySpec>().unwrap().repeats_header(&h));
+        assert!(!"header:x-other"
+            .parse::<KeySpec>()
+            .unwrap()
+            .repeats_header(&HeaderMap::new()));
+        assert!("header:x-other"
+            .parse::<KeySpec>()
+            .unwrap()
+            .repeats_header(&h));
         h.append("x-api-key", "b".parse().unwrap());
         assert!(spec.repeats_header(&h));
     }

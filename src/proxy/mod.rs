@@ -299,18 +299,7 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let status = upstream_response.status;
-        if status == http::StatusCode::SWITCHING_PROTOCOLS
-            && !crate::upgrade::switch_allowed(
-                &session.req_header().headers,
-                &upstream_response.headers,
-            )
-        {
-            // An uncounted tunnel otherwise: see `crate::upgrade`.
-            return Error::e_explain(
-                ErrorType::HTTPStatus(502),
-                "upstream 101 names no protocol the request asked for",
-            );
-        }
+        crate::upgrade::check_switch(session.req_header(), upstream_response)?;
         let Some(route) = ctx.route() else {
             return Ok(());
         };

@@ -56,8 +56,18 @@ impl Validator<'_> {
     fn key_prefixes(&self, raw: &RawClientIp) -> Result<KeyPrefixes, ConfigError> {
         let mut prefixes = KeyPrefixes::default();
         for (value, slot, max, key) in [
-            (&raw.ipv4_prefix, &mut prefixes.v4, 32, "client_ip.ipv4_prefix"),
-            (&raw.ipv6_prefix, &mut prefixes.v6, 128, "client_ip.ipv6_prefix"),
+            (
+                &raw.ipv4_prefix,
+                &mut prefixes.v4,
+                32,
+                "client_ip.ipv4_prefix",
+            ),
+            (
+                &raw.ipv6_prefix,
+                &mut prefixes.v6,
+                128,
+                "client_ip.ipv6_prefix",
+            ),
         ] {
             let Some(value) = value else { continue };
             if *value.get_ref() > max {
