@@ -9,6 +9,13 @@
 //! | `X-Forwarded-Proto` | the listener's scheme; a client's value is kept only from a peer in `trusted_proxies` |
 //! | `X-Real-IP` | the resolved client address; a client's value is never passed on |
 //! | `Forwarded` (RFC 7239) | from a trusted peer: its value plus our hop; otherwise only our hop |
+//! | `X-Forwarded-Host`, `-Port`, `-Prefix`, `-Ssl`, `X-Original-URL`, `X-Rewrite-URL` | from a trusted peer: as sent; otherwise removed |
+//!
+//! The last row is what Werkzeug's `ProxyFix`, Spring's `ForwardedHeaderFilter` and IIS-style
+//! rewrites read to rebuild the URL the client asked for: from any client they would let it name
+//! another host, port or path than the one routed and limited (`http://evil.example:443/evil/x`).
+//! Removed rather than set: without them an app falls back to `Host` and the path, which are
+//! what slidegate routed on.
 
 use std::net::IpAddr;
 
@@ -60,6 +67,16 @@ pub struct Hop {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`, as a map key.
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// Headers that rebuild the client's URL, believed only from `trusted_proxies` (see the table).
+const TRUSTED_ONLY: [HeaderName; 6] = [
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-forwarded-ssl"),
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
+];
 
 /// The values of a connection's own hop, which depend only on its peer and scheme: built at
 /// the first request of a connection and cloned (a reference count) by the following ones,
@@ -150,6 +167,11 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop, own: Option<&OwnHop>) -> Result
         )
     };
 
+    if !hop.peer_trusted {
+        for name in &TRUSTED_ONLY {
+            req.remove_header(name);
+        }
+    }
     req.insert_header("X-Forwarded-For", xff)?;
     if !keep_proto {
         req.insert_header("X-Forwarded-Proto", hop.scheme.header_value())?;
@@ -265,6 +287,38 @@ mod tests {
         assert_eq!(get(&req, "x-real-ip"), ["203.0.113.7"]);
         assert_eq!(get(&req, "forwarded"), ["for=203.0.113.7;proto=http"]);
         assert_eq!(get(&req, "x-forwarded-for"), ["203.0.113.7"]);
+    }
+
+    /// The URL-rebuilding headers of the table, with a client's values.
+    const URL_HEADERS: [(&str, &str); 7] = [
+        ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-Port", "443"),
+        ("X-Forwarded-Prefix", "/evil"),
+        ("X-Forwarded-Ssl", "on"),
+        ("X-Original-URL", "/admin"),
+        ("X-Rewrite-URL", "/admin"),
+        ("X-Forwarded-Host", "second.example"),
+    ];
+
+    #[test]
+    fn untrusted_peer_cannot_rebuild_the_url() {
+        let mut req = request(&URL_HEADERS);
+        apply(&mut req, &hop("203.0.113.7", false, Scheme::Http)).unwrap();
+        for (name, _) in URL_HEADERS {
+            assert!(get(&req, name).is_empty(), "{name} was passed on");
+        }
+    }
+
+    #[test]
+    fn trusted_peer_keeps_url_headers() {
+        let mut req = request(&URL_HEADERS);
+        apply(&mut req, &hop("10.0.0.1", true, Scheme::Http)).unwrap();
+        assert_eq!(
+            get(&req, "x-forwarded-host"),
+            ["evil.example", "second.example"]
+        );
+        assert_eq!(get(&req, "x-forwarded-prefix"), ["/evil"]);
+        assert_eq!(get(&req, "x-original-url"), ["/admin"]);
     }
 
     #[test]

@@ -41,3 +41,4 @@ pub mod routes;
 pub mod server;
 pub mod state_log;
 pub mod tls;
+pub mod upgrade;

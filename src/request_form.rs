@@ -14,6 +14,8 @@
 //!   it and the upstream gets it as `Host` with an origin-form target;
 //! - a `Host` that is not `host[:digits]` or `[IPv6][:digits]`: 400 (nginx cuts at the first
 //!   colon and would route `admin.example.com:abc` to the admin vhost);
+//! - an HTTP/2 request names its host in `:authority` (the URI authority), usually without a
+//!   `Host`: the authority is the host, and a `Host` beside it must agree (RFC 9113 §8.3.1);
 //! - an HTTP/1.1 request without `Host` (and not absolute-form): 400 (RFC 9112 §3.2);
 //! - `Content-Length: 5, 5` (or two equal lines): forwarded as one `Content-Length: 5`, so a
 //!   lenient upstream cannot read the list differently (request smuggling).
@@ -22,7 +24,8 @@ use http::header::{CONTENT_LENGTH, HOST};
 use http::{Method, Version};
 use pingora::http::RequestHeader;
 
-/// Why a request is refused before routing; every variant is answered `400 Bad Request`.
+/// Why a request is refused before it is counted (all but the last before routing); every
+/// variant is answered `400 Bad Request`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BadRequest {
     /// The method has bytes other than `A-Z`, `-`, `_`.
@@ -40,6 +43,10 @@ pub enum BadRequest {
     /// `Content-Length` values that are not all the same number.
     #[error("invalid Content-Length")]
     ContentLength,
+    /// The header a route keys by (`key = "header:<Name>"`) sent on more than one line: the
+    /// bucket would be one value's and the app may read another, or all of them joined.
+    #[error("the route's key header is repeated")]
+    RepeatedKeyHeader,
 }
 
 /// A request that passed the checks: the host routes match on and, for absolute-form, the
@@ -68,17 +75,31 @@ pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
         if !target.starts_with(b"/") && !asterisk {
             return Err(BadRequest::Target);
         }
-        match req.headers.get(HOST) {
-            Some(h) => {
-                let h = h.to_str().map_err(|_| BadRequest::Host)?;
-                form.host = Some(host_of(h).ok_or(BadRequest::Host)?);
-            }
-            None if req.version == Version::HTTP_11 => return Err(BadRequest::MissingHost),
-            None => {}
+        form.host = authority_host(req)?;
+        if form.host.is_none() && req.version == Version::HTTP_11 {
+            return Err(BadRequest::MissingHost);
         }
     }
     normalize_content_length(req)?;
     Ok(form)
+}
+
+/// The host of an origin-form request: its `Host`, else its URI authority (HTTP/2's
+/// `:authority`, which h2 clients send instead of `Host`). When both are present they must name
+/// the same host (RFC 9113 §8.3.1); Pingora refuses most disagreements already, but the route a
+/// request matches must never depend on which of the two is read.
+fn authority_host(req: &RequestHeader) -> Result<Option<String>, BadRequest> {
+    let header = match req.headers.get(HOST) {
+        Some(h) => Some(h.to_str().map_err(|_| BadRequest::Host)?),
+        None => None,
+    };
+    let authority = req.uri.authority().map(|a| a.as_str());
+    let host = |value: &str| host_of(value).ok_or(BadRequest::Host);
+    match (header, authority) {
+        (Some(h), Some(a)) if !h.eq_ignore_ascii_case(a) => Err(BadRequest::Host),
+        (Some(value), _) | (None, Some(value)) => host(value).map(Some),
+        (None, None) => Ok(None),
+    }
 }
 
 /// Upper-case letters, `-` and `_` only (what nginx accepts in a method).
@@ -287,6 +308,45 @@ mod tests {
             check(&mut req("GET", "/", &[])),
             Err(BadRequest::MissingHost)
         );
+    }
+
+    /// An HTTP/2 request as Pingora's h2 session builds it: the URI carries `:authority`.
+    fn h2(uri: &str, host: Option<&str>) -> RequestHeader {
+        let mut b = http::Request::get(uri).version(Version::HTTP_2);
+        if let Some(h) = host {
+            b = b.header(HOST, h);
+        }
+        RequestHeader::from(b.body(()).unwrap().into_parts().0)
+    }
+
+    #[test]
+    fn h2_authority_is_the_host() {
+        let host = |r: &mut RequestHeader| check(r).map(|f| f.host);
+        let want = Ok(Some("admin.example.com".to_string()));
+        assert_eq!(host(&mut h2("https://Admin.Example.com/x", None)), want);
+        assert_eq!(
+            host(&mut h2(
+                "https://admin.example.com:8443/x",
+                Some("ADMIN.example.com:8443")
+            )),
+            want
+        );
+        assert_eq!(
+            host(&mut h2(
+                "https://admin.example.com/x",
+                Some("other.example.com")
+            )),
+            Err(BadRequest::Host)
+        );
+        assert_eq!(
+            host(&mut h2(
+                "https://admin.example.com/x",
+                Some("admin.example.com:8443")
+            )),
+            Err(BadRequest::Host)
+        );
+        // No authority and no Host: nothing to route on (HTTP/2 is not HTTP/1.1's 400 case).
+        assert_eq!(host(&mut h2("/x", None)), Ok(None));
     }
 
     #[test]

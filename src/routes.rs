@@ -166,7 +166,8 @@ impl Rules {
         Ok(Rules {
             routes: config.routes.iter().map(Route::new).collect(),
             upstreams,
-            client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone()),
+            client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())
+                .with_prefixes(config.client_ip.key_prefixes),
         })
     }
 

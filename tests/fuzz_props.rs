@@ -435,20 +435,21 @@ fn header_map(name: &'static str, values: &[Vec<u8>]) -> HeaderMap {
 }
 
 /// Every address written in `values`, as [`ClientIpResolver`] could parse it (loosely: any
-/// token that parses after trimming brackets and a port).
+/// token that parses after trimming brackets and a port), an IPv4-mapped one as IPv4.
 fn mentions(values: &[Vec<u8>], ip: IpAddr) -> bool {
+    let is = |parsed: Option<IpAddr>| parsed.map(|p| p.to_canonical()) == Some(ip);
     values.iter().any(|v| {
         v.split(|b| *b == b',').any(|hop| {
             let Ok(s) = std::str::from_utf8(hop) else {
                 return false;
             };
             let s = s.trim();
-            s.parse() == Ok(ip)
-                || s.strip_prefix('[')
+            is(s.parse().ok())
+                || is(s
+                    .strip_prefix('[')
                     .and_then(|r| r.split(']').next())
-                    .and_then(|r| r.parse().ok())
-                    == Some(ip)
-                || s.rsplit_once(':').and_then(|(h, _)| h.parse().ok()) == Some(ip)
+                    .and_then(|r| r.parse().ok()))
+                || is(s.rsplit_once(':').and_then(|(h, _)| h.parse().ok()))
         })
     })
 }
@@ -467,6 +468,9 @@ proptest! {
         let resolver = ClientIpResolver::new(trusted.clone());
         let headers = header_map("x-forwarded-for", &lines);
         let client = resolver.resolve(peer, &headers);
+        // Issue 18: an IPv4-mapped peer (a dual-stack listener's IPv4 client) is its IPv4
+        // address, for trust and as the client.
+        let peer = peer.to_canonical();
         if !trusted.iter().any(|n| n.contains(&peer)) {
             prop_assert_eq!(client, peer);
         } else {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::keys::write_bucket_key;
+use crate::keys::{write_bucket_key, BucketClient};
 use crate::limiter::Store;
 use crate::problem::Problem;
 use crate::routes::{Route, Rules};
@@ -138,6 +138,11 @@ fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
         .key
         .client_of_query(&client)
         .map_err(|e| Rejection::Bad(format!("route {name:?} {e}")))?;
+    // The bucket of an address is its network's when `[client_ip]` keys by prefix.
+    let who = match who {
+        BucketClient::Ip(ip) => BucketClient::Ip(rules.client_ip.key_address(ip)),
+        other => other,
+    };
     let mut bucket = String::new();
     write_bucket_key(&mut bucket, &route.spec.name, who);
     Ok(Target {

@@ -247,6 +247,8 @@ impl StoreSettings {
 pub struct ClientIpSettings {
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// `ipv4_prefix` and `ipv6_prefix`: how much of a client address keys its bucket.
+    pub key_prefixes: crate::keys::KeyPrefixes,
 }
 
 /// `[upstreams.<name>]`.

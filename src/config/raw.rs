@@ -153,6 +153,8 @@ fn default_true() -> bool {
 pub(super) struct RawClientIp {
     #[serde(default)]
     pub trusted_proxies: Vec<IpNet>,
+    pub ipv4_prefix: Option<Spanned<u8>>,
+    pub ipv6_prefix: Option<Spanned<u8>>,
 }
 
 /// `[upstreams.<name>]`.

@@ -6,20 +6,81 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use ipnet::IpNet;
 
+/// How many leading bits of a client address name its bucket (`[client_ip] ipv4_prefix` and
+/// `ipv6_prefix`). One IPv6 host usually holds a whole /64 and can take a fresh address per
+/// request, so keying by the full address would give it a fresh bucket each time; a prefix keys
+/// the network instead. Only the bucket key is affected: logs and forwarding headers show the
+/// address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPrefixes {
+    /// Leading bits of an IPv4 address, 0–32 (default 32: the address).
+    pub v4: u8,
+    /// Leading bits of an IPv6 address, 0–128 (default 128: the address).
+    pub v6: u8,
+}
+
+impl Default for KeyPrefixes {
+    fn default() -> Self {
+        KeyPrefixes { v4: 32, v6: 128 }
+    }
+}
+
+impl KeyPrefixes {
+    /// The network `ip` is counted as: its first `v4` or `v6` bits, the rest zero.
+    pub fn network(self, ip: IpAddr) -> IpAddr {
+        let bits = match ip {
+            IpAddr::V4(_) => self.v4,
+            IpAddr::V6(_) => self.v6,
+        };
+        // A full-length prefix is the address (the common case: no arithmetic); the config
+        // refuses lengths past the address, and `IpNet::new` would too.
+        if bits >= ip_bits(ip) {
+            return ip;
+        }
+        IpNet::new(ip, bits).map_or(ip, |net| net.network())
+    }
+}
+
+/// 32 or 128.
+fn ip_bits(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    }
+}
+
 /// Resolves the client address of a request.
 #[derive(Debug, Clone, Default)]
 pub struct ClientIpResolver {
     trusted: Vec<IpNet>,
+    prefixes: KeyPrefixes,
 }
 
 impl ClientIpResolver {
     /// A resolver that believes `X-Forwarded-For` only from peers inside `trusted`.
     pub fn new(trusted: Vec<IpNet>) -> Self {
-        ClientIpResolver { trusted }
+        ClientIpResolver {
+            trusted,
+            prefixes: KeyPrefixes::default(),
+        }
     }
 
-    /// Is `ip` inside `trusted_proxies`?
+    /// The same, keying clients by `prefixes` of their address.
+    pub fn with_prefixes(mut self, prefixes: KeyPrefixes) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// The address a client's bucket is keyed by: its network under the configured prefixes
+    /// (see [`KeyPrefixes`]). The proxy and the admin inspector both key through here.
+    pub fn key_address(&self, client: IpAddr) -> IpAddr {
+        self.prefixes.network(client.to_canonical())
+    }
+
+    /// Is `ip` inside `trusted_proxies`? An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how
+    /// a dual-stack socket shows an IPv4 peer) is its IPv4 address.
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
@@ -27,7 +88,9 @@ impl ClientIpResolver {
     /// from the right and return the first address that is not trusted: entries to its left
     /// were written by the client itself and prove nothing. If every hop is trusted, the
     /// left-most one is the client; an unparsable entry ends the walk at the last good hop.
+    /// IPv4-mapped addresses, of the peer or of an entry, come back as IPv4.
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
         if self.trusted.is_empty() || !self.is_trusted(peer) {
             return peer;
         }
@@ -53,8 +116,13 @@ impl ClientIpResolver {
     }
 }
 
-/// One `X-Forwarded-For` element: an IP, optionally `[v6]` or with a `:port`.
+/// One `X-Forwarded-For` element: an IP, optionally `[v6]` or with a `:port`; an IPv4-mapped
+/// one as its IPv4 address.
 fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    parse_hop_text(hop).map(|ip| ip.to_canonical())
+}
+
+fn parse_hop_text(hop: &[u8]) -> Option<IpAddr> {
     let s = std::str::from_utf8(hop).ok()?.trim();
     if let Ok(ip) = s.parse() {
         return Some(ip);
@@ -91,6 +159,43 @@ mod tests {
         // The client forged 6.6.6.6 on the left; 203.0.113.9 is what our proxy saw.
         let got = r.resolve(peer, &headers(&["6.6.6.6, 203.0.113.9", "10.1.1.1"]));
         assert_eq!(got, "203.0.113.9".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn ipv4_mapped_peers_and_hops_are_ipv4() {
+        let r = ClientIpResolver::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert!(r.is_trusted(mapped));
+        let got = r.resolve(
+            mapped,
+            &headers(&["[::ffff:203.0.113.9]:5555, ::ffff:10.2.2.2"]),
+        );
+        assert_eq!(got, "203.0.113.9".parse::<IpAddr>().unwrap());
+        // Untrusted: the peer itself, as IPv4.
+        let stranger: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        let got = r.resolve(stranger, &headers(&["1.2.3.4"]));
+        assert_eq!(got, "192.0.2.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn prefixes_key_the_network() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let r = ClientIpResolver::default();
+        assert_eq!(
+            r.key_address(ip("2001:db8:1:2:aaaa::1")),
+            ip("2001:db8:1:2:aaaa::1")
+        );
+        assert_eq!(r.key_address(ip("192.0.2.77")), ip("192.0.2.77"));
+        let r = r.with_prefixes(KeyPrefixes { v4: 24, v6: 64 });
+        for a in ["2001:db8:1:2:aaaa::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"] {
+            assert_eq!(r.key_address(ip(a)), ip("2001:db8:1:2::"), "{a}");
+        }
+        assert_eq!(r.key_address(ip("2001:db8:1:3::1")), ip("2001:db8:1:3::"));
+        assert_eq!(r.key_address(ip("192.0.2.77")), ip("192.0.2.0"));
+        // An IPv4-mapped client takes the IPv4 prefix, not the IPv6 one.
+        assert_eq!(r.key_address(ip("::ffff:192.0.2.77")), ip("192.0.2.0"));
+        let all = KeyPrefixes { v4: 0, v6: 0 };
+        assert_eq!(all.network(ip("2001:db8::1")), ip("::"));
     }
 
     #[test]

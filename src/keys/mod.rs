@@ -14,7 +14,7 @@ use std::str::FromStr;
 use http::{HeaderMap, HeaderName};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-pub use client_ip::ClientIpResolver;
+pub use client_ip::{ClientIpResolver, KeyPrefixes};
 pub use ip_text::{push_ip, IpText};
 
 mod client_ip;
@@ -178,6 +178,17 @@ impl KeySpec {
         }
     }
 
+    /// Does `headers` repeat the header this key reads? Then the request has no one client:
+    /// it is refused (400, as for a repeated `Host`) rather than counted under its first line
+    /// while the app, as most do, reads the lines joined (`a,b`), so that a client could vary
+    /// the second line and keep one bucket while the app saw a new key each time.
+    pub fn repeats_header(&self, headers: &HeaderMap) -> bool {
+        match self {
+            KeySpec::Header(name) => headers.get_all(name).iter().nth(1).is_some(),
+            KeySpec::ClientIp | KeySpec::Global => false,
+        }
+    }
+
     /// The client an admin query's `client` parameter names (the inspector and reset).
     pub fn client_of_query<'a>(
         &self,
@@ -214,6 +225,27 @@ pub fn bucket_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_repeated_key_header_repeats() {
+        let mut h = HeaderMap::new();
+        h.append("x-api-key", "a".parse().unwrap());
+        h.append("x-other", "1".parse().unwrap());
+        h.append("x-other", "2".parse().unwrap());
+        let spec: KeySpec = "header:X-Api-Key".parse().unwrap();
+        assert!(!spec.repeats_header(&h));
+        assert!(!KeySpec::ClientIp.repeats_header(&h));
+        assert!(!"header:x-other"
+            .parse::<KeySpec>()
+            .unwrap()
+            .repeats_header(&HeaderMap::new()));
+        assert!("header:x-other"
+            .parse::<KeySpec>()
+            .unwrap()
+            .repeats_header(&h));
+        h.append("x-api-key", "b".parse().unwrap());
+        assert!(spec.repeats_header(&h));
+    }
 
     #[test]
     fn long_header_values_are_hashed_and_bounded() {

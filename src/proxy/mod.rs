@@ -18,7 +18,7 @@ use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::keys::bucket_key;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
-use crate::request_form;
+use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
 
 /// The proxy: current rules (hot-swappable) and the limit store.
@@ -86,11 +86,7 @@ impl SlideGate {
             Ok(form) => form,
             Err(why) => return Checked::BadForm(why),
         };
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip())
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
         let client = rules.client_ip.resolve(peer, &req.headers);
         ctx.client = Some(client);
@@ -103,12 +99,15 @@ impl SlideGate {
         if route.spec.limits.is_empty() {
             return Checked::Unlimited;
         }
+        if route.spec.key.repeats_header(&req.headers) {
+            return Checked::BadForm(BadRequest::RepeatedKeyHeader);
+        }
         bucket_key(
             &mut ctx.key,
             &route.spec.name,
             &route.spec.key,
             &req.headers,
-            client,
+            rules.client_ip.key_address(client),
         );
         let policy = Policy::of(route);
         let result = self.decide(&ctx.key, route).await;
@@ -154,6 +153,14 @@ impl SlideGate {
     }
 }
 
+/// The socket peer's address. An IPv4 client of a dual-stack listener (`[::]:8080`) arrives as
+/// `::ffff:a.b.c.d`; it is its IPv4 address everywhere (trusted proxies, keys, logs, forwarding
+/// headers), or `trusted_proxies = ["10.0.0.0/8"]` would never match behind a dual-stack bind.
+fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
+    let inet = session.client_addr()?.as_inet()?;
+    Some(inet.ip().to_canonical())
+}
+
 mod ctx;
 mod outcome;
 mod respond;
@@ -181,6 +188,10 @@ impl ProxyHttp for SlideGate {
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
         crate::edge::head_received(session);
+        // RFC 9112 §9.3.2: requests a client pipelines are answered in order, each one routed
+        // and counted. Pingora's default drops every request after the first of a write and
+        // closes; the opt-in is carried over to the connection's next requests.
+        session.set_pipelining_enabled(true);
         Ok(())
     }
 
@@ -269,11 +280,7 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         request_form::forward(&ctx.form, upstream_request)?;
-        if let (Some(peer), Some(rules)) = (
-            session.client_addr().and_then(|a| a.as_inet()),
-            ctx.rules.as_ref(),
-        ) {
-            let peer = peer.ip();
+        if let (Some(peer), Some(rules)) = (peer_ip(session), ctx.rules.as_ref()) {
             let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
             let scheme = if tls { Scheme::Https } else { Scheme::Http };
             let hop = Hop {
@@ -292,11 +299,12 @@ impl ProxyHttp for SlideGate {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let status = upstream_response.status;
+        crate::upgrade::check_switch(session.req_header(), upstream_response)?;
         let Some(route) = ctx.route() else {
             return Ok(());
         };

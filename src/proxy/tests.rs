@@ -21,7 +21,8 @@ use crate::limiter::memory::MemoryStore;
 use crate::metrics::Decision;
 use crate::routes::Rules;
 
-/// `login` allows one request a minute per client; `open` has no limits.
+/// `login` allows one request a minute per client; `open` has no limits; `admin` is the host
+/// `admin.test`, one a minute.
 /// (The listeners are never opened here.)
 const RULES: &str = r#"
 [server]
@@ -44,6 +45,12 @@ limits = [ { requests = 1, window = "60s" } ]
 name = "open"
 upstream = "app"
 path_prefix = "/open"
+
+[[routes]]
+name = "admin"
+upstream = "app"
+host = "admin.test"
+limits = [ { requests = 1, window = "60s" } ]
 "#;
 
 fn gate() -> SlideGate {
@@ -153,16 +160,15 @@ async fn h1_allow_then_deny_writes_a_429() {
 
 /// One HTTP/2 request through Pingora's h2 server session and the proxy pipeline (whose
 /// `request_filter` is [`SlideGate`]'s): the status, headers and body the client receives.
-async fn h2_exchange(gate: SlideGate, path: &str) -> (http::response::Parts, Vec<u8>) {
+async fn h2_exchange(gate: &SlideGate, url: &str) -> (http::response::Parts, Vec<u8>) {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let gate = SlideGate::new(gate.rules.clone(), gate.store.clone());
     let proxy = Arc::new(HttpProxy::new(gate, Arc::new(ServerConf::default())));
     let server = tokio::spawn(serve_one_h2(proxy, server_io));
 
     let (mut send, conn) = h2::client::handshake(client_io).await.unwrap();
     let driver = tokio::spawn(conn);
-    let request = http::Request::get(format!("http://a.test{path}"))
-        .body(())
-        .unwrap();
+    let request = http::Request::get(url).body(()).unwrap();
     let (response, _) = send.send_request(request, true).unwrap();
     let response = match response.await {
         Ok(r) => r,
@@ -210,7 +216,7 @@ async fn serve_one_h2(proxy: Arc<HttpProxy<SlideGate>>, io: DuplexStream) {
 
 #[tokio::test]
 async fn h2_no_route_is_404() {
-    let (parts, body) = h2_exchange(gate(), "/elsewhere").await;
+    let (parts, body) = h2_exchange(&gate(), "http://a.test/elsewhere").await;
     assert_eq!(parts.status, 404);
     assert_eq!(parts.headers["content-type"], "application/problem+json");
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -224,10 +230,22 @@ async fn h2_deny_is_429_with_fields() {
     let ctx = forwarded_h1(&gate, b"GET /login HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
     assert_eq!(ctx.decision, Some(Decision::Allowed));
 
-    let (parts, body) = h2_exchange(gate, "/login").await;
+    let (parts, body) = h2_exchange(&gate, "http://a.test/login").await;
     assert_eq!(parts.status, 429);
     assert_eq!(parts.headers["ratelimit"], "\"login-60s\";r=0;t=60");
     assert_eq!(parts.headers["retry-after"], "60");
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["violated-policies"], serde_json::json!(["login-60s"]));
+}
+
+/// An h2 client names the host in `:authority` only: the host route takes it and counts it
+/// (the first request goes upstream, where nothing listens: 502; the second is over the limit).
+#[tokio::test]
+async fn h2_authority_matches_a_host_route() {
+    let gate = gate();
+    let (first, _) = h2_exchange(&gate, "http://Admin.Test/x").await;
+    assert_eq!(first.status, 502);
+    let (second, _) = h2_exchange(&gate, "http://admin.test:8443/y").await;
+    assert_eq!(second.status, 429);
+    assert_eq!(second.headers["ratelimit-policy"], "\"admin-60s\";q=1;w=60");
 }

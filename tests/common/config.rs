@@ -19,6 +19,7 @@ pub fn limited(path: &str, requests: u32, window: &str) -> String {
 pub struct ConfigBuilder {
     store: Option<String>,
     trusted_proxies: Vec<String>,
+    client_ip_extra: String,
     upstreams: Vec<(String, Vec<String>, String)>,
     routes: Vec<(String, String)>,
     raw: String,
@@ -45,6 +46,13 @@ impl ConfigBuilder {
     /// `[client_ip] trusted_proxies`, as CIDRs.
     pub fn trusted_proxies(mut self, cidrs: &[&str]) -> Self {
         self.trusted_proxies = cidrs.iter().map(|c| c.to_string()).collect();
+        self
+    }
+
+    /// More `[client_ip]` lines (TOML), e.g. `ipv6_prefix = 64`.
+    pub fn client_ip(mut self, lines: &str) -> Self {
+        self.client_ip_extra.push_str(lines);
+        self.client_ip_extra.push('\n');
         self
     }
 
@@ -92,6 +100,7 @@ impl ConfigBuilder {
             let _ = write!(out, "{sep}{c:?}");
         }
         out.push_str("]\n");
+        out.push_str(&self.client_ip_extra);
         for (name, servers, lines) in &self.upstreams {
             let _ = write!(
                 out,

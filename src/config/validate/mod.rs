@@ -11,11 +11,12 @@ use std::path::Path;
 use http::Method;
 use toml::Spanned;
 
-use super::raw::{RawBackend, RawConfig, RawRoute, RawStore};
+use super::raw::{RawBackend, RawClientIp, RawConfig, RawRoute, RawStore};
 use super::{
     ClientIpSettings, Config, ConfigError, HostMatch, KeySpec, OnError, RouteSpec, RoutingSpec,
     UpstreamSpec,
 };
+use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
 mod sections;
@@ -49,6 +50,33 @@ impl Validator<'_> {
             key: key.into(),
             message: message.into(),
         })
+    }
+
+    /// `[client_ip] ipv4_prefix` (0–32, default 32) and `ipv6_prefix` (0–128, default 128).
+    fn key_prefixes(&self, raw: &RawClientIp) -> Result<KeyPrefixes, ConfigError> {
+        let mut prefixes = KeyPrefixes::default();
+        for (value, slot, max, key) in [
+            (
+                &raw.ipv4_prefix,
+                &mut prefixes.v4,
+                32,
+                "client_ip.ipv4_prefix",
+            ),
+            (
+                &raw.ipv6_prefix,
+                &mut prefixes.v6,
+                128,
+                "client_ip.ipv6_prefix",
+            ),
+        ] {
+            let Some(value) = value else { continue };
+            if *value.get_ref() > max {
+                let message = format!("a prefix length of 0 to {max} bits");
+                return self.err(Some(value.span()), key, message);
+            }
+            *slot = *value.get_ref();
+        }
+        Ok(prefixes)
     }
 
     /// `[store].on_error`, the routes' default: `local` with a shared store, `allow` with the
@@ -100,6 +128,7 @@ impl Validator<'_> {
             log,
             routing: RoutingSpec {
                 client_ip: ClientIpSettings {
+                    key_prefixes: self.key_prefixes(&raw.client_ip)?,
                     trusted_proxies: raw.client_ip.trusted_proxies,
                 },
                 upstreams,

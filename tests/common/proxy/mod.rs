@@ -62,6 +62,9 @@ pub struct ProxyOptions {
     pub nofile: Option<u64>,
     /// A TLS listener on a run-time port with this certificate chain and key (PEM files).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Listen on `[::]:<port>` (IPv6 and IPv4-mapped peers) instead of `127.0.0.1:<port>`;
+    /// [`Proxy::addr`] stays `127.0.0.1:<port>`, so its clients arrive as `::ffff:127.0.0.1`.
+    pub dual_stack: bool,
 }
 
 impl Default for ProxyOptions {
@@ -76,6 +79,7 @@ impl Default for ProxyOptions {
             server_extra: String::new(),
             nofile: None,
             tls: None,
+            dual_stack: false,
         }
     }
 }
@@ -136,8 +140,12 @@ impl Proxy {
         while admin == listen {
             admin.set_port(free_port());
         }
+        let bind = match opts.dual_stack {
+            true => format!("[::]:{}", listen.port()),
+            false => listen.to_string(),
+        };
         let mut server_section = format!(
-            "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
+            "[server]\nlisten = \"{bind}\"\nadmin_listen = \"{admin}\"\nthreads = {}\n\
              grace_period = \"{}\"\n",
             opts.threads, opts.grace_period,
         );
@@ -348,13 +356,21 @@ fn listens_on(pid: u32, addr: SocketAddr) -> bool {
         u32::from_ne_bytes(v4.ip().octets()),
         v4.port()
     );
-    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
-        return false;
-    };
-    table.lines().skip(1).any(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-        f.len() > 9 && f[1] == local && f[3] == "0A" && inodes.contains(f[9])
+    // A dual-stack `[::]:<port>` listener (see `ProxyOptions::dual_stack`) serves the IPv4
+    // address too.
+    let any_v6 = format!("{:032X}:{:04X}", 0, v4.port());
+    ["tcp", "tcp6"].iter().any(|table| {
+        let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            return false;
+        };
+        table.lines().skip(1).any(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            f.len() > 9
+                && (f[1] == local || f[1] == any_v6)
+                && f[3] == "0A"
+                && inodes.contains(f[9])
+        })
     })
 }
 
