@@ -287,12 +287,23 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let mut http_options = HttpServerOptions::default();
     http_options.keepalive_request_limit = Some(1000);
     http_options.h2c = config.server.h2c;
-    app.server_options = Some(http_options);
-    // Header and keep-alive deadlines and the connection cap, which Pingora does not have.
     let s = &config.server;
+    // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
+    // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
+    // stream yet must still be closed).
+    let h2_idle = match s.keepalive_timeout {
+        t if t.is_zero() => s.client_header_timeout,
+        t => t,
+    };
+    http_options.h2_idle_timeout = Some(h2_idle);
+    app.server_options = Some(http_options);
+    // Header, body, send and keep-alive deadlines and the connection cap, which Pingora does
+    // not have.
     let limits = ConnLimits {
         client_header_timeout: s.client_header_timeout,
         keepalive_timeout: s.keepalive_timeout,
+        client_body_timeout: s.client_body_timeout,
+        send_timeout: s.send_timeout,
         max_connections: s.max_connections,
     };
     let mut proxy = ListeningService::new(
