@@ -18,7 +18,7 @@ use pingora::services::Service;
 use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
-use crate::edge::{ConnLimits, EdgeApp};
+use crate::edge::{ConnLimits, EdgeApp, TlsPort};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
@@ -156,24 +156,29 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 /// stream, `/drip`, a long poll) would reach the client only when complete. The listener's
 /// buffer is off; `EdgeStream` holds writes instead and sends them as soon as the proxy waits
 /// (see `edge::coalesce`), so pieces arrive as the upstream sends them, like nginx.
-fn add_listeners<A>(
-    proxy: &mut pingora::services::listening::Service<A>,
-    config: &Config,
-    certs: Option<&Arc<CertResolver>>,
-) -> anyhow::Result<()> {
+///
+/// The TLS listener is a plain one here: its handshakes run in [`EdgeApp`], inside the
+/// connection cap (see `edge::tls_accept`).
+fn add_listeners<A>(proxy: &mut pingora::services::listening::Service<A>, config: &Config) {
     use pingora::listeners::ListenerConfig;
     use pingora::protocols::l4::stream::L4BufferSettings;
     let unbuffered = L4BufferSettings::default().write(0);
     proxy.add_listener(ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(unbuffered));
-    if let (Some(tls), Some(certs)) = (&config.server.tls, certs) {
-        let settings = crate::tls::listener_settings(certs.clone())?;
-        proxy.add_listener(
-            ListenerConfig::tcp(tls.listen.to_string())
-                .tls(settings)
-                .l4_buffer(unbuffered),
-        );
+    if let Some(tls) = &config.server.tls {
+        proxy.add_listener(ListenerConfig::tcp(tls.listen.to_string()).l4_buffer(unbuffered));
     }
-    Ok(())
+}
+
+/// The TLS listener's handshakes, if there is one.
+fn tls_port(
+    config: &Config,
+    certs: Option<&Arc<CertResolver>>,
+) -> anyhow::Result<Option<Arc<TlsPort>>> {
+    let (Some(tls), Some(certs)) = (&config.server.tls, certs) else {
+        return Ok(None);
+    };
+    let settings = crate::tls::listener_settings(certs.clone())?;
+    Ok(Some(TlsPort::new(tls.listen, settings)))
 }
 
 /// One startup line per listener, so an operator sees at once what is served where.
@@ -308,9 +313,9 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     };
     let mut proxy = ListeningService::new(
         "Pingora HTTP Proxy Service".to_string(),
-        EdgeApp::new(app, limits),
+        EdgeApp::new(app, limits).with_tls(tls_port(&config, certs.as_ref())?),
     );
-    add_listeners(&mut proxy, &config, certs.as_ref())?;
+    add_listeners(&mut proxy, &config);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.
     server.add_service(ProxyWithStore {

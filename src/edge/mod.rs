@@ -14,6 +14,7 @@
 //! | file | owns |
 //! |---|---|
 //! | [`cap`] | [`EdgeApp`]: the connection cap and the wrapping of each accepted stream |
+//! | [`tls_accept`] | [`TlsPort`]: the TLS handshake, inside the cap and under `client_header_timeout` |
 //! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
@@ -28,10 +29,12 @@ pub mod deadline;
 mod passthrough;
 mod peek;
 mod stream;
+pub mod tls_accept;
 
 pub use cap::EdgeApp;
 pub use deadline::{body_done, head_received, response_done};
 pub use stream::EdgeStream;
+pub use tls_accept::TlsPort;
 
 /// Client connection settings, from `[server]`.
 #[derive(Debug, Clone, Copy)]
