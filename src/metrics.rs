@@ -35,6 +35,10 @@ pub struct Metrics {
     pub client_header_timeouts: IntCounter,
     /// `slidegate_client_idle_closed_total`: connections closed with no request in time.
     pub client_idle_closed: IntCounter,
+    /// `slidegate_client_body_timeouts_total`: request bodies cut by `client_body_timeout`.
+    pub client_body_timeouts: IntCounter,
+    /// `slidegate_client_send_timeouts_total`: connections cut by `send_timeout`.
+    pub client_send_timeouts: IntCounter,
     /// `slidegate_bad_requests_total`: requests answered 400 before routing.
     pub bad_requests: IntCounter,
     /// `slidegate_store_evictions_total`: clients evicted from the full memory store.
@@ -175,6 +179,16 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Client connections closed because no request began in time"
     )
     .expect("register slidegate_client_idle_closed_total"),
+    client_body_timeouts: register_int_counter!(
+        "slidegate_client_body_timeouts_total",
+        "Request bodies not received within client_body_timeout (answered 408)"
+    )
+    .expect("register slidegate_client_body_timeouts_total"),
+    client_send_timeouts: register_int_counter!(
+        "slidegate_client_send_timeouts_total",
+        "Client connections closed because the client took no response bytes for send_timeout"
+    )
+    .expect("register slidegate_client_send_timeouts_total"),
     bad_requests: register_int_counter!(
         "slidegate_bad_requests_total",
         "Requests answered 400 before routing (method, target, Host, Content-Length)"

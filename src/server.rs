@@ -18,7 +18,7 @@ use pingora::services::Service;
 use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
-use crate::edge::{ConnLimits, EdgeApp};
+use crate::edge::{ConnLimits, EdgeApp, TlsPort};
 use crate::limiter::deny_cache::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
@@ -166,24 +166,29 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 /// stream, `/drip`, a long poll) would reach the client only when complete. The listener's
 /// buffer is off; `EdgeStream` holds writes instead and sends them as soon as the proxy waits
 /// (see `edge::coalesce`), so pieces arrive as the upstream sends them, like nginx.
-fn add_listeners<A>(
-    proxy: &mut pingora::services::listening::Service<A>,
-    config: &Config,
-    certs: Option<&Arc<CertResolver>>,
-) -> anyhow::Result<()> {
+///
+/// The TLS listener is a plain one here: its handshakes run in [`EdgeApp`], inside the
+/// connection cap (see `edge::tls_accept`).
+fn add_listeners<A>(proxy: &mut pingora::services::listening::Service<A>, config: &Config) {
     use pingora::listeners::ListenerConfig;
     use pingora::protocols::l4::stream::L4BufferSettings;
     let unbuffered = L4BufferSettings::default().write(0);
     proxy.add_listener(ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(unbuffered));
-    if let (Some(tls), Some(certs)) = (&config.server.tls, certs) {
-        let settings = crate::tls::listener_settings(certs.clone())?;
-        proxy.add_listener(
-            ListenerConfig::tcp(tls.listen.to_string())
-                .tls(settings)
-                .l4_buffer(unbuffered),
-        );
+    if let Some(tls) = &config.server.tls {
+        proxy.add_listener(ListenerConfig::tcp(tls.listen.to_string()).l4_buffer(unbuffered));
     }
-    Ok(())
+}
+
+/// The TLS listener's handshakes, if there is one.
+fn tls_port(
+    config: &Config,
+    certs: Option<&Arc<CertResolver>>,
+) -> anyhow::Result<Option<Arc<TlsPort>>> {
+    let (Some(tls), Some(certs)) = (&config.server.tls, certs) else {
+        return Ok(None);
+    };
+    let settings = crate::tls::listener_settings(certs.clone())?;
+    Ok(Some(TlsPort::new(tls.listen, settings)))
 }
 
 /// One startup line per listener, so an operator sees at once what is served where.
@@ -297,19 +302,30 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let mut http_options = HttpServerOptions::default();
     http_options.keepalive_request_limit = Some(1000);
     http_options.h2c = config.server.h2c;
-    app.server_options = Some(http_options);
-    // Header and keep-alive deadlines and the connection cap, which Pingora does not have.
     let s = &config.server;
+    // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
+    // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
+    // stream yet must still be closed).
+    let h2_idle = match s.keepalive_timeout {
+        t if t.is_zero() => s.client_header_timeout,
+        t => t,
+    };
+    http_options.h2_idle_timeout = Some(h2_idle);
+    app.server_options = Some(http_options);
+    // Header, body, send and keep-alive deadlines and the connection cap, which Pingora does
+    // not have.
     let limits = ConnLimits {
         client_header_timeout: s.client_header_timeout,
         keepalive_timeout: s.keepalive_timeout,
+        client_body_timeout: s.client_body_timeout,
+        send_timeout: s.send_timeout,
         max_connections: s.max_connections,
     };
     let mut proxy = ListeningService::new(
         "Pingora HTTP Proxy Service".to_string(),
-        EdgeApp::new(app, limits),
+        EdgeApp::new(app, limits).with_tls(tls_port(&config, certs.as_ref())?),
     );
-    add_listeners(&mut proxy, &config, certs.as_ref())?;
+    add_listeners(&mut proxy, &config);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.
     server.add_service(ProxyWithStore {

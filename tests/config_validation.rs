@@ -471,6 +471,20 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "is shorter than 1ms",
         },
         Case {
+            what: "client_body_timeout of zero",
+            toml: edit("grace_period = \"1s\"", "client_body_timeout = \"0s\""),
+            key: "server.client_body_timeout",
+            line_of: Some("client_body_timeout"),
+            message: "is shorter than 1ms",
+        },
+        Case {
+            what: "send_timeout over an hour",
+            toml: edit("grace_period = \"1s\"", "send_timeout = \"2h\""),
+            key: "server.send_timeout",
+            line_of: Some("send_timeout"),
+            message: "is longer than 1h",
+        },
+        Case {
             what: "keepalive_timeout not a duration",
             toml: edit("grace_period = \"1s\"", "keepalive_timeout = \"soon\""),
             key: "server.keepalive_timeout",

@@ -1,6 +1,7 @@
 //! TLS and HTTP/2 through the real binary: the same limits, headers and 429 over HTTP/1.1, h2c,
 //! HTTP/1.1 over TLS and HTTP/2 over TLS (ALPN); HTTPS and HTTP/2 upstreams with SNI, trusted
-//! roots and verification; certificate errors at start; certificate reload on SIGHUP.
+//! roots and verification; certificate errors at start; certificate reload on SIGHUP; an
+//! HTTP/2 connection lives while used and closes when idle.
 //! Certificates are made at run time (tests/common/tls.rs).
 
 mod common;
@@ -10,17 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
 use common::ratelimit::parse_ratelimit;
-use common::tls::{presented_leaf, server_config, Protocol, TestCa};
-use common::upstream::{Upstream, UPSTREAM_BODY};
-
-fn tls_options(ca: &TestCa, server_lines: &str) -> ProxyOptions {
-    let leaf = ca.issue("proxy", &["localhost", "127.0.0.1"]);
-    ProxyOptions {
-        tls: Some((leaf.cert, leaf.key)),
-        server_extra: server_lines.to_string(),
-        ..ProxyOptions::default()
-    }
-}
+use common::tls::{presented_leaf, server_config, tls_options, Protocol, TestCa};
+use common::upstream::{Upstream, DELAY_HEADER, UPSTREAM_BODY};
 
 fn url(proxy: &Proxy, protocol: Protocol, path: &str) -> String {
     if protocol.tls() {
@@ -355,4 +347,81 @@ async fn sighup_swaps_the_certificate_and_refuses_a_bad_one() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+}
+
+/// One HTTP/2 connection (h2 over TLS, and h2c) kept busy for 3 × `client_header_timeout`
+/// serves every request and then a response slower than `client_header_timeout`, on that one
+/// connection; left idle, it is closed after `keepalive_timeout` (issue 18 row 2).
+#[tokio::test]
+async fn an_h2_connection_lives_while_used_and_closes_when_idle() {
+    let ca = TestCa::new("ca");
+    let up = Upstream::start();
+    let proxy = Proxy::start_with(
+        &ConfigBuilder::unlimited(up.addr()),
+        tls_options(
+            &ca,
+            "h2c = true\nclient_header_timeout = \"500ms\"\nkeepalive_timeout = \"1s\"",
+        ),
+    );
+    let gauge = || proxy.metric("slidegate_client_connections").unwrap_or(-1.0);
+    for protocol in [Protocol::H2Tls, Protocol::H2c] {
+        let client = protocol.client(&ca.ca_pem());
+        let busy_from = Instant::now();
+        let mut served = 0;
+        while busy_from.elapsed() < Duration::from_millis(1500) {
+            let seen = fetch(
+                &client,
+                &url(&proxy, protocol, "/busy"),
+                "a",
+                protocol.version(),
+            )
+            .await;
+            assert_eq!(
+                seen.status,
+                200,
+                "{protocol:?} after {:?}",
+                busy_from.elapsed()
+            );
+            served += 1;
+            assert_eq!(gauge(), 1.0, "{protocol:?}: not one connection");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let slow_from = Instant::now();
+        let slow = client
+            .get(url(&proxy, protocol, "/slow"))
+            .header(DELAY_HEADER, "1200")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{protocol:?}: slow response failed: {e:?}"));
+        assert_eq!(slow.status(), 200);
+        assert_eq!(slow.text().await.unwrap(), UPSTREAM_BODY);
+        let slow_took = slow_from.elapsed();
+        assert!(slow_took >= Duration::from_millis(1200), "{slow_took:?}");
+        assert_eq!(
+            gauge(),
+            1.0,
+            "{protocol:?}: the slow response needed a new connection"
+        );
+
+        // Idle: the proxy closes it (bounded wait, polling the gauge).
+        let idle_from = Instant::now();
+        while gauge() != 0.0 && idle_from.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let closed_after = idle_from.elapsed();
+        assert_eq!(
+            gauge(),
+            0.0,
+            "{protocol:?}: idle h2 connection still open after 5 s"
+        );
+        assert!(
+            closed_after >= Duration::from_millis(900),
+            "{protocol:?}: closed before keepalive_timeout: {closed_after:?}"
+        );
+        println!(
+            "{protocol:?}: one connection served {served} requests over {:?} and a {slow_took:?} \
+             response (client_header_timeout 500 ms); idle, closed after {closed_after:?}",
+            slow_from - busy_from
+        );
+    }
 }

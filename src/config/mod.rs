@@ -129,6 +129,11 @@ pub struct ServerSettings {
     pub client_header_timeout: Duration,
     /// An idle client connection is closed after this; zero turns keep-alive off.
     pub keepalive_timeout: Duration,
+    /// Deadline for a whole HTTP/1 request body, from its first read; then `408` and close.
+    pub client_body_timeout: Duration,
+    /// A response write that waits this long for the client to take bytes closes the
+    /// connection (nginx `send_timeout`).
+    pub send_timeout: Duration,
     /// Most client connections the proxy listener holds at once; beyond it new ones are
     /// closed at once, so descriptors remain for upstreams, Redis and the admin listener.
     pub max_connections: u32,

@@ -55,6 +55,10 @@ pub(super) struct RawServer {
     pub client_header_timeout: ClientTimeout,
     #[serde(default = "default_keepalive_timeout")]
     pub keepalive_timeout: KeepaliveTimeout,
+    #[serde(default = "default_sixty_seconds")]
+    pub client_body_timeout: ClientTimeout,
+    #[serde(default = "default_sixty_seconds")]
+    pub send_timeout: ClientTimeout,
     #[serde(default = "default_max_connections")]
     pub max_connections: Spanned<u32>,
     pub tls_listen: Option<Spanned<SocketAddr>>,
@@ -74,6 +78,9 @@ fn default_client_header_timeout() -> ClientTimeout {
     BoundedDuration(Duration::from_secs(10))
 }
 fn default_keepalive_timeout() -> KeepaliveTimeout {
+    BoundedDuration(Duration::from_secs(60))
+}
+fn default_sixty_seconds() -> ClientTimeout {
     BoundedDuration(Duration::from_secs(60))
 }
 fn default_max_connections() -> Spanned<u32> {
@@ -294,8 +301,8 @@ pub(super) type StoreTimeout = BoundedDuration<1, 60_000>;
 /// sane drain and keeps the seconds pingora is given small.
 pub(super) type GracePeriod = BoundedDuration<0, 3_600_000>;
 
-/// `server.client_header_timeout`: 1 ms ..= 1 h (a whole request head in more than an hour is
-/// an attack, not a client).
+/// `server.client_header_timeout`, `client_body_timeout`, `send_timeout`: 1 ms ..= 1 h (a
+/// whole request head in more than an hour is an attack, not a client).
 pub(super) type ClientTimeout = BoundedDuration<1, 3_600_000>;
 
 /// `server.keepalive_timeout`: 0 (keep-alive off, like nginx `keepalive_timeout 0`) ..= 1 h.

@@ -1,6 +1,7 @@
-//! The connection cap: a semaphore taken when a connection is handed to the application.
-//! Beyond `max_connections` a new connection is closed at once (Pingora's accept loop is not ours
-//! to gate), so it holds a descriptor only for that instant.
+//! The connection cap: a semaphore taken when a connection is handed to the application, which
+//! for the TLS listener is before its handshake (see [`super::tls_accept`]). Beyond
+//! `max_connections` a new connection is closed at once (Pingora's accept loop is not ours to
+//! gate), so it holds a descriptor only for that instant.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::sync::Semaphore;
 
+use super::tls_accept::TlsPort;
 use super::{ConnLimits, EdgeStream};
 use crate::metrics::METRICS;
 
@@ -18,6 +20,7 @@ pub struct EdgeApp<A> {
     inner: Arc<A>,
     limits: ConnLimits,
     permits: Arc<Semaphore>,
+    tls: Option<Arc<TlsPort>>,
 }
 
 impl<A> EdgeApp<A> {
@@ -27,7 +30,14 @@ impl<A> EdgeApp<A> {
             inner: Arc::new(inner),
             limits,
             permits: Arc::new(Semaphore::new(limits.max_connections as usize)),
+            tls: None,
         }
+    }
+
+    /// Run the TLS handshake of connections accepted on `port`'s listener (a plain one).
+    pub fn with_tls(mut self, port: Option<Arc<TlsPort>>) -> Self {
+        self.tls = port;
+        self
     }
 }
 
@@ -45,6 +55,13 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         };
         METRICS.client_connections.inc();
         let _gauge = scopeguard(|| METRICS.client_connections.dec());
+        let stream = match &self.tls {
+            Some(tls) if tls.accepted(stream.get_socket_digest()?.local_addr()) => {
+                tls.handshake(stream, self.limits.client_header_timeout)
+                    .await?
+            }
+            _ => stream,
+        };
         let mut next = Some(Box::new(EdgeStream::new(stream, self.limits)) as Stream);
         // Run any reuse here, not in Pingora's loop, so the permit is held until the end.
         while let Some(stream) = next {

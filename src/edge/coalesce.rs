@@ -7,7 +7,12 @@
 //! more than [`COALESCE_MAX`] is held, or when the proxy task next polls the client for reading,
 //! which it does whenever it is about to wait for the upstream: nothing written stays unsent
 //! while the proxy waits.
+//!
+//! Every write also carries `send_timeout` (nginx's, 60 s by default): a client that takes no
+//! byte for that long (it never reads its response, on HTTP/1 or HTTP/2) gets a write error,
+//! which closes the connection. Pingora's own downstream write timeout is none.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -55,5 +60,32 @@ impl EdgeStream {
         }
         self.pending.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
+    }
+}
+
+impl EdgeStream {
+    /// Pass on the outcome of a write (or flush) to the client, unless it has waited for the
+    /// client longer than `send_timeout`: any progress disarms the timer, a wait arms it.
+    pub(super) fn within_send_timeout<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        outcome: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if outcome.is_ready() {
+            self.send_timer = None;
+            return outcome;
+        }
+        let limit = self.limits.send_timeout;
+        let timer = self
+            .send_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        crate::metrics::METRICS.client_send_timeouts.inc();
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "send_timeout: the client took no response bytes in time",
+        )))
     }
 }

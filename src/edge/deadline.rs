@@ -3,14 +3,20 @@
 //! | phase | starts | deadline | on expiry |
 //! |---|---|---|---|
 //! | head | accept, or the first byte after a response | `client_header_timeout` | `408` and close if part of a head arrived, else close |
-//! | request | the head is parsed (`early_request_filter`) | none of ours (Pingora's body read timeout) | |
+//! | body | the head of a request with a body is parsed (`early_request_filter`), timed from its first read | `client_body_timeout` on the whole body | `408` and close |
+//! | request | the body is done (`request_body_filter`), or the head without a body | none of ours | |
 //! | idle | the response is done (`logging`) | `keepalive_timeout` | close |
+//! | h2 | the HTTP/2 connection preface arrived (in the head phase) | none of ours: Pingora's `h2_idle_timeout` (set to `keepalive_timeout`) closes a connection with no stream open | close |
 //!
-//! The proxy hooks move the phase through [`head_received`] and [`response_done`]. They find the
-//! stream behind the session by downcasting it: the phase belongs to the connection, and the only
-//! per-connection state Pingora hands the hooks (`persist_connection_context`) starts after the
-//! first request, too late for its head. On HTTP/2 the session has no stream, so both are no-ops
-//! there.
+//! The proxy hooks move the phase through [`head_received`], [`body_done`] and
+//! [`response_done`]. They find the stream behind the session by downcasting it: the phase
+//! belongs to the connection, and the only per-connection state Pingora hands the hooks
+//! (`persist_connection_context`) starts after the first request, too late for its head. On
+//! HTTP/2 the session has no stream, so they are no-ops there; the stream knows it carries
+//! HTTP/2 (ALPN, or the h2c preface) and leaves the head phase once the preface is in. An h2
+//! stream's header block is delivered whole by the h2 codec, so no per-stream head deadline is
+//! possible in Pingora 0.9; a stalled block keeps no stream open, so the idle timeout still
+//! closes the connection.
 
 use std::future::Future;
 use std::io;
@@ -29,9 +35,14 @@ use crate::metrics::METRICS;
 const TIMEOUT_RESPONSE: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 pub(super) const PHASE_HEAD: u8 = 0;
 const PHASE_REQUEST: u8 = 1;
 const PHASE_IDLE: u8 = 2;
+const PHASE_BODY: u8 = 3;
+pub(super) const PHASE_H2: u8 = 4;
 
 /// The [`EdgeStream`] behind a proxy session, if it is one.
 fn edge_stream(session: &Session) -> Option<&EdgeStream> {
@@ -42,12 +53,30 @@ fn edge_stream(session: &Session) -> Option<&EdgeStream> {
 /// The head of a request was parsed: no header deadline until the response is done. With
 /// `keepalive_timeout = "0s"` the connection closes after this response.
 pub fn head_received(session: &mut Session) {
+    let body_to_come = !session.as_downstream_mut().is_body_done();
     let Some(s) = edge_stream(session) else {
         return;
     };
-    s.phase.store(PHASE_REQUEST, Ordering::Release);
+    let phase = if body_to_come {
+        PHASE_BODY
+    } else {
+        PHASE_REQUEST
+    };
+    s.phase.store(phase, Ordering::Release);
     if s.limits.keepalive_timeout.is_zero() {
         session.set_keepalive(None);
+    }
+}
+
+/// The whole request body arrived: no deadline of ours until the response is done.
+pub fn body_done(session: &Session) {
+    if let Some(s) = edge_stream(session) {
+        let _ = s.phase.compare_exchange(
+            PHASE_BODY,
+            PHASE_REQUEST,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 }
 
@@ -95,18 +124,22 @@ impl EdgeStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let mut phase = self.phase.load(Ordering::Acquire);
-        if phase == PHASE_REQUEST {
+        if phase == PHASE_REQUEST || phase == PHASE_H2 {
             self.armed = None;
             return Pin::new(&mut self.inner).poll_read(cx, buf);
         }
         if self.armed != Some(phase) {
-            if phase == PHASE_HEAD {
-                let started = self.head_started;
-                self.arm(phase, started, self.limits.client_header_timeout);
-            } else {
-                self.head_bytes = 0;
-                let now = tokio::time::Instant::now();
-                self.arm(phase, now, self.limits.keepalive_timeout);
+            let now = tokio::time::Instant::now();
+            match phase {
+                PHASE_HEAD => {
+                    let started = self.head_started;
+                    self.arm(phase, started, self.limits.client_header_timeout);
+                }
+                PHASE_BODY => self.arm(phase, now, self.limits.client_body_timeout),
+                _ => {
+                    self.head_bytes = 0;
+                    self.arm(phase, now, self.limits.keepalive_timeout);
+                }
             }
         }
         let before = buf.filled().len();
@@ -124,6 +157,9 @@ impl EdgeStream {
                 }
                 if phase == PHASE_HEAD {
                     self.head_bytes += n;
+                    if self.h2 && self.head_bytes >= H2_PREFACE.len() {
+                        self.phase.store(PHASE_H2, Ordering::Release);
+                    }
                 }
                 return Poll::Ready(Ok(()));
             }
@@ -140,24 +176,33 @@ impl EdgeStream {
     }
 
     /// The deadline of `phase` passed with the client silent: close, with a `408` if part of a
-    /// head arrived.
+    /// head (or a body) arrived.
     fn expire(&mut self, phase: u8, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if phase == PHASE_IDLE || self.head_bytes == 0 {
+        if phase == PHASE_BODY {
+            METRICS.client_body_timeouts.inc();
+            return self.answer_408(cx, "client_body_timeout: request body not received in time");
+        }
+        if phase == PHASE_IDLE || self.head_bytes == 0 || self.h2 {
             // Nothing of a request arrived: close quietly (end of stream), as nginx does.
             METRICS.client_idle_closed.inc();
             return Poll::Ready(Ok(()));
         }
         METRICS.client_header_timeouts.inc();
-        // Best effort, never waiting: the connection is closed right after.
+        self.answer_408(
+            cx,
+            "client_header_timeout: request head not received in time",
+        )
+    }
+
+    /// Write the `408` (best effort, never waiting: the connection is closed right after) and
+    /// fail the read.
+    fn answer_408(&mut self, cx: &mut Context<'_>, why: &'static str) -> Poll<io::Result<()>> {
         let inner = Pin::new(&mut self.inner);
         if let Poll::Ready(Ok(n)) = inner.poll_write(cx, TIMEOUT_RESPONSE) {
             if n == TIMEOUT_RESPONSE.len() {
                 let _ = Pin::new(&mut self.inner).poll_flush(cx);
             }
         }
-        Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "client_header_timeout: request head not received in time",
-        )))
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)))
     }
 }

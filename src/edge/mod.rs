@@ -14,9 +14,11 @@
 //! | file | owns |
 //! |---|---|
 //! | [`cap`] | [`EdgeApp`]: the connection cap and the wrapping of each accepted stream |
+//! | [`tls_accept`] | [`TlsPort`]: the TLS handshake, inside the cap and under `client_header_timeout` |
 //! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
-//! | [`deadline`] | the head / request / idle phases and their deadlines; the hooks that move them |
-//! | `coalesce` | holding response writes back to send them together |
+//! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
+//! | `peek` | the h2c preface peek, under the head deadline |
+//! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
 //! | `passthrough` | the Pingora stream traits, forwarded to the wrapped stream |
 
 use std::time::Duration;
@@ -25,19 +27,27 @@ pub mod cap;
 mod coalesce;
 pub mod deadline;
 mod passthrough;
+mod peek;
 mod stream;
+pub mod tls_accept;
 
 pub use cap::EdgeApp;
-pub use deadline::{head_received, response_done};
+pub use deadline::{body_done, head_received, response_done};
 pub use stream::EdgeStream;
+pub use tls_accept::TlsPort;
 
 /// Client connection settings, from `[server]`.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
-    /// Whole request head, from accept or the first byte after a response.
+    /// Whole request head, from accept or the first byte after a response; on HTTP/2 (and for
+    /// the h2c preface peek) the connection preface.
     pub client_header_timeout: Duration,
     /// Idle time between a response and the next request's first byte.
     pub keepalive_timeout: Duration,
+    /// Whole HTTP/1 request body, from its head.
+    pub client_body_timeout: Duration,
+    /// Longest a response write may wait for the client to take bytes (nginx `send_timeout`).
+    pub send_timeout: Duration,
     /// Concurrent client connections.
     pub max_connections: u32,
 }

@@ -1,5 +1,5 @@
 //! The Pingora stream traits of [`EdgeStream`], each forwarded to the wrapped stream (only
-//! `shutdown` sends what is held first).
+//! `shutdown` sends what is held first, and `try_peek` is `edge::peek`'s).
 
 use std::io;
 use std::sync::Arc;
@@ -80,7 +80,9 @@ impl GetSocketDigest for EdgeStream {
 
 #[async_trait]
 impl Peek for EdgeStream {
+    /// Under the head deadline, and done at the first byte that is not the h2 preface's (see
+    /// `edge::peek`).
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
-        self.inner.try_peek(buf).await
+        self.peek_preface(buf).await
     }
 }

@@ -33,6 +33,13 @@ pub struct EdgeStream {
     pub(super) pending: Vec<u8>,
     /// Bytes received in the current head phase (a timeout with none is a quiet close).
     pub(super) head_bytes: usize,
+    /// HTTP/2 (by ALPN, or the h2c preface seen by the peek): past the preface, the
+    /// connection's life is Pingora's h2 idle timeout, not a phase of ours.
+    pub(super) h2: bool,
+    /// Bytes read by the h2c peek, handed out again by the next reads.
+    pub(super) peeked: Vec<u8>,
+    /// Set while a write waits for the client; fires at `send_timeout`.
+    pub(super) send_timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl std::fmt::Debug for EdgeStream {
@@ -46,6 +53,7 @@ impl std::fmt::Debug for EdgeStream {
 impl EdgeStream {
     /// Wrap a freshly accepted stream: the head phase (and its deadline) starts now.
     pub fn new(inner: Stream, limits: ConnLimits) -> Self {
+        let h2 = inner.selected_alpn_proto() == Some(pingora::protocols::ALPN::H2);
         EdgeStream {
             inner,
             limits,
@@ -56,6 +64,9 @@ impl EdgeStream {
             timer: None,
             pending: Vec::new(),
             head_bytes: 0,
+            h2,
+            peeked: Vec::new(),
+            send_timer: None,
         }
     }
 }
@@ -70,9 +81,16 @@ impl AsyncRead for EdgeStream {
         // About to wait for the client: send what is held (see `send_pending`). A full socket
         // is not an error here; the next write or flush waits for it.
         if !this.pending.is_empty() {
-            if let Poll::Ready(Err(e)) = this.send_pending(cx) {
+            let sent = this.send_pending(cx);
+            if let Poll::Ready(Err(e)) = this.within_send_timeout(cx, sent) {
                 return Poll::Ready(Err(e));
             }
+        }
+        if !this.peeked.is_empty() {
+            let n = this.peeked.len().min(buf.remaining());
+            buf.put_slice(&this.peeked[..n]);
+            this.peeked.drain(..n);
+            return Poll::Ready(Ok(()));
         }
         this.poll_read_in_phase(cx, buf)
     }
@@ -84,23 +102,27 @@ impl AsyncWrite for EdgeStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_write_coalesced(cx, buf)
+        let this = &mut *self;
+        let written = this.poll_write_coalesced(cx, buf);
+        this.within_send_timeout(cx, written)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        match this.send_pending(cx) {
+        let flushed = match this.send_pending(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
             other => other,
-        }
+        };
+        this.within_send_timeout(cx, flushed)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        match this.send_pending(cx) {
+        let closed = match this.send_pending(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
             other => other,
-        }
+        };
+        this.within_send_timeout(cx, closed)
     }
 }
 

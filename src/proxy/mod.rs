@@ -195,6 +195,19 @@ impl ProxyHttp for SlideGate {
         Ok(())
     }
 
+    async fn request_body_filter(
+        &self,
+        session: &mut Session,
+        _body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if end_of_stream {
+            crate::edge::body_done(session);
+        }
+        Ok(())
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
         ctx.rules = Some(rules.clone());

@@ -229,3 +229,14 @@ pub fn server_config(issued: &Issued) -> rustls::ServerConfig {
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config
 }
+
+/// Proxy options serving a leaf of `ca` (for `localhost` and `127.0.0.1`) on the TLS listener,
+/// with more `[server]` lines.
+pub fn tls_options(ca: &TestCa, server_lines: &str) -> super::proxy::ProxyOptions {
+    let leaf = ca.issue("proxy", &["localhost", "127.0.0.1"]);
+    super::proxy::ProxyOptions {
+        tls: Some((leaf.cert, leaf.key)),
+        server_extra: server_lines.to_string(),
+        ..super::proxy::ProxyOptions::default()
+    }
+}

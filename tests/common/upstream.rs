@@ -40,6 +40,9 @@ pub const GATED_HEADER: &str = "x-upstream-gated";
 /// Request header asking for a body without `Content-Length` (`hello world`, in two pieces).
 pub const CHUNKED_HEADER: &str = "x-upstream-chunked";
 
+/// Request header asking for a body of this many bytes (at most 64 MiB), all `x`.
+pub const SIZE_HEADER: &str = "x-upstream-size";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -280,6 +283,13 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         response
             .header("content-length", "2")
             .body(BodyExt::boxed(StreamBody::new(pieces)))
+    } else if let Some(size) = req
+        .headers()
+        .get(SIZE_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    {
+        let body = Bytes::from(vec![b'x'; size.min(64 << 20)]);
+        response.body(Full::new(body).boxed())
     } else if req.headers().contains_key(CHUNKED_HEADER) {
         let pieces = futures::stream::iter([&b"hello "[..], &b"world"[..]])
             .map(|p| Ok::<_, Infallible>(Frame::data(Bytes::from_static(p))));

@@ -88,6 +88,8 @@ impl Validator<'_> {
             admin_token: raw.admin_token.map(Spanned::into_inner),
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
+            client_body_timeout: raw.client_body_timeout.0,
+            send_timeout: raw.send_timeout.0,
             max_connections,
             tls,
             h2c: raw.h2c,
