@@ -108,21 +108,11 @@ impl AsyncWrite for EdgeStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        let flushed = match this.send_pending(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
-            other => other,
-        };
-        this.within_send_timeout(cx, flushed)
+        self.after_pending(cx, |inner, cx| inner.poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        let closed = match this.send_pending(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
-            other => other,
-        };
-        this.within_send_timeout(cx, closed)
+        self.after_pending(cx, |inner, cx| inner.poll_shutdown(cx))
     }
 }
 
@@ -132,3 +122,19 @@ const _: fn() = || {
     fn is_io<T: pingora::protocols::IO + Any>() {}
     is_io::<EdgeStream>();
 };
+
+impl EdgeStream {
+    /// Send what coalescing holds, then `then` on the inner stream (flush, shutdown), all under
+    /// the send deadline.
+    fn after_pending(
+        &mut self,
+        cx: &mut Context<'_>,
+        then: impl FnOnce(Pin<&mut Stream>, &mut Context<'_>) -> Poll<io::Result<()>>,
+    ) -> Poll<io::Result<()>> {
+        let done = match self.send_pending(cx) {
+            Poll::Ready(Ok(())) => then(Pin::new(&mut self.inner), cx),
+            other => other,
+        };
+        self.within_send_timeout(cx, done)
+    }
+}

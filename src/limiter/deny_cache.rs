@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use super::{Limit, Store, StoreError, Verdict, WindowView};
+use super::{Checked, Limit, Store, StoreError, Verdict, WindowView};
 
 /// Upper bound on cached buckets; past it new denials are simply not cached (correct, only
 /// slower), so a flood of distinct clients cannot grow memory without bound.
@@ -144,12 +144,7 @@ impl Store for DenyCache {
             .await
     }
 
-    async fn check_in(
-        &self,
-        route: &str,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<Verdict, StoreError> {
+    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
         self.cached(bucket, limits, |s| s.check_in(route, bucket, limits))
             .await
     }

@@ -236,6 +236,9 @@ impl StoreError {
     }
 }
 
+/// What a decision comes to: the verdict, or why the store could not give one.
+pub type Checked = Result<Verdict, StoreError>;
+
 /// A limit store. `check` must be atomic per bucket: concurrent calls for the same bucket,
 /// from any number of tasks (or, for shared stores, processes), never admit more than
 /// `requests` in any window.
@@ -251,12 +254,7 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::check`] for a bucket of `route` (the route's name), so that a store can keep
     /// routes apart without parsing the bucket text (the memory store gives each route its own
     /// room). By default the route is ignored.
-    async fn check_in(
-        &self,
-        route: &str,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<Verdict, StoreError> {
+    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
         let _ = route;
         self.check(bucket, limits).await
     }

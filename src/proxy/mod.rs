@@ -10,25 +10,19 @@ use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
-use prometheus::Histogram;
 
 use crate::access_log::{AccessLog, Record};
-use crate::config::OnError;
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::keys::bucket_key;
-use crate::limiter::{Store, StoreError, Verdict};
-use crate::metrics::{InFlight, StoreErrorMetrics, METRICS, NO_ROUTE_DURATION};
+use crate::limiter::Store;
+use crate::metrics::{InFlight, METRICS, NO_ROUTE_DURATION};
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
 
 /// The proxy: current rules (hot-swappable) and the limit store.
 pub struct SlideGate {
     rules: Arc<ArcSwap<Rules>>,
-    store: Arc<dyn Store>,
-    /// This proxy's own log for `on_error = "local"` (present with a shared store).
-    local: Option<Arc<dyn Store>>,
-    limiter_duration: Histogram,
-    store_errors: StoreErrorMetrics,
+    limiter: Limiter,
     access_log: Option<AccessLog>,
 }
 
@@ -36,22 +30,16 @@ impl SlideGate {
     /// A proxy over `rules` (shared with the reloader) deciding with `store`. The store owns
     /// the decision deadline (see [`Store`]): no second timer runs here.
     pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
-        let limiter_duration = METRICS
-            .limiter_duration
-            .with_label_values(&[store.backend()]);
         SlideGate {
             rules,
-            store,
-            local: None,
-            limiter_duration,
-            store_errors: StoreErrorMetrics::default(),
+            limiter: Limiter::new(store),
             access_log: None,
         }
     }
 
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
     pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.local = local;
+        self.limiter.local = local;
         self
     }
 
@@ -59,24 +47,6 @@ impl SlideGate {
     pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
         self.access_log = log;
         self
-    }
-
-    /// Decide with the store, timing and counting the outcome.
-    async fn decide(&self, bucket: &str, route: &Route) -> Result<Verdict, StoreError> {
-        let started = Instant::now();
-        let result = self
-            .store
-            .check_in(&route.spec.name, bucket, &route.spec.limits)
-            .await;
-        self.limiter_duration
-            .observe(started.elapsed().as_secs_f64());
-        if let Err(e) = &result {
-            self.store_errors.count(e);
-            // Per request at debug level only: an outage would otherwise write a log line
-            // per request; the store logs its state changes and the metrics count errors.
-            log::debug!("route {}: limiter error: {e}", route.spec.name);
-        }
-        result
     }
 
     /// Find out what [`outcome`] needs, in order: the request form, the route, and for a
@@ -110,22 +80,8 @@ impl SlideGate {
             rules.client_ip.key_address(client),
         );
         let policy = Policy::of(route);
-        let result = self.decide(&ctx.key, route).await;
-        match (&self.local, result) {
-            // The shared store cannot decide: this proxy's own log does, for the same limits.
-            (Some(local), Err(_)) if policy.on_error == OnError::Local => Checked::Decided {
-                policy,
-                result: local
-                    .check_in(&route.spec.name, &ctx.key, &route.spec.limits)
-                    .await,
-                by: DecidedBy::Local,
-            },
-            (_, result) => Checked::Decided {
-                policy,
-                result,
-                by: DecidedBy::Store,
-            },
-        }
+        let (result, by) = self.limiter.decide(&ctx.key, route, policy).await;
+        Checked::Decided { policy, result, by }
     }
 
     /// Count an outcome and keep what the later hooks need of it.
@@ -162,13 +118,15 @@ fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
 }
 
 mod ctx;
+mod limiter;
 mod outcome;
 mod respond;
 #[cfg(test)]
 mod tests;
 
 pub use ctx::{RequestCtx, Timing};
-use outcome::{outcome, Checked, DecidedBy, Outcome, Policy};
+use limiter::Limiter;
+use outcome::{outcome, Checked, Outcome, Policy};
 use respond::{close_delimit_for_http10, insert_ratelimit_fields};
 
 #[async_trait]

@@ -162,7 +162,7 @@ async fn h1_allow_then_deny_writes_a_429() {
 /// `request_filter` is [`SlideGate`]'s): the status, headers and body the client receives.
 async fn h2_exchange(gate: &SlideGate, url: &str) -> (http::response::Parts, Vec<u8>) {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    let gate = SlideGate::new(gate.rules.clone(), gate.store.clone());
+    let gate = SlideGate::new(gate.rules.clone(), gate.limiter.store().clone());
     let proxy = Arc::new(HttpProxy::new(gate, Arc::new(ServerConf::default())));
     let server = tokio::spawn(serve_one_h2(proxy, server_io));
 

@@ -57,7 +57,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 
-use super::{Limit, LimitView, Store, StoreError, Verdict, WindowView};
+use super::{Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
 use room::{shard_of, Room};
 use shard::Bucket;
 
@@ -268,12 +268,7 @@ impl Store for MemoryStore {
         self.check_now(bucket, limits)
     }
 
-    async fn check_in(
-        &self,
-        route: &str,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<Verdict, StoreError> {
+    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
         Ok(self.check_now_in(route, bucket, limits))
     }
 
