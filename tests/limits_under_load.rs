@@ -133,7 +133,7 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    let store = redis.store_toml();
     let proxy = start(&config(&store, &upstream, ""));
     exact_under_bursts(&[&proxy], "one proxy");
 }
@@ -143,7 +143,7 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    let store = redis.store_toml();
     let toml = config(&store, &upstream, "");
     let (a, b) = (start(&toml), start(&toml));
     exact_under_bursts(&[&a, &b], "two proxies");
@@ -166,7 +166,7 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    let store = redis.store_toml();
     let proxy = start(&config(&store, &upstream, "deny"));
     let addr = proxy.addr();
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -219,10 +219,7 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let store = format!(
-        "backend = \"redis\"\nurl = \"{}\"\ntimeout = \"50ms\"",
-        redis.url()
-    );
+    let store = format!("{}\ntimeout = \"50ms\"", redis.store_toml());
     let toml = config(&store, &upstream, "local");
     let proxies = [start(&toml), start(&toml)];
     let runtime = tokio::runtime::Builder::new_current_thread()

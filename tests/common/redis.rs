@@ -172,6 +172,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The `[store]` lines of a slidegate using this server.
+    pub fn store_toml(&self) -> String {
+        format!("backend = \"redis\"\nurl = \"{}\"", self.url())
+    }
+
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
