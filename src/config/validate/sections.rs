@@ -101,11 +101,12 @@ impl Validator<'_> {
     /// `server.admin_hosts`: host names as a `Host` header carries them, without a port.
     fn admin_hosts(&self, raw: &[Spanned<String>]) -> Result<Vec<HostMatch>, ConfigError> {
         raw.iter()
-            .map(|h| match HostMatch::parse(h.get_ref()) {
+            .enumerate()
+            .map(|(i, h)| match HostMatch::parse(h.get_ref()) {
                 Some(m) => Ok(m),
                 None => self.err(
                     Some(h.span()),
-                    "server.admin_hosts",
+                    format!("server.admin_hosts[{i}]"),
                     format!(
                         "{:?} is not a host name such as \"admin.example.com\" (no port)",
                         h.get_ref()
