@@ -346,12 +346,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             config.server.admin_listen
         );
     }
-    server.add_service(admin_service(
-        &config.server.admin_listen.to_string(),
-        store.clone(),
-        rules.clone(),
-        config.server.admin_token.clone(),
-    ));
+    server.add_service(admin_service(&config.server, store.clone(), rules.clone()));
     if let Some(reopen) = reopen {
         server.add_service(background_service("access log reopen", reopen));
     }

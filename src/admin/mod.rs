@@ -5,10 +5,13 @@
 //! With `[server] admin_token` set, the inspector (API and page) requires
 //! `Authorization: Bearer <token>` (or HTTP Basic with the token as password, so a browser can
 //! log in by itself); `/metrics`, `/healthz` and `/readyz` stay open for scrapers and probes.
+//! Before the token, [`guard`] refuses foreign `Host`s and cross-site writes.
 
 pub mod api;
+pub mod guard;
 pub mod page;
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -20,6 +23,7 @@ use pingora::protocols::http::ServerSession;
 use pingora::services::listening::Service;
 use pingora_prometheus::PrometheusHttpApp;
 
+use crate::config::{HostMatch, ServerSettings};
 use crate::limiter::Store;
 use crate::routes::Rules;
 
@@ -28,6 +32,10 @@ pub struct AdminApp {
     store: Arc<dyn Store>,
     rules: Arc<ArcSwap<Rules>>,
     token: Option<String>,
+    /// `[server] admin_listen`: its address is one the inspector answers to.
+    listen: SocketAddr,
+    /// `[server] admin_hosts`.
+    hosts: Vec<HostMatch>,
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Vec<u8>> {
@@ -46,6 +54,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl AdminApp {
+    /// The guard's verdict on this request ([`guard::check`]).
+    fn guarded(&self, session: &ServerSession) -> Result<(), guard::Refusal> {
+        let local = session
+            .server_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let own: Vec<IpAddr> = std::iter::once(self.listen.ip()).chain(local).collect();
+        let req = session.req_header();
+        let allowed = guard::Allowed {
+            names: &self.hosts,
+            own: &own,
+        };
+        guard::check(&req.method, req.uri.path(), &req.headers, allowed)
+    }
+
     /// Is this request allowed into the inspector?
     fn authorized(&self, session: &ServerSession) -> bool {
         let Some(token) = &self.token else {
@@ -102,6 +125,10 @@ fn unauthorized() -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if let Err(refusal) = self.guarded(session) {
+            let title = refusal.status().canonical_reason().unwrap_or("Refused");
+            return api::problem(refusal.status(), title, &refusal.to_string());
+        }
         let path = session.req_header().uri.path().to_string();
         match path.as_str() {
             // pingora-prometheus gathers the default registry our metrics are registered in.
@@ -134,22 +161,23 @@ impl ServeHttp for AdminApp {
     }
 }
 
-/// The admin service, listening on `addr`. `token` is `[server] admin_token`.
+/// The admin service on `[server] admin_listen`, with its `admin_token` and `admin_hosts`.
 pub fn admin_service(
-    addr: &str,
+    server: &ServerSettings,
     store: Arc<dyn Store>,
     rules: Arc<ArcSwap<Rules>>,
-    token: Option<String>,
 ) -> Service<HttpServer<AdminApp>> {
     let mut service = Service::new(
         "slidegate admin".to_string(),
         HttpServer::new_app(AdminApp {
             store,
             rules,
-            token,
+            token: server.admin_token.clone(),
+            listen: server.admin_listen,
+            hosts: server.admin_hosts.clone(),
         }),
     );
-    service.add_tcp(addr);
+    service.add_tcp(&server.admin_listen.to_string());
     service.threads = Some(1);
     service
 }

@@ -140,6 +140,9 @@ pub struct ServerSettings {
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
     pub admin_token: Option<String>,
+    /// Host names, beyond the listener's own address and loopback names, that the inspector
+    /// answers to (and that may be a write's `Origin`); see [`crate::admin::guard`].
+    pub admin_hosts: Vec<HostMatch>,
     /// The TLS listener (HTTP/2 and HTTP/1.1 by ALPN), if any.
     pub tls: Option<TlsListenerSettings>,
     /// Accept HTTP/2 with prior knowledge (h2c) on the plain listener.

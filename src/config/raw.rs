@@ -51,6 +51,8 @@ pub(super) struct RawServer {
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
     pub admin_token: Option<Spanned<String>>,
+    #[serde(default)]
+    pub admin_hosts: Vec<Spanned<String>>,
     #[serde(default = "default_client_header_timeout")]
     pub client_header_timeout: ClientTimeout,
     #[serde(default = "default_keepalive_timeout")]

@@ -34,7 +34,11 @@ function status(text, isError = false) {
 }
 
 async function api(method, path) {
-  const resp = await fetch(path, { method, headers: { Accept: "application/json" } });
+  // Writes say they are JSON: the admin port refuses form content types (CSRF), and a
+  // cross-site page cannot send this type without a CORS preflight, which nothing answers.
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["Content-Type"] = "application/json";
+  const resp = await fetch(path, { method, headers });
   const body = await resp.json().catch(() => null);
   if (!resp.ok) {
     const detail = body && body.detail ? body.detail : resp.statusText;

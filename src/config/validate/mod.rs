@@ -316,4 +316,26 @@ upstream = "app"
             );
         }
     }
+
+    #[test]
+    fn admin_hosts_are_host_names_without_a_port() {
+        let head = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n";
+        let ok = format!("{head}admin_hosts = [\"Admin.Example.com.\", \"*.ops.example\"]\n");
+        let config = Config::from_toml(Path::new("t.toml"), &ok).expect("valid admin_hosts");
+        let hosts = &config.server.admin_hosts;
+        assert!(hosts[0].matches("admin.example.com") && hosts[1].matches("a.ops.example"));
+        for bad in [
+            "admin.example.com:8443",
+            "",
+            "a b",
+            "http://admin.example.com",
+        ] {
+            let text = format!("{head}admin_hosts = [\"ok.example\", \"{bad}\"]\n");
+            let err = Config::from_toml(Path::new("t.toml"), &text).unwrap_err();
+            assert!(
+                err.to_string().contains("server.admin_hosts[1]"),
+                "{bad}: {err}"
+            );
+        }
+    }
 }

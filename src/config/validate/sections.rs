@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawUpstream};
 use super::super::{
-    AccessTarget, Backend, ConfigError, HostPort, LogSettings, RedisUrl, ServerSettings,
+    AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl, ServerSettings,
     StoreSettings, TlsListenerSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use super::{Span, Validator};
@@ -69,6 +69,7 @@ impl Validator<'_> {
                 );
             }
         }
+        let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
         let tls = self.tls_listener(&raw, listen, admin)?;
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
@@ -86,6 +87,7 @@ impl Validator<'_> {
                 .upgrade_sock
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
             admin_token: raw.admin_token.map(Spanned::into_inner),
+            admin_hosts,
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
             client_body_timeout: raw.client_body_timeout.0,
@@ -94,6 +96,24 @@ impl Validator<'_> {
             tls,
             h2c: raw.h2c,
         })
+    }
+
+    /// `server.admin_hosts`: host names as a `Host` header carries them, without a port.
+    fn admin_hosts(&self, raw: &[Spanned<String>]) -> Result<Vec<HostMatch>, ConfigError> {
+        raw.iter()
+            .enumerate()
+            .map(|(i, h)| match HostMatch::parse(h.get_ref()) {
+                Some(m) => Ok(m),
+                None => self.err(
+                    Some(h.span()),
+                    format!("server.admin_hosts[{i}]"),
+                    format!(
+                        "{:?} is not a host name such as \"admin.example.com\" (no port)",
+                        h.get_ref()
+                    ),
+                ),
+            })
+            .collect()
     }
 
     /// `server.tls_listen` and its certificate: all three keys or none. The files are read
