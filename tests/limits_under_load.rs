@@ -210,7 +210,8 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
     assert_eq!(store_errors(&proxy), 0);
 }
 
-/// Redis frozen (SIGSTOP) under traffic, two proxies with `on_error = "local"`: each proxy
+/// Redis frozen (SIGSTOP) under traffic over HTTP/1.1 and h2c, two proxies with
+/// `on_error = "local"`: each proxy
 /// decides with its own log, so the outage admits between the limit and twice the limit; every
 /// answer comes within the store timeout (+10 ms); after SIGCONT the shared log decides again,
 /// exactly, without a restart.
@@ -241,12 +242,34 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
     let mut statuses = Vec::new();
     let mut slowest = Duration::ZERO;
     // 4 × LIMIT requests over about 2 s, alternating proxies.
+    // Every proxy gets HTTP/1.1 and h2c requests (the decision must not depend on the protocol).
+    let _in_runtime = runtime.enter();
+    let h2c = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .unwrap();
     for i in 0..4 * LIMIT as usize {
         let addr = proxies[i % 2].addr();
         let started = std::time::Instant::now();
-        let reply = runtime.block_on(send(addr, "GET", "/", &[("X-K", &key)]));
+        let status = if (i / 2) % 2 == 0 {
+            runtime
+                .block_on(send(addr, "GET", "/", &[("X-K", &key)]))
+                .status
+        } else {
+            let reply = runtime
+                .block_on(
+                    h2c.get(format!("http://{addr}/"))
+                        .header("X-K", &key)
+                        .send(),
+                )
+                .expect("h2c request");
+            assert_eq!(reply.version(), reqwest::Version::HTTP_2);
+            reply.status().as_u16()
+        };
         slowest = slowest.max(started.elapsed());
-        statuses.push(reply.status);
+        statuses.push(status);
         std::thread::sleep(Duration::from_millis(50));
     }
     redis.thaw();
