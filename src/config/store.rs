@@ -1,0 +1,95 @@
+//! `[store]`: which store holds the limit state, how to reach it, and what a route does when
+//! it cannot decide. Fixed for the life of the process (a change needs a restart).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limiter::redis::{RedisNodes, RedisTarget};
+/// What to do with a request when the store cannot decide in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Fail open: forward the request (counted as `error_allowed`).
+    Allow,
+    /// Fail closed: answer 503 with `Retry-After: 1` (counted as `error_denied`).
+    Deny,
+    /// Decide with this proxy's own in-process log for the same limits while the shared store
+    /// cannot (counted as `local_allowed` / `local_denied`): an outage admits at most
+    /// (proxies × limit) per window. The default with a shared store.
+    Local,
+}
+
+/// A Redis URL as written, with the connection info parsed from it once, at validation.
+#[derive(Debug, Clone)]
+pub struct RedisUrl {
+    /// The URL as written (compared across reloads; never logged: it may hold a password).
+    pub text: String,
+    /// What the store connects with.
+    pub info: Box<redis::ConnectionInfo>,
+}
+
+impl PartialEq for RedisUrl {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Serialize for RedisUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(s)
+    }
+}
+
+/// Which store holds the limit state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Backend {
+    /// In-process store: exact within one process, not shared.
+    Memory,
+    /// One Redis server (or a primary behind a proxy).
+    Redis {
+        /// `redis://`, `rediss://`, with optional `user:password@` and `/db`.
+        url: RedisUrl,
+    },
+    /// A Redis Cluster, reached through one or more seed nodes.
+    RedisCluster {
+        /// Seed node URLs.
+        urls: Vec<RedisUrl>,
+    },
+}
+
+/// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into
+/// every [`super::RouteSpec::on_error`].)
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoreSettings {
+    /// The backend and its address(es).
+    pub backend: Backend,
+    /// Key namespace in Redis.
+    pub prefix: String,
+    /// Deadline of one limiter decision; the store owns it (see [`crate::limiter::Store`]).
+    pub timeout: Duration,
+    /// Answer locally while a bucket is known to be full (shared stores only; exact).
+    pub local_deny_cache: bool,
+    /// Memory backend: bound of the store's own accounting of keys and entries, in bytes.
+    pub max_memory: u64,
+    /// How long a cached denial is trusted before the shared store is asked again.
+    pub deny_cache_max_age: Duration,
+}
+
+impl StoreSettings {
+    /// What the Redis store needs to connect, or `None` for the memory backend.
+    pub fn redis_target(&self) -> Option<RedisTarget> {
+        let nodes = match &self.backend {
+            Backend::Memory => return None,
+            Backend::Redis { url } => RedisNodes::Single(url.info.clone()),
+            Backend::RedisCluster { urls } => {
+                RedisNodes::Cluster(urls.iter().map(|u| (*u.info).clone()).collect())
+            }
+        };
+        Some(RedisTarget {
+            nodes,
+            prefix: self.prefix.clone(),
+            timeout: self.timeout,
+        })
+    }
+}
