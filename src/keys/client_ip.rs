@@ -49,6 +49,20 @@ fn ip_bits(ip: IpAddr) -> u8 {
     }
 }
 
+/// `net` as the proxy compares it: a network inside `::ffff:0:0/96` (IPv4-mapped addresses)
+/// is that IPv4 network. Peers and `X-Forwarded-For` entries are compared as IPv4 when they
+/// are mapped (see [`ClientIpResolver::is_trusted`]), so a mapped entry written as IPv6 would
+/// otherwise match nothing.
+pub fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => IpNet::new(IpAddr::V4(v4), v6.prefix_len() - 96).unwrap_or(net),
+            None => net,
+        },
+        _ => net,
+    }
+}
+
 /// Resolves the client address of a request.
 #[derive(Debug, Clone, Default)]
 pub struct ClientIpResolver {
@@ -136,6 +150,22 @@ fn parse_hop_text(hop: &[u8]) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv4_mapped_network_is_its_ipv4_network() {
+        let canon = |s: &str| canonical_net(s.parse().unwrap()).to_string();
+        assert_eq!(canon("::ffff:10.0.0.0/104"), "10.0.0.0/8");
+        assert_eq!(canon("::ffff:192.0.2.7/128"), "192.0.2.7/32");
+        assert_eq!(canon("::ffff:0:0/96"), "0.0.0.0/0");
+        // Not inside ::ffff:0:0/96: left alone.
+        assert_eq!(canon("2001:db8::/32"), "2001:db8::/32");
+        assert_eq!(canon("::/0"), "::/0");
+        assert_eq!(canon("10.0.0.0/8"), "10.0.0.0/8");
+        let trusted =
+            ClientIpResolver::new(vec![canonical_net("::ffff:10.0.0.0/104".parse().unwrap())]);
+        assert!(trusted.is_trusted("10.1.2.3".parse().unwrap()));
+        assert!(trusted.is_trusted("::ffff:10.1.2.3".parse().unwrap()));
+    }
 
     fn headers(xff: &[&str]) -> HeaderMap {
         let mut h = HeaderMap::new();

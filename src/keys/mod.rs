@@ -14,7 +14,7 @@ use std::str::FromStr;
 use http::{HeaderMap, HeaderName};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-pub use client_ip::{ClientIpResolver, KeyPrefixes};
+pub use client_ip::{canonical_net, ClientIpResolver, KeyPrefixes};
 pub use ip_text::{push_ip, IpText};
 
 mod client_ip;

@@ -129,7 +129,9 @@ impl Validator<'_> {
             routing: RoutingSpec {
                 client_ip: ClientIpSettings {
                     key_prefixes: self.key_prefixes(&raw.client_ip)?,
-                    trusted_proxies: raw.client_ip.trusted_proxies,
+                    trusted_proxies: (raw.client_ip.trusted_proxies.into_iter())
+                        .map(crate::keys::canonical_net)
+                        .collect(),
                 },
                 upstreams,
                 routes,
@@ -315,6 +317,19 @@ upstream = "app"
                 "{bad}: {err}"
             );
         }
+    }
+
+    /// Dual-stack listeners see IPv4 peers as `::ffff:a.b.c.d` and compare them as IPv4, so
+    /// an entry written in that form is stored as its IPv4 network (it would match nothing).
+    #[test]
+    fn ipv4_mapped_trusted_proxies_are_stored_as_ipv4() {
+        let text = "[server]\nlisten = \"[::]:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+                    [client_ip]\ntrusted_proxies = [\"::ffff:10.0.0.0/104\", \"2001:db8::/32\"]\n";
+        let config = Config::from_toml(Path::new("t.toml"), text).expect("valid");
+        let nets: Vec<String> = (config.routing.client_ip.trusted_proxies.iter())
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(nets, ["10.0.0.0/8", "2001:db8::/32"]);
     }
 
     #[test]
