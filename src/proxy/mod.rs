@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::access_log::{AccessLog, Record};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
@@ -219,6 +219,25 @@ impl ProxyHttp for SlideGate {
         peer.options.write_timeout = Some(t.write);
         peer.options.idle_timeout = Some(t.idle);
         Ok(peer)
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        _ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let code = respond::failure_status(e);
+        if code > 0 {
+            if let Err(write) = session.respond_error(code).await {
+                log::debug!("error response {code} not delivered: {write}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // The request may be half read: the connection is not reused (Pingora's default).
+            can_reuse_downstream: false,
+        }
     }
 
     fn fail_to_connect(

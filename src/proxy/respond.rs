@@ -33,6 +33,24 @@ fn fixed(status: StatusCode, detail: &str) -> Bytes {
     Problem::new(status, detail).to_json().into()
 }
 
+/// The status of a request Pingora could not proxy: nginx's answers, which apps and alerts
+/// already know. An upstream that timed out (connect, read or write) is `504`, any other
+/// upstream failure `502`; a client that stopped sending in time `408`; a client whose
+/// connection is gone gets nothing (`0`); the rest as Pingora decides (`400` for a bad
+/// request, `500` for our own failures).
+pub(super) fn failure_status(e: &pingora::Error) -> u16 {
+    use pingora::{ErrorSource, ErrorType::*};
+    match (e.esource(), e.etype()) {
+        (_, HTTPStatus(code)) => *code,
+        (ErrorSource::Upstream, ConnectTimedout | ReadTimedout | WriteTimedout) => 504,
+        (ErrorSource::Upstream, _) => 502,
+        (ErrorSource::Downstream, WriteError | ReadError | ConnectionClosed) => 0,
+        (ErrorSource::Downstream, ReadTimedout) => 408,
+        (ErrorSource::Downstream, _) => 400,
+        (ErrorSource::Internal | ErrorSource::Unset, _) => 500,
+    }
+}
+
 /// Write the response of an outcome slidegate answers itself (400, 404, 429, 503), the one
 /// place that knows which those are; `route` is the matched route, which a `429` needs for its
 /// fields. Returns whether a response was written, which is what `request_filter` returns.
@@ -121,4 +139,31 @@ async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes)
         .write_response_header(Box::new(header), false)
         .await?;
     session.write_response_body(Some(body), true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_status;
+    use pingora::{Error, ErrorSource, ErrorType};
+
+    #[test]
+    fn failures_get_the_status_nginx_gives() {
+        let status = |source, etype| {
+            let mut e = Error::new(etype);
+            e.set_esource(source);
+            failure_status(&e)
+        };
+        use ErrorSource::*;
+        use ErrorType::*;
+        assert_eq!(status(Upstream, ReadTimedout), 504);
+        assert_eq!(status(Upstream, ConnectTimedout), 504);
+        assert_eq!(status(Upstream, WriteTimedout), 504);
+        assert_eq!(status(Upstream, ConnectRefused), 502);
+        assert_eq!(status(Upstream, InvalidHTTPHeader), 502);
+        assert_eq!(status(Downstream, ReadTimedout), 408);
+        assert_eq!(status(Downstream, ConnectionClosed), 0);
+        assert_eq!(status(Downstream, InvalidHTTPHeader), 400);
+        assert_eq!(status(Internal, ReadTimedout), 500);
+        assert_eq!(status(Upstream, HTTPStatus(503)), 503);
+    }
 }

@@ -1,0 +1,163 @@
+//! HTTP/2 streams that hold a connection without finishing (issue 18 row 2, the "per stream"
+//! part), through the real binary over h2c:
+//! - a header block left open (HEADERS without END_HEADERS, no CONTINUATION): no stream exists
+//!   until the block completes, so nothing is in flight and the connection's idle deadline
+//!   (`keepalive_timeout`, Pingora's `h2_idle_timeout`) closes it;
+//! - a request body that stops: Pingora 0.9 has no HTTP/2 read timeout, so what bounds it is the
+//!   upstream's `read_timeout` (504), and the stream's flow-control window bounds its memory.
+//!
+//! Frames are written by hand where a client library cannot send them (an unfinished header
+//! block); the stalled body uses the `h2` client.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
+use common::upstream::{Upstream, DELAY_HEADER};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const SETTINGS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
+const END_STREAM: u8 = 0x1;
+
+/// One HTTP/2 frame: 9-byte header (RFC 9113 §4.1), then `payload`.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
+/// The frame types in `bytes` (what the server sent), in order; a trailing partial frame is
+/// ignored.
+fn frame_types(bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= 9 {
+        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+        types.push(rest[3]);
+        rest = &rest[(9 + len).min(rest.len())..];
+    }
+    types
+}
+
+fn start(server_extra: &str, config: String) -> Proxy {
+    let opts = ProxyOptions {
+        server_extra: server_extra.into(),
+        ..ProxyOptions::default()
+    };
+    Proxy::start_with(&config, opts)
+}
+
+/// A header block that never completes holds no stream, so the connection is idle: it is
+/// closed `keepalive_timeout` after the block started (as nginx closes it at
+/// `client_header_timeout`), and the gauge returns to 0.
+#[test]
+fn an_unfinished_h2_header_block_is_closed_at_the_idle_deadline() {
+    let up = Upstream::start();
+    let proxy = start(
+        "h2c = true\nclient_header_timeout = \"500ms\"\nkeepalive_timeout = \"1s\"",
+        ConfigBuilder::unlimited(up.addr()),
+    );
+    let mut s = TcpStream::connect(proxy.addr()).expect("connect");
+    // :method GET, :scheme http, :path / (static table 2, 6, 4), then END_STREAM but no
+    // END_HEADERS: the server must wait for a CONTINUATION that never comes.
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    hello.extend(frame(HEADERS, END_STREAM, 1, &[0x82, 0x86, 0x84]));
+    s.write_all(&hello).unwrap();
+    let sent = Instant::now();
+
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed_after = loop {
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "an unfinished header block kept the connection open for 5 s"
+        );
+        match s.read(&mut buf) {
+            Ok(0) => break sent.elapsed(),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break sent.elapsed(),
+        }
+    };
+    assert!(
+        closed_after >= Duration::from_millis(900),
+        "closed before keepalive_timeout: {closed_after:?}"
+    );
+    assert!(
+        closed_after < Duration::from_millis(2500),
+        "closed late: {closed_after:?}"
+    );
+    let types = frame_types(&got);
+    assert_eq!(types.first(), Some(&SETTINGS), "server frames: {types:?}");
+    assert_eq!(up.hits(), 0, "an unfinished request reached the upstream");
+    println!(
+        "unfinished h2 header block: closed after {closed_after:?} (keepalive_timeout 1 s); \
+         server frames {types:?}; GOAWAY sent: {}",
+        types.contains(&GOAWAY)
+    );
+}
+
+/// A request body that stops after one byte, to an app that waits for it: the upstream's
+/// `read_timeout` answers 504 on that stream, and the connection stays usable for the next
+/// request (no HTTP/2 body deadline of our own exists; see the module doc).
+#[tokio::test]
+async fn a_stalled_h2_body_is_bounded_by_the_upstream_read_timeout() {
+    let up = Upstream::start();
+    let config = ConfigBuilder::new()
+        .upstream_with("app", up.addr(), "read_timeout = \"1s\"")
+        .route("all", "")
+        .build();
+    let proxy = start("h2c = true\nclient_body_timeout = \"500ms\"", config);
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+    let driver = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+
+    let request = http::Request::post(format!("http://{}/upload", proxy.addr()))
+        .header(DELAY_HEADER, "5000")
+        .body(())
+        .unwrap();
+    let started = Instant::now();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(bytes::Bytes::from_static(b"x"), false)
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("no answer within 10 s to a stalled h2 body")
+        .expect("h2 response");
+    let took = started.elapsed();
+    assert_eq!(response.status(), 504, "after {took:?}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    // The connection still serves.
+    let mut client = client.ready().await.unwrap();
+    let next = http::Request::get(format!("http://{}/next", proxy.addr()))
+        .body(())
+        .unwrap();
+    let (next, _) = client.send_request(next, true).unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("next request timed out")
+        .unwrap();
+    assert_eq!(next.status(), 200);
+    drop(client);
+    driver.abort();
+    println!(
+        "stalled h2 body (1 byte, then nothing): {} after {took:?} (upstream read_timeout 1 s); \
+         same connection then 200",
+        response.status()
+    );
+}
