@@ -214,8 +214,14 @@ pub fn match_path(req: &RequestHeader) -> &str {
 }
 
 /// Make the upstream request say what was matched: an absolute-form target is sent in
-/// origin-form with its authority as `Host` (nginx does the same).
-pub fn forward(form: &RequestForm, upstream: &mut RequestHeader) -> pingora::Result<()> {
+/// origin-form with its authority as `Host` (nginx does the same). A request that named no host
+/// at all (HTTP/1.0 allows that; HTTP/1.1 upstreams must get one, RFC 9112 §3.2) goes with
+/// `Host: <upstream name>`, as nginx sends its `$proxy_host`, when that name is a valid host.
+pub fn forward(
+    form: &RequestForm,
+    upstream: &mut RequestHeader,
+    upstream_name: &str,
+) -> pingora::Result<()> {
     if let Some(authority) = &form.absolute_authority {
         let pq = upstream
             .uri
@@ -230,6 +236,11 @@ pub fn forward(form: &RequestForm, upstream: &mut RequestHeader) -> pingora::Res
         upstream.set_raw_path(pq.as_bytes())?;
         upstream.insert_header(HOST, authority.as_str())?;
     }
+    let named = upstream.headers.contains_key(HOST) || upstream.uri.authority().is_some();
+    if !named && host_name(upstream_name.as_bytes()).is_some_and(|h| h.len() == upstream_name.len())
+    {
+        upstream.insert_header(HOST, upstream_name)?;
+    }
     Ok(())
 }
 
@@ -243,6 +254,21 @@ mod tests {
             r.append_header(k.to_string(), *v).unwrap();
         }
         r
+    }
+
+    #[test]
+    fn a_request_without_a_host_goes_upstream_with_the_upstream_name() {
+        let form = RequestForm::default();
+        let mut bare = req("GET", "/", &[]);
+        forward(&form, &mut bare, "app").unwrap();
+        assert_eq!(bare.headers.get(HOST).unwrap(), "app");
+        let mut named = req("GET", "/", &[("host", "example.com")]);
+        forward(&form, &mut named, "app").unwrap();
+        assert_eq!(named.headers.get(HOST).unwrap(), "example.com");
+        // A table name that is no host name is not sent as one.
+        let mut bare = req("GET", "/", &[]);
+        forward(&form, &mut bare, "my app").unwrap();
+        assert!(bare.headers.get(HOST).is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{exchange, read_response, ConfigBuilder, Proxy, ProxyOptions};
 use common::tls::{tls_options, Protocol, TestCa};
-use common::upstream::{Upstream, DELAY_HEADER, SIZE_HEADER};
+use common::upstream::{Upstream, DELAY_HEADER, DISCARD_HEADER, SIZE_HEADER};
 
 fn start(up: &Upstream, server_extra: &str) -> Proxy {
     let opts = ProxyOptions {
@@ -121,16 +121,45 @@ fn a_trickled_body_is_cut_at_client_body_timeout() {
     );
     assert_eq!(status, 200, "{text}");
 
-    let mut s = TcpStream::connect(addr).expect("connect");
     let head = format!(
         "POST /slow HTTP/1.1\r\nHost: x\r\n{DELAY_HEADER}: 10000\r\nContent-Length: 100\r\n\r\n"
     );
+    let (text, closed) = trickle(addr, &head);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+    assert!(
+        closed >= Duration::from_millis(900),
+        "cut early: {closed:?}"
+    );
+    assert!(closed < Duration::from_secs(3), "cut late: {closed:?}");
+    assert_eq!(proxy.counter("slidegate_client_body_timeouts_total"), 1);
+    println!("trickled body (1 byte / 100 ms): 408 and closed after {closed:?}");
+
+    // An app that answers before reading the body: its answer is the only response; the
+    // deadline then closes the connection without a second (408) one.
+    let (text, closed) = trickle(
+        addr,
+        &format!(
+            "POST /early HTTP/1.1\r\nHost: x\r\n{DISCARD_HEADER}: 1\r\nContent-Length: 100\r\n\r\n"
+        ),
+    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text:?}");
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(3)).contains(&closed),
+        "{closed:?}"
+    );
+    println!("answered before its body: one 200, then closed after {closed:?}");
+}
+
+/// Send `head`, then one body byte every 100 ms until the proxy closes (at most 5 s): what
+/// came back and when the close came.
+fn trickle(addr: std::net::SocketAddr, head: &str) -> (String, Duration) {
+    let mut s = TcpStream::connect(addr).expect("connect");
     s.write_all(head.as_bytes()).unwrap();
     s.set_nonblocking(true).unwrap();
     let started = Instant::now();
     let mut got = Vec::new();
     let mut closed = None;
-    // Bounded: 1 byte every 100 ms for at most 5 s.
     while closed.is_none() && started.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(100));
         let _ = s.write_all(b"a");
@@ -143,15 +172,7 @@ fn a_trickled_body_is_cut_at_client_body_timeout() {
         }
     }
     let closed = closed.expect("a trickled body still accepted after 5 s");
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
-    assert!(
-        closed >= Duration::from_millis(900),
-        "cut early: {closed:?}"
-    );
-    assert!(closed < Duration::from_secs(3), "cut late: {closed:?}");
-    assert_eq!(proxy.counter("slidegate_client_body_timeouts_total"), 1);
-    println!("trickled body (1 byte / 100 ms): 408 and closed after {closed:?}");
+    (String::from_utf8_lossy(&got).into_owned(), closed)
 }
 
 /// A client that never reads its 32 MB response is cut at `send_timeout`; one that reads gets

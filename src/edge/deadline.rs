@@ -3,7 +3,7 @@
 //! | phase | starts | deadline | on expiry |
 //! |---|---|---|---|
 //! | head | accept, or the first byte after a response | `client_header_timeout` | `408` and close if part of a head arrived, else close |
-//! | body | the head of a request with a body is parsed (`early_request_filter`), timed from its first read | `client_body_timeout` on the whole body | `408` and close |
+//! | body | the head of a request with a body is parsed (`early_request_filter`), timed from its first read | `client_body_timeout` on the whole body | `408` and close (only close if a response already went out) |
 //! | request | the body is done (`request_body_filter`), or the head without a body | none of ours | |
 //! | idle | the response is done (`logging`) | `keepalive_timeout` | close |
 //! | h2 | the HTTP/2 connection preface arrived (in the head phase) | none of ours: Pingora's `h2_idle_timeout` (set to `keepalive_timeout`) closes a connection with no stream open | close |
@@ -153,6 +153,7 @@ impl EdgeStream {
                     self.phase.store(PHASE_HEAD, Ordering::Release);
                     self.head_started = tokio::time::Instant::now();
                     self.head_bytes = 0;
+                    self.answered = false;
                     self.armed = None;
                 }
                 if phase == PHASE_HEAD {
@@ -180,6 +181,11 @@ impl EdgeStream {
     fn expire(&mut self, phase: u8, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if phase == PHASE_BODY {
             METRICS.client_body_timeouts.inc();
+            if self.answered {
+                // The upstream answered before reading the whole body (and the answer went
+                // out): a 408 now would be a second response. Close, as nginx does.
+                return Poll::Ready(Ok(()));
+            }
             return self.answer_408(cx, "client_body_timeout: request body not received in time");
         }
         if phase == PHASE_IDLE || self.head_bytes == 0 || self.h2 {

@@ -40,6 +40,9 @@ pub struct EdgeStream {
     pub(super) peeked: Vec<u8>,
     /// Set while a write waits for the client; fires at `send_timeout`.
     pub(super) send_timer: Option<Pin<Box<Sleep>>>,
+    /// Response bytes were written since the current request's head began: a deadline that
+    /// expires now must not write a `408` after (or into) that response.
+    pub(super) answered: bool,
 }
 
 impl std::fmt::Debug for EdgeStream {
@@ -67,6 +70,7 @@ impl EdgeStream {
             h2,
             peeked: Vec::new(),
             send_timer: None,
+            answered: false,
         }
     }
 }
@@ -103,6 +107,7 @@ impl AsyncWrite for EdgeStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
+        this.answered |= !buf.is_empty();
         let written = this.poll_write_coalesced(cx, buf);
         this.within_send_timeout(cx, written)
     }

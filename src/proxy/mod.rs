@@ -269,7 +269,10 @@ impl ProxyHttp for SlideGate {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        request_form::forward(&ctx.form, upstream_request)?;
+        let upstream_name = (ctx.route().zip(ctx.rules.as_ref())).map_or("", |(route, rules)| {
+            &rules.upstreams[route.spec.upstream].name
+        });
+        request_form::forward(&ctx.form, upstream_request, upstream_name)?;
         if let (Some(peer), Some(rules)) = (peer_ip(session), ctx.rules.as_ref()) {
             let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
             let scheme = if tls { Scheme::Https } else { Scheme::Http };

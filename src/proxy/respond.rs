@@ -148,11 +148,7 @@ mod tests {
 
     #[test]
     fn failures_get_the_status_nginx_gives() {
-        let status = |source, etype| {
-            let mut e = Error::new(etype);
-            e.set_esource(source);
-            failure_status(&e)
-        };
+        let status = |source, etype| failure_status(&Error::create(etype, source, None, None));
         use ErrorSource::*;
         use ErrorType::*;
         assert_eq!(status(Upstream, ReadTimedout), 504);

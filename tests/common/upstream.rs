@@ -43,6 +43,10 @@ pub const CHUNKED_HEADER: &str = "x-upstream-chunked";
 /// Request header asking for a body of this many bytes (at most 64 MiB), all `x`.
 pub const SIZE_HEADER: &str = "x-upstream-size";
 
+/// Request header asking the upstream to answer at once and then read (and discard) the
+/// request body in the background, keeping the connection, as nginx's `return` does.
+pub const DISCARD_HEADER: &str = "x-upstream-discard-body";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -228,6 +232,11 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    if req.headers().contains_key(DISCARD_HEADER) {
+        let mut body = req.into_body();
+        tokio::spawn(async move { while let Some(Ok(_)) = body.frame().await {} });
+        return Ok(Response::new(full(UPSTREAM_BODY.as_bytes())));
     }
     if req.headers().contains_key(http::header::UPGRADE) {
         // Accept any upgrade and echo what arrives on the tunnel.
