@@ -229,11 +229,13 @@ pub enum Decision {
     LocalAllowed,
     /// The shared store failed; this proxy's local log denied the request (429).
     LocalDenied,
+    /// The client is in the route's `exempt` networks: forwarded, the store not asked.
+    Exempt,
 }
 
 impl Decision {
     /// Every decision, in the order of their metric handles.
-    pub const ALL: [Decision; 7] = [
+    pub const ALL: [Decision; 8] = [
         Decision::Allowed,
         Decision::Denied,
         Decision::ShadowDenied,
@@ -241,6 +243,7 @@ impl Decision {
         Decision::ErrorDenied,
         Decision::LocalAllowed,
         Decision::LocalDenied,
+        Decision::Exempt,
     ];
 
     /// The label value.
@@ -253,6 +256,7 @@ impl Decision {
             Decision::ErrorDenied => "error_denied",
             Decision::LocalAllowed => "local_allowed",
             Decision::LocalDenied => "local_denied",
+            Decision::Exempt => "exempt",
         }
     }
 }

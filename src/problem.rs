@@ -55,9 +55,14 @@ impl<'a> Problem<'a> {
     }
 }
 
-/// The body of a 429: the quota-exceeded type, naming the violated policies (`names` are the
+/// The body of a denial (429, or the route's `deny_status`): the quota-exceeded type, naming the violated policies (`names` are the
 /// route's policy names, in limit order).
-pub fn quota_exceeded(route: &str, names: &[String], verdict: &Verdict) -> Vec<u8> {
+pub fn quota_exceeded(
+    route: &str,
+    names: &[String],
+    verdict: &Verdict,
+    status: StatusCode,
+) -> Vec<u8> {
     let detail = format!(
         "rate limit exceeded on route {route}; retry after {} s",
         retry_after_secs(verdict)
@@ -65,7 +70,7 @@ pub fn quota_exceeded(route: &str, names: &[String], verdict: &Verdict) -> Vec<u
     Problem {
         kind: QUOTA_EXCEEDED_TYPE,
         title: "Too Many Requests",
-        status: 429,
+        status: status.as_u16(),
         detail: &detail,
         violated_policies: Some(verdict.violated().map(|i| names[i].as_str()).collect()),
     }
@@ -80,8 +85,13 @@ mod tests {
     fn quota_exceeded_names_the_violated_policies() {
         let names = ["login-1s".to_string(), "login-60s".to_string()];
         let v = crate::limiter::fixtures::denied_by_the_first_of_two();
-        let body: serde_json::Value =
-            serde_json::from_slice(&quota_exceeded("login", &names, &v)).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&quota_exceeded(
+            "login",
+            &names,
+            &v,
+            StatusCode::TOO_MANY_REQUESTS,
+        ))
+        .unwrap();
         assert_eq!(body["violated-policies"], serde_json::json!(["login-1s"]));
         assert_eq!(
             body["detail"],

@@ -30,10 +30,19 @@ pub struct Route {
     pub metrics: RouteMetrics,
     /// WARN lines when this route's limiter changes state.
     pub state_log: StateLog,
+    /// The custom deny body (`deny_body_file`), read when the rules were built.
+    pub deny_body: Option<bytes::Bytes>,
 }
 
+/// Largest `deny_body_file`: a denial is cheap to send, and a flood of them must stay so.
+pub const MAX_DENY_BODY: u64 = 64 * 1024;
+
 impl Route {
-    fn new(spec: &RouteSpec) -> Route {
+    fn new(spec: &RouteSpec) -> Result<Route, RulesError> {
+        let deny_body = match &spec.deny.body {
+            None => None,
+            Some(body) => Some(read_deny_body(&spec.name, &body.file)?),
+        };
         let policy_names: Vec<String> = spec
             .limits
             .iter()
@@ -42,13 +51,14 @@ impl Route {
         let policy_header = (!spec.limits.is_empty())
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
-        Route {
+        Ok(Route {
             spec: spec.clone(),
             policy_names,
             policy_header,
             metrics: RouteMetrics::new(&spec.name),
             state_log: StateLog::default(),
-        }
+            deny_body,
+        })
     }
 
     /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
@@ -118,6 +128,33 @@ pub enum RulesError {
     /// An upstream's `ca_file` that cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsFileError),
+    /// A route's `deny_body_file` that cannot be read, or is too large.
+    #[error("routes.{route}.deny_body_file: {file}: {reason}")]
+    DenyBody {
+        /// The route's name.
+        route: String,
+        /// The file, as configured.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Read a route's `deny_body_file`, at most [`MAX_DENY_BODY`] bytes.
+fn read_deny_body(route: &str, file: &std::path::Path) -> Result<bytes::Bytes, RulesError> {
+    let failed = |reason: String| RulesError::DenyBody {
+        route: route.into(),
+        file: file.display().to_string(),
+        reason,
+    };
+    let len = std::fs::metadata(file)
+        .map_err(|e| failed(e.to_string()))?
+        .len();
+    if len > MAX_DENY_BODY {
+        return Err(failed(format!("{len} bytes; at most {MAX_DENY_BODY}")));
+    }
+    let bytes = std::fs::read(file).map_err(|e| failed(e.to_string()))?;
+    Ok(bytes.into())
 }
 
 impl Rules {
@@ -164,7 +201,11 @@ impl Rules {
             });
         }
         Ok(Rules {
-            routes: config.routes.iter().map(Route::new).collect(),
+            routes: config
+                .routes
+                .iter()
+                .map(Route::new)
+                .collect::<Result<_, _>>()?,
             upstreams,
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())
                 .with_prefixes(config.client_ip.key_prefixes),

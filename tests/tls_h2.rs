@@ -9,58 +9,11 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fetch::{fetch, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
 use common::ratelimit::parse_ratelimit;
 use common::tls::{presented_leaf, server_config, tls_options, Protocol, TestCa};
 use common::upstream::{Upstream, DELAY_HEADER, UPSTREAM_BODY};
-
-fn url(proxy: &Proxy, protocol: Protocol, path: &str) -> String {
-    if protocol.tls() {
-        format!("https://localhost:{}{path}", proxy.tls_addr().port())
-    } else {
-        format!("http://{}{path}", proxy.addr())
-    }
-}
-
-/// What a client sees of one answer, minus what legitimately differs between protocols.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    status: u16,
-    policy: Option<String>,
-    ratelimit: Option<String>,
-    retry_after: Option<String>,
-    content_type: Option<String>,
-    body: String,
-}
-
-async fn fetch(client: &reqwest::Client, url: &str, who: &str, want: reqwest::Version) -> Seen {
-    let resp = client
-        .get(url)
-        .header("x-client", who)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e:?}"));
-    assert_eq!(resp.version(), want, "{url}");
-    let h = |n: &str| {
-        resp.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_string())
-    };
-    let (policy, ratelimit, retry_after, content_type) = (
-        h("ratelimit-policy"),
-        h("ratelimit"),
-        h("retry-after"),
-        h("content-type"),
-    );
-    Seen {
-        status: resp.status().as_u16(),
-        policy,
-        ratelimit,
-        retry_after,
-        content_type,
-        body: resp.text().await.expect("body"),
-    }
-}
 
 /// Each protocol gets its own bucket (keyed by a header) of 3 per minute: all four see exactly
 /// the same sequence of statuses, `RateLimit-Policy` / `RateLimit` fields, `Retry-After` and

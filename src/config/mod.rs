@@ -215,6 +215,39 @@ pub struct RouteSpec {
     pub on_error: OnError,
     /// Limits, all decided together.
     pub limits: Vec<Limit>,
+    /// Client networks that skip the limits (IPv4-mapped entries stored as IPv4).
+    pub exempt: Vec<IpNet>,
+    /// What a denied request gets.
+    pub deny: DenyAnswer,
+}
+
+/// What a request the limits deny gets (`deny_status`, `deny_body_file`, `deny_content_type`).
+/// `Retry-After` and the RateLimit fields are sent whatever the status and body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenyAnswer {
+    /// 429 unless configured (400–599, as nginx's `limit_req_status`).
+    pub status: http::StatusCode,
+    /// A body of the operator's instead of the problem document; read when the rules are
+    /// built (at start and on every reload).
+    pub body: Option<DenyBody>,
+}
+
+/// A custom deny body: where it is read from and its `Content-Type`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenyBody {
+    /// The file, as configured.
+    pub file: PathBuf,
+    /// Its media type (`deny_content_type`, default `text/plain; charset=utf-8`).
+    pub content_type: http::HeaderValue,
+}
+
+impl Default for DenyAnswer {
+    fn default() -> Self {
+        DenyAnswer {
+            status: http::StatusCode::TOO_MANY_REQUESTS,
+            body: None,
+        }
+    }
 }
 
 /// Everything a reload swaps in at once: routes, upstreams, client address resolution.

@@ -119,6 +119,8 @@ pub(super) struct RawStore {
     pub max_memory: ByteSize,
     #[serde(default = "default_deny_cache_max_age")]
     pub deny_cache_max_age: DenyCacheMaxAge,
+    /// The routes' default status for a denial (429).
+    pub deny_status: Option<Spanned<u16>>,
 }
 
 impl Default for RawStore {
@@ -133,6 +135,7 @@ impl Default for RawStore {
             local_deny_cache: true,
             max_memory: default_max_memory(),
             deny_cache_max_age: default_deny_cache_max_age(),
+            deny_status: None,
         }
     }
 }
@@ -239,6 +242,12 @@ pub(super) struct RawRoute {
     pub on_error: Option<Spanned<OnError>>,
     #[serde(default)]
     pub limits: Vec<RawLimit>,
+    /// Client networks that skip the limits.
+    #[serde(default)]
+    pub exempt: Vec<IpNet>,
+    pub deny_status: Option<Spanned<u16>>,
+    pub deny_body_file: Option<Spanned<PathBuf>>,
+    pub deny_content_type: Option<Spanned<String>>,
 }
 
 fn default_path_prefix() -> Spanned<String> {

@@ -69,6 +69,9 @@ impl SlideGate {
         if route.spec.limits.is_empty() {
             return Checked::Unlimited;
         }
+        if route.spec.exempt.iter().any(|net| net.contains(&client)) {
+            return Checked::Exempt;
+        }
         if route.spec.key.repeats_header(&req.headers) {
             return Checked::BadForm(BadRequest::RepeatedKeyHeader);
         }

@@ -41,6 +41,8 @@ pub(super) enum Checked {
     NoRoute,
     /// The route has no limits: the store is not asked.
     Unlimited,
+    /// The client is in the route's `exempt` networks: the store is not asked.
+    Exempt,
     /// The store's answer for a limited route.
     Decided {
         /// The route's shadow and `on_error`.
@@ -71,6 +73,8 @@ pub(super) enum Outcome<'a> {
     NoRoute,
     /// Forwarded: the route has no limits.
     Unlimited,
+    /// Forwarded without rate-limit fields: an exempt client.
+    Exempt,
     /// Forwarded: the store failed and the route fails open (or is a shadow route).
     ErrorAllowed,
     /// `503` with `Retry-After: 1`: the store failed and the route fails closed.
@@ -96,6 +100,7 @@ pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
         Checked::BadForm(why) => return Outcome::BadRequest(*why),
         Checked::NoRoute => return Outcome::NoRoute,
         Checked::Unlimited => return Outcome::Unlimited,
+        Checked::Exempt => return Outcome::Exempt,
         Checked::Decided { policy, result, by } => (policy, result, by),
     };
     match (result, by) {
@@ -121,6 +126,7 @@ impl Outcome<'_> {
                 Decision::Allowed
             }
             Outcome::Shadow { denied: true } => Decision::ShadowDenied,
+            Outcome::Exempt => Decision::Exempt,
             Outcome::ErrorAllowed => Decision::ErrorAllowed,
             Outcome::ErrorDenied => Decision::ErrorDenied,
             Outcome::Denied(_) => Decision::Denied,
@@ -132,7 +138,9 @@ impl Outcome<'_> {
     /// The state of the route's limiter this outcome shows, for the route's state log.
     pub fn limiter_state(&self) -> Option<LimiterState> {
         Some(match self {
-            Outcome::BadRequest(_) | Outcome::NoRoute | Outcome::Unlimited => return None,
+            Outcome::BadRequest(_) | Outcome::NoRoute | Outcome::Unlimited | Outcome::Exempt => {
+                return None
+            }
             Outcome::ErrorAllowed => LimiterState::FailOpen,
             Outcome::ErrorDenied => LimiterState::FailClosed,
             Outcome::LocalAllowed(_) | Outcome::LocalDenied(_) => LimiterState::Local,
@@ -188,6 +196,14 @@ mod tests {
         let out = outcome(&Checked::BadForm(BadRequest::MissingHost));
         assert_eq!(out, Outcome::BadRequest(BadRequest::MissingHost));
         assert_eq!(out.decision(), None);
+    }
+
+    #[test]
+    fn an_exempt_client_is_forwarded_and_counted_as_exempt() {
+        let out = outcome(&Checked::Exempt);
+        assert_eq!(out, Outcome::Exempt);
+        assert_eq!(out.decision(), Some(Decision::Exempt));
+        assert_eq!(out.limiter_state(), None);
     }
 
     #[test]

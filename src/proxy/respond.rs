@@ -81,6 +81,7 @@ pub(super) async fn write_early(
             too_many_requests(route, verdict)?
         }
         Outcome::Unlimited
+        | Outcome::Exempt
         | Outcome::ErrorAllowed
         | Outcome::Shadow { .. }
         | Outcome::Allowed(_)
@@ -90,14 +91,21 @@ pub(super) async fn write_early(
     Ok(true)
 }
 
-/// The head and body of a 429 for `verdict` on `route`.
+/// The head and body of a denial for `verdict` on `route`: the route's `deny_status` (429
+/// unless configured) and its `deny_body_file`, else the problem document; `Retry-After` and
+/// the RateLimit fields either way.
 fn too_many_requests(route: &Route, verdict: &Verdict) -> Result<(ResponseHeader, Bytes)> {
-    let mut header = ResponseHeader::build(429, Some(6))?;
+    let deny = &route.spec.deny;
+    let mut header = ResponseHeader::build(deny.status, Some(6))?;
     if let Some(r) = ratelimit_value(route, verdict) {
         insert_ratelimit_fields(&mut header, route, r)?;
     }
     header.insert_header(RETRY_AFTER, retry_after_secs(verdict))?;
-    let body = problem::quota_exceeded(&route.spec.name, &route.policy_names, verdict);
+    if let (Some(body), Some(kind)) = (&route.deny_body, &deny.body) {
+        header.insert_header(http::header::CONTENT_TYPE, kind.content_type.clone())?;
+        return Ok((header, body.clone()));
+    }
+    let body = problem::quota_exceeded(&route.spec.name, &route.policy_names, verdict, deny.status);
     Ok((header, body.into()))
 }
 
@@ -133,7 +141,10 @@ pub(super) fn insert_ratelimit_fields(
 
 /// Write a complete small problem+json response from the proxy itself.
 async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes) -> Result<()> {
-    header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
+    // A custom deny body brings its own type; everything else is a problem document.
+    if !header.headers.contains_key(http::header::CONTENT_TYPE) {
+        header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
+    }
     header.insert_header("Content-Length", body.len())?;
     session
         .write_response_header(Box::new(header), false)

@@ -19,6 +19,7 @@ use super::{
 use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
+mod policy;
 mod sections;
 
 /// 1-based line of a byte offset.
@@ -81,14 +82,22 @@ impl Validator<'_> {
 
     /// `[store].on_error`, the routes' default: `local` with a shared store, `allow` with the
     /// memory store (already local).
-    fn default_on_error(&self, store: &RawStore) -> Result<DefaultOnError, ConfigError> {
+    fn route_defaults(&self, store: &RawStore) -> Result<RouteDefaults, ConfigError> {
         let shared = !matches!(store.backend.get_ref(), RawBackend::Memory);
         let value = match &store.on_error {
             Some(v) => self.on_error(v, shared, "store.on_error".into())?,
             None if shared => OnError::Local,
             None => OnError::Allow,
         };
-        Ok(DefaultOnError { value, shared })
+        let deny_status = match &store.deny_status {
+            Some(v) => self.deny_status(v, "store.deny_status".into())?,
+            None => http::StatusCode::TOO_MANY_REQUESTS,
+        };
+        Ok(RouteDefaults {
+            on_error: value,
+            shared,
+            deny_status,
+        })
     }
 
     /// One `on_error` value: `local` needs a shared store to fall back from.
@@ -112,14 +121,14 @@ impl Validator<'_> {
     /// The whole configuration.
     pub fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let server = self.server(raw.server)?;
-        let default_on_error = self.default_on_error(&raw.store)?;
+        let defaults = self.route_defaults(&raw.store)?;
         let store = self.store(raw.store)?;
         let upstreams = self.upstreams(raw.upstreams)?;
         let log = self.log(raw.log)?;
         let mut names = HashSet::new();
         let mut routes = Vec::with_capacity(raw.routes.len());
         for (i, r) in raw.routes.into_iter().enumerate() {
-            routes.push(self.route(i, r, &upstreams, default_on_error, &mut names)?);
+            routes.push(self.route(i, r, &upstreams, defaults, &mut names)?);
         }
         Ok(Config {
             source: self.path.to_path_buf(),
@@ -144,7 +153,7 @@ impl Validator<'_> {
         i: usize,
         r: RawRoute,
         upstreams: &[UpstreamSpec],
-        default_on_error: DefaultOnError,
+        defaults: RouteDefaults,
         names: &mut HashSet<String>,
     ) -> Result<RouteSpec, ConfigError> {
         let at = |k: &str| format!("routes[{i}].{k}");
@@ -239,6 +248,7 @@ impl Validator<'_> {
             }
             limits.push(limit);
         }
+        let deny = self.deny_answer(i, &r, defaults.deny_status)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             host,
@@ -249,19 +259,23 @@ impl Validator<'_> {
             key,
             shadow: r.shadow,
             on_error: match &r.on_error {
-                Some(v) => self.on_error(v, default_on_error.shared, at("on_error"))?,
-                None => default_on_error.value,
+                Some(v) => self.on_error(v, defaults.shared, at("on_error"))?,
+                None => defaults.on_error,
             },
             limits,
+            exempt: self.exempt(&r.exempt),
+            deny,
         })
     }
 }
 
-/// The routes' `on_error` default, and whether the store is shared (`local` is allowed).
+/// What routes inherit from `[store]`: `on_error` (and whether the store is shared, so that
+/// `local` is allowed) and `deny_status`.
 #[derive(Clone, Copy)]
-struct DefaultOnError {
-    value: OnError,
+struct RouteDefaults {
+    on_error: OnError,
     shared: bool,
+    deny_status: http::StatusCode,
 }
 
 #[cfg(test)]

@@ -1,0 +1,93 @@
+//! A route's policy keys beyond its limits: who is exempt, and what a denial answers.
+
+use std::path::PathBuf;
+
+use http::{HeaderValue, StatusCode};
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::super::raw::RawRoute;
+use super::super::{ConfigError, DenyAnswer, DenyBody};
+use super::Validator;
+
+/// Statuses a denial may use: nginx's `limit_req_status` range.
+const DENY_STATUSES: std::ops::RangeInclusive<u16> = 400..=599;
+
+impl Validator<'_> {
+    /// A `deny_status` value (`key` names it in errors).
+    pub(super) fn deny_status(
+        &self,
+        raw: &Spanned<u16>,
+        key: String,
+    ) -> Result<StatusCode, ConfigError> {
+        let code = *raw.get_ref();
+        match StatusCode::from_u16(code) {
+            Ok(status) if DENY_STATUSES.contains(&code) => Ok(status),
+            _ => self.err(
+                Some(raw.span()),
+                key,
+                "a status from 400 to 599 (429 by default; 503 as many nginx setups use)",
+            ),
+        }
+    }
+
+    /// The route's deny answer: its own `deny_status` or the store's default, and its body.
+    pub(super) fn deny_answer(
+        &self,
+        i: usize,
+        r: &RawRoute,
+        default_status: StatusCode,
+    ) -> Result<DenyAnswer, ConfigError> {
+        let status = match &r.deny_status {
+            Some(raw) => self.deny_status(raw, format!("routes[{i}].deny_status"))?,
+            None => default_status,
+        };
+        let body = match (&r.deny_body_file, &r.deny_content_type) {
+            (None, None) => None,
+            (None, Some(t)) => {
+                return self.err(
+                    Some(t.span()),
+                    format!("routes[{i}].deny_content_type"),
+                    "is the type of `deny_body_file`, which is not set",
+                )
+            }
+            (Some(file), kind) => Some(DenyBody {
+                file: self.body_file(i, file)?,
+                content_type: match kind {
+                    None => HeaderValue::from_static("text/plain; charset=utf-8"),
+                    Some(t) => match HeaderValue::from_str(t.get_ref()) {
+                        Ok(v) if t.get_ref().contains('/') => v,
+                        _ => {
+                            return self.err(
+                                Some(t.span()),
+                                format!("routes[{i}].deny_content_type"),
+                                "a media type such as \"text/html; charset=utf-8\"",
+                            )
+                        }
+                    },
+                },
+            }),
+        };
+        Ok(DenyAnswer { status, body })
+    }
+
+    fn body_file(&self, i: usize, file: &Spanned<PathBuf>) -> Result<PathBuf, ConfigError> {
+        if file.get_ref().as_os_str().is_empty() {
+            return self.err(
+                Some(file.span()),
+                format!("routes[{i}].deny_body_file"),
+                "an empty path",
+            );
+        }
+        // As every other path in the file: as written (relative to the working directory).
+        Ok(file.get_ref().clone())
+    }
+
+    /// The route's `exempt` networks, as the proxy compares them.
+    pub(super) fn exempt(&self, raw: &[IpNet]) -> Vec<IpNet> {
+        raw.iter()
+            .copied()
+            .map(crate::keys::canonical_net)
+            .collect()
+    }
+}

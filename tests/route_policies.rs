@@ -1,0 +1,236 @@
+//! Route policies beyond the limits (issue 21 items 2 and 5), through the real binary on the
+//! memory and Redis stores, each over HTTP/1.1, h2c, and HTTP/1.1 and HTTP/2 over TLS:
+//! - `exempt`: clients in those networks skip the limits, with no rate-limit fields, counted as
+//!   `decision="exempt"`; everyone else on the route is still limited;
+//! - `deny_status` (`[store]` default and per route) and `deny_body_file` /
+//!   `deny_content_type`: the denial's status and body change, `Retry-After` and the RateLimit
+//!   fields stay.
+//! And the config errors of those keys, with file, line and key.
+
+mod common;
+
+use std::path::Path;
+
+use common::fetch::{fetch_with, url};
+use common::proxy::{ConfigBuilder, Proxy};
+use common::redis::RedisServer;
+use common::tls::{tls_options, Protocol, TestCa};
+use common::upstream::{Upstream, UPSTREAM_BODY};
+use slidegate::config::{Config, ConfigError};
+
+const DENY_HTML: &str = "<h1>Slow down</h1>\n";
+
+/// A proxy on `store_lines` with three routes of 1 request per minute: `/open` keyed by client
+/// address with `10.0.0.0/8` exempt, `/custom` answering denials `403` with an HTML body,
+/// `/plain` with the store's `deny_status = 503` and the problem body.
+fn start(store_lines: &str, up: &Upstream, ca: &TestCa, dir: &Path) -> Proxy {
+    let body = dir.join("deny.html");
+    std::fs::write(&body, DENY_HTML).unwrap();
+    let one = r#"limits = [{ requests = 1, window = "1m" }]"#;
+    let config = ConfigBuilder::new()
+        .store(&format!("{store_lines}\ndeny_status = 503"))
+        .trusted_proxies(&["127.0.0.1/32"])
+        .upstream("app", up.addr())
+        .route(
+            "open",
+            &format!("path_prefix = \"/open\"\nexempt = [\"10.0.0.0/8\"]\n{one}"),
+        )
+        .route(
+            "custom",
+            &format!(
+                "path_prefix = \"/custom\"\nkey = \"header:X-Client\"\n{one}\n\
+                 deny_status = 403\ndeny_body_file = {body:?}\n\
+                 deny_content_type = \"text/html; charset=utf-8\""
+            ),
+        )
+        .route(
+            "plain",
+            &format!("path_prefix = \"/plain\"\nkey = \"header:X-Client\"\n{one}"),
+        )
+        .build();
+    Proxy::start_with(&config, tls_options(ca, "h2c = true"))
+}
+
+async fn exercise(proxy: &Proxy, ca: &TestCa) {
+    for (p, protocol) in Protocol::ALL.into_iter().enumerate() {
+        let client = protocol.client(&ca.ca_pem());
+        let get = |path: &'static str, headers: Vec<(&'static str, String)>| {
+            let (client, url) = (client.clone(), url(proxy, protocol, path));
+            async move {
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                fetch_with(&client, &url, &headers, protocol.version()).await
+            }
+        };
+        // Exempt: three in a row pass a 1-per-minute limit, with no rate-limit fields.
+        let inside = format!("10.{p}.2.3");
+        for _ in 0..3 {
+            let seen = get("/open", vec![("x-forwarded-for", inside.clone())]).await;
+            assert_eq!(seen.status, 200, "{protocol:?} exempt {seen:?}");
+            assert_eq!(seen.body, UPSTREAM_BODY);
+            assert!(
+                seen.policy.is_none() && seen.ratelimit.is_none(),
+                "{seen:?}"
+            );
+        }
+        // Outside the exempt networks: limited, denied with the store's 503.
+        let outside = format!("203.0.113.{p}");
+        let first = get("/open", vec![("x-forwarded-for", outside.clone())]).await;
+        assert_eq!(first.status, 200, "{protocol:?} {first:?}");
+        assert!(first.ratelimit.is_some(), "{first:?}");
+        let denied = get("/open", vec![("x-forwarded-for", outside)]).await;
+        assert_eq!(denied.status, 503, "{protocol:?} {denied:?}");
+
+        // The route's own status and body; Retry-After and RateLimit stay.
+        let who = format!("c-{protocol:?}");
+        assert_eq!(
+            get("/custom", vec![("x-client", who.clone())]).await.status,
+            200
+        );
+        let custom = get("/custom", vec![("x-client", who)]).await;
+        assert_eq!(custom.status, 403, "{protocol:?} {custom:?}");
+        assert_eq!(custom.body, DENY_HTML);
+        assert_eq!(
+            custom.content_type.as_deref(),
+            Some("text/html; charset=utf-8")
+        );
+        assert!(
+            custom.retry_after.is_some() && custom.ratelimit.is_some(),
+            "{custom:?}"
+        );
+
+        // The store's status with the problem body, which says the same status.
+        let who = format!("p-{protocol:?}");
+        assert_eq!(
+            get("/plain", vec![("x-client", who.clone())]).await.status,
+            200
+        );
+        let plain = get("/plain", vec![("x-client", who)]).await;
+        assert_eq!(plain.status, 503, "{protocol:?} {plain:?}");
+        assert_eq!(
+            plain.content_type.as_deref(),
+            Some("application/problem+json")
+        );
+        let problem: serde_json::Value = serde_json::from_str(&plain.body).unwrap();
+        assert_eq!(problem["status"], 503, "{problem}");
+        assert!(plain.retry_after.is_some(), "{plain:?}");
+    }
+    let n = Protocol::ALL.len() as u64;
+    assert_eq!(proxy.decisions("open", "exempt"), 3 * n);
+    assert_eq!(proxy.decisions("open", "denied"), n);
+    assert_eq!(proxy.decisions("custom", "denied"), n);
+    println!(
+        "exempt: {} forwarded past a 1/min limit, {} outside denied 503; custom 403 + HTML and \
+         store 503 + problem body over {n} protocols",
+        3 * n,
+        n
+    );
+}
+
+#[tokio::test]
+async fn exempt_clients_and_the_deny_answer_on_the_memory_store() {
+    let (up, ca, dir) = (
+        Upstream::start(),
+        TestCa::new("ca"),
+        tempfile::tempdir().unwrap(),
+    );
+    let proxy = start("backend = \"memory\"", &up, &ca, dir.path());
+    exercise(&proxy, &ca).await;
+}
+
+#[tokio::test]
+async fn exempt_clients_and_the_deny_answer_on_the_redis_store() {
+    let redis = RedisServer::start();
+    let (up, ca, dir) = (
+        Upstream::start(),
+        TestCa::new("ca"),
+        tempfile::tempdir().unwrap(),
+    );
+    let proxy = start(&redis.store_toml(), &up, &ca, dir.path());
+    exercise(&proxy, &ca).await;
+}
+
+/// Each bad value is refused with the file, its line and its key.
+#[test]
+fn bad_policy_keys_name_file_line_and_key() {
+    let base = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+                [upstreams.app]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"r\"\n\
+                upstream = \"app\"\n";
+    for (extra, key, line, message) in [
+        (
+            "deny_status = 200\n",
+            "routes[0].deny_status",
+            9,
+            "400 to 599",
+        ),
+        (
+            "deny_status = 600\n",
+            "routes[0].deny_status",
+            9,
+            "400 to 599",
+        ),
+        (
+            "deny_content_type = \"text/html\"\n",
+            "routes[0].deny_content_type",
+            9,
+            "deny_body_file",
+        ),
+        (
+            "deny_body_file = \"x.html\"\ndeny_content_type = \"html\"\n",
+            "routes[0].deny_content_type",
+            10,
+            "media type",
+        ),
+        ("exempt = [\"10.0.0.0/33\"]\n", "routes[0].exempt[0]", 9, ""),
+    ] {
+        let text = format!("{base}{extra}");
+        match Config::from_toml(Path::new("p.toml"), &text) {
+            Err(ConfigError::Invalid {
+                line: l,
+                key: k,
+                message: m,
+                ..
+            }) => {
+                assert_eq!((k.as_str(), l), (key, Some(line)), "{extra}: {m}");
+                assert!(m.contains(message), "{extra}: {m}");
+            }
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
+    let store = "[store]\ndeny_status = 99\n";
+    let base = base.replace("[upstreams", &format!("{store}[upstreams"));
+    match Config::from_toml(Path::new("p.toml"), &base) {
+        Err(ConfigError::Invalid { line, key, .. }) => {
+            assert_eq!((key.as_str(), line), ("store.deny_status", Some(5)));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A `deny_body_file` that cannot be read stops the start with the route, key and file.
+#[test]
+fn an_unreadable_deny_body_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.html");
+    let config = ConfigBuilder::new()
+        .upstream("app", "127.0.0.1:1")
+        .route("r", &format!("deny_body_file = {missing:?}"))
+        .build();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!("[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n{config}"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["-t", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("routes.r.deny_body_file") && stderr.contains("missing.html"),
+        "{stderr}"
+    );
+}
