@@ -5,6 +5,7 @@
 //! - `deny_status` (`[store]` default and per route) and `deny_body_file` /
 //!   `deny_content_type`: the denial's status and body change, `Retry-After` and the RateLimit
 //!   fields stay.
+//!
 //! And the config errors of those keys, with file, line and key.
 
 mod common;
