@@ -13,6 +13,7 @@
 //! former field by field, so a new process-level setting is covered without a hand-kept list.
 
 mod raw;
+mod secrets;
 mod store;
 mod validate;
 mod values;
@@ -29,7 +30,8 @@ use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
-pub use store::{Backend, OnError, RedisUrl, StoreSettings};
+pub use secrets::{fingerprint, redacted_url};
+pub use store::{Backend, OnError, RedisTls, RedisUrl, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.
@@ -100,10 +102,7 @@ pub struct ServerSettings {
 
 /// Secrets take part in the restart-only diff without their value being kept in it.
 fn redacted<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.hash(&mut h);
-    s.serialize_u64(h.finish())
+    s.serialize_u64(fingerprint(v))
 }
 
 /// `server.tls_listen` with its certificate. The address needs a restart to change; the

@@ -207,6 +207,7 @@ impl RedisServer {
             )),
             prefix: "sgtest".into(),
             timeout,
+            tls: None,
         }
     }
 
@@ -358,6 +359,7 @@ impl RedisCluster {
             nodes: RedisNodes::Cluster(seeds.collect::<Result<_, _>>().expect("valid urls")),
             prefix: "sgtest".into(),
             timeout,
+            tls: None,
         }
     }
 

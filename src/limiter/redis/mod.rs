@@ -75,6 +75,9 @@ pub struct RedisTarget {
     /// Deadline of one decision (and of one PING). The store owns it: it enforces it and counts
     /// its expiries towards failing fast.
     pub timeout: Duration,
+    /// A private CA and/or a client certificate for `rediss://` nodes (PEM, checked by the
+    /// config); `None`: the system roots, no client certificate.
+    pub tls: Option<redis::TlsCertificates>,
 }
 
 /// One Redis, or a Redis Cluster's seed nodes.
@@ -115,7 +118,7 @@ impl RedisStore {
     /// A store for `target`. Builds clients without connecting and needs no runtime. The first
     /// [`Store::maintain`] connects; until then `check` returns [`StoreError::Unavailable`].
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
-        let client = Target::new(&target.nodes, target.timeout)?;
+        let client = Target::new(&target.nodes, target.tls.as_ref(), target.timeout)?;
         let gate = Gate::new(client.label(), client.one_server());
         let lanes = lane::Lanes::new(client.lanes());
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
