@@ -48,6 +48,7 @@ use super::{Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
+mod acl;
 mod batch;
 mod call;
 mod conn;
@@ -58,6 +59,8 @@ mod lane;
 mod maintain;
 mod patience;
 mod reply;
+
+pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
 
 /// Source of the sliding-window script, compiled into the binary.
 pub const SCRIPT_SOURCE: &str = include_str!("../../../lua/sliding_window.lua");
@@ -108,6 +111,8 @@ struct Inner {
     gate: Gate,
     /// Serializes `maintain`, in case a caller runs it from two places.
     maintaining: tokio::sync::Mutex<()>,
+    /// Why the store is not ready, as last logged (each new reason is logged once).
+    reported: std::sync::Mutex<Option<String>>,
     /// Decisions waiting for the call in flight, per lane (see `batch.rs`).
     lanes: lane::Lanes,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
@@ -131,6 +136,7 @@ impl RedisStore {
                 conn: ArcSwapOption::empty(),
                 gate,
                 maintaining: tokio::sync::Mutex::new(()),
+                reported: std::sync::Mutex::new(None),
                 lanes,
                 io,
             }),
