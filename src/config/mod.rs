@@ -30,7 +30,7 @@ use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
-pub use secrets::{fingerprint, redacted_url};
+pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
@@ -90,7 +90,7 @@ pub struct ServerSettings {
     pub max_connections: u32,
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// Host names, beyond the listener's own address and loopback names, that the inspector
     /// answers to (and that may be a write's `Origin`); see [`crate::admin::guard`].
     pub admin_hosts: Vec<HostMatch>,
@@ -101,7 +101,7 @@ pub struct ServerSettings {
 }
 
 /// Secrets take part in the restart-only diff without their value being kept in it.
-fn redacted<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+fn redacted<S: serde::Serializer>(v: &Option<Secret>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(fingerprint(v))
 }
 

@@ -101,6 +101,29 @@ pub(super) fn read_secret_file(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
+/// A secret value of the model (`server.admin_token`): its `Debug` is `***`, and it has no
+/// `Display` or `Serialize`, so it reaches a log or a dump only through [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The value, for the one place that compares it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// One keyed hasher per process: fingerprints compare within the process (a reload's diff)
 /// but are no unkeyed hash of a short secret that could be brute-forced from a dump.
 static KEY: LazyLock<std::collections::hash_map::RandomState> = LazyLock::new(Default::default);

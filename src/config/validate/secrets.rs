@@ -10,13 +10,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use toml::Spanned;
 
 use super::super::raw::{RawServer, RawStore};
-use super::super::secrets::{read_secret_file, EnvPath};
+use super::super::secrets::{read_secret_file, EnvPath, Secret};
 use super::super::{Backend, ConfigError, RedisTls};
 use super::Validator;
 
 impl Validator<'_> {
     /// `server.admin_token` or `server.admin_token_file` (not both).
-    pub(super) fn admin_token(&self, raw: &RawServer) -> Result<Option<String>, ConfigError> {
+    pub(super) fn admin_token(&self, raw: &RawServer) -> Result<Option<Secret>, ConfigError> {
         let (token, span, key) = match (&raw.admin_token, &raw.admin_token_file) {
             (Some(_), Some(file)) => {
                 return self.err(
@@ -40,7 +40,7 @@ impl Validator<'_> {
                 "the token must be non-empty visible ASCII without spaces",
             );
         }
-        Ok(Some(token))
+        Ok(Some(Secret::new(token)))
     }
 
     /// `store.password_file`: the password of every URL of `backend`.
