@@ -50,10 +50,16 @@ fn env_variables_fill_urls_and_a_missing_one_names_file_line_and_key() {
          url = \"redis://app:${{SG_T_PW}}@127.0.0.1:6379/\"\n"
     );
     let path = write(dir.path(), &text);
-    let env = [("SG_T_PW", "pw-from-env-1"), ("SG_T_TOKEN", "tok-from-env-1")];
+    let env = [
+        ("SG_T_PW", "pw-from-env-1"),
+        ("SG_T_TOKEN", "tok-from-env-1"),
+    ];
     let (ok, out) = check(&path, &env);
     assert!(ok, "{out}");
-    assert!(!out.contains("pw-from-env-1") && !out.contains("tok-from-env-1"), "{out}");
+    assert!(
+        !out.contains("pw-from-env-1") && !out.contains("tok-from-env-1"),
+        "{out}"
+    );
     let (ok, out) = check(&path, &env[1..]);
     assert!(!ok);
     assert!(
@@ -73,7 +79,11 @@ fn a_double_dollar_is_a_literal_and_a_bad_name_is_an_error() {
     assert_eq!(token.expose(), "a${B}c$d");
     let text = format!("{SERVER}admin_token = \"${{9X}}\"\n");
     let err = Config::from_toml(Path::new("t.toml"), &text).unwrap_err();
-    assert!(err.to_string().starts_with("t.toml:4: `server.admin_token`"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("t.toml:4: `server.admin_token`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -87,7 +97,10 @@ fn password_and_token_files_are_read_without_their_newline() {
          urls = [\"redis://a:1/\", \"redis://user@b:2/\"]\npassword_file = {pw:?}\n"
     );
     let config = Config::from_toml(Path::new("t.toml"), &text).unwrap();
-    assert_eq!(config.server.admin_token.as_ref().unwrap().expose(), "file-tok-2");
+    assert_eq!(
+        config.server.admin_token.as_ref().unwrap().expose(),
+        "file-tok-2"
+    );
     let Backend::RedisCluster { urls } = &config.store.backend else {
         panic!("cluster")
     };
@@ -98,10 +111,18 @@ fn password_and_token_files_are_read_without_their_newline() {
     // Both token keys, or a missing file: refused, naming the key.
     let both = text.replace("admin_token_file", "admin_token = \"x\"\nadmin_token_file");
     let err = Config::from_toml(Path::new("t.toml"), &both).unwrap_err();
-    assert!(err.to_string().contains("t.toml:5: `server.admin_token_file`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("t.toml:5: `server.admin_token_file`"),
+        "{err}"
+    );
     let gone = text.replace("/pw\"", "/missing\"");
     let err = Config::from_toml(Path::new("t.toml"), &gone).unwrap_err();
-    assert!(err.to_string().contains("t.toml:8: `store.password_file`: cannot read"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("t.toml:8: `store.password_file`: cannot read"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -123,13 +144,22 @@ fn secrets_stay_out_of_the_serialized_settings_and_the_debug_form_and_the_diff()
         format!("{old:?}"),
         old.restart_only_changes(&new).join(" "),
     ] {
-        for secret in ["tok-secret-3", "url-secret-3", "file-secret-3", "file-secret-4"] {
+        for secret in [
+            "tok-secret-3",
+            "url-secret-3",
+            "file-secret-3",
+            "file-secret-4",
+        ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
     }
-    assert!(serde_json::to_string(&old.store).unwrap().contains("rediss://app:***@h:1/0"));
+    assert!(serde_json::to_string(&old.store)
+        .unwrap()
+        .contains("rediss://app:***@h:1/0"));
     assert_eq!(old.restart_only_changes(&new), ["store.backend"]);
-    assert!(old.restart_only_changes(&config("file-secret-3")).is_empty());
+    assert!(old
+        .restart_only_changes(&config("file-secret-3"))
+        .is_empty());
 }
 
 #[test]
@@ -165,7 +195,10 @@ fn tls_files_are_checked_at_load_naming_the_key() {
             "t.toml:7: `store.ca_file`",
         ),
         (
-            store("rediss://h:1/", &format!("client_cert_file = {:?}", leaf.cert)),
+            store(
+                "rediss://h:1/",
+                &format!("client_cert_file = {:?}", leaf.cert),
+            ),
             "t.toml:7: `store.client_key_file`: required with store.client_cert_file",
         ),
         (
@@ -179,13 +212,19 @@ fn tls_files_are_checked_at_load_naming_the_key() {
             "t.toml:8: `store.client_key_file`",
         ),
         (
-            store("redis://u:pw-5@h:1/", &format!("ca_file = {:?}", ca.ca_file())),
+            store(
+                "redis://u:pw-5@h:1/",
+                &format!("ca_file = {:?}", ca.ca_file()),
+            ),
             "t.toml:7: `store.ca_file`: TLS settings need rediss:// URLs, but redis://u:***@h:1/0",
         ),
     ];
     for (text, want) in cases {
         let err = Config::from_toml(Path::new("t.toml"), &text).unwrap_err();
-        assert!(err.to_string().starts_with(want), "want {want:?}, got {err}");
+        assert!(
+            err.to_string().starts_with(want),
+            "want {want:?}, got {err}"
+        );
         assert!(!err.to_string().contains("pw-5"), "{err}");
     }
 }
@@ -237,7 +276,10 @@ async fn the_binary_never_logs_the_password_it_connects_with() {
     proxy.write_config(&config(store("x", &format!("password_file = {pw_file:?}"))));
     sighup(&proxy);
     let start = Instant::now();
-    while !proxy.log().contains("store.backend changed but needs a restart") {
+    while !proxy
+        .log()
+        .contains("store.backend changed but needs a restart")
+    {
         assert!(start.elapsed() < Duration::from_secs(10), "{}", proxy.log());
         std::thread::sleep(Duration::from_millis(20));
     }

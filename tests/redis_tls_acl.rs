@@ -84,7 +84,11 @@ async fn a_private_ca_is_trusted_and_decisions_work_over_tls() {
         .arg("slidegate:*")
         .query(&mut redis.connection())
         .unwrap();
-    assert_eq!(keys.len(), 1, "the decision was recorded in the TLS Redis: {keys:?}");
+    assert_eq!(
+        keys.len(),
+        1,
+        "the decision was recorded in the TLS Redis: {keys:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,8 +69,8 @@ pub(super) fn substitute(
                      with a digit (write \"$${{\" for a literal \"${{\")"
                 ));
             }
-            let value = lookup(name)
-                .ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let value =
+                lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
             out.push_str(&value);
             rest = &tail[end + 1..];
         } else {
@@ -87,8 +87,8 @@ pub(super) fn substitute(
 /// content.
 pub(super) fn read_secret_file(path: &Path) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut text = String::from_utf8(bytes)
-        .map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+    let mut text =
+        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {
@@ -193,7 +193,10 @@ mod tests {
         let info = "rediss://app:hunter2@redis.internal:6380/2"
             .into_connection_info()
             .unwrap();
-        assert_eq!(redacted_url(&info), "rediss://app:***@redis.internal:6380/2");
+        assert_eq!(
+            redacted_url(&info),
+            "rediss://app:***@redis.internal:6380/2"
+        );
         let info = "redis://127.0.0.1:6379".into_connection_info().unwrap();
         assert_eq!(redacted_url(&info), "redis://127.0.0.1:6379/0");
     }

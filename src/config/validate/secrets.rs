@@ -85,7 +85,11 @@ impl Validator<'_> {
         };
         let urls = backend.redis_urls_mut();
         if urls.is_empty() {
-            return self.err(Some(first.span()), first_key, "only used with a Redis backend");
+            return self.err(
+                Some(first.span()),
+                first_key,
+                "only used with a Redis backend",
+            );
         }
         if let Some(url) = urls.iter().find(|u| !u.is_tls()) {
             let message = format!(
@@ -103,7 +107,10 @@ impl Validator<'_> {
             (None, None) => None,
             (Some(cert), Some(key)) => {
                 let cert = self.pem_certs(cert, "store.client_cert_file", &mut files)?;
-                Some((cert, self.pem_key(key, "store.client_key_file", &mut files)?))
+                Some((
+                    cert,
+                    self.pem_key(key, "store.client_key_file", &mut files)?,
+                ))
             }
             (Some(v), None) => {
                 return self.err(
@@ -130,8 +137,13 @@ impl Validator<'_> {
     /// A file's bytes, or an error naming the key and the file.
     fn file_bytes(&self, file: &Spanned<EnvPath>, key: &str) -> Result<Vec<u8>, ConfigError> {
         let path: &Path = &file.get_ref().0;
-        std::fs::read(path)
-            .or_else(|e| self.err(Some(file.span()), key, format!("cannot read {}: {e}", path.display())))
+        std::fs::read(path).or_else(|e| {
+            self.err(
+                Some(file.span()),
+                key,
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })
     }
 
     /// A secret file's text (see [`read_secret_file`]).
@@ -150,7 +162,13 @@ impl Validator<'_> {
         let path = file.get_ref().0.display();
         match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
             Ok(certs) if !certs.is_empty() => {}
-            Ok(_) => return self.err(Some(file.span()), key, format!("{path}: no PEM certificate in it")),
+            Ok(_) => {
+                return self.err(
+                    Some(file.span()),
+                    key,
+                    format!("{path}: no PEM certificate in it"),
+                )
+            }
             Err(e) => return self.err(Some(file.span()), key, format!("{path}: bad PEM: {e}")),
         }
         files.push(file.get_ref().0.clone());
@@ -167,7 +185,11 @@ impl Validator<'_> {
         let pem = self.file_bytes(file, key)?;
         if let Err(e) = PrivateKeyDer::from_pem_slice(&pem) {
             let path = file.get_ref().0.display();
-            return self.err(Some(file.span()), key, format!("{path}: no PEM private key: {e}"));
+            return self.err(
+                Some(file.span()),
+                key,
+                format!("{path}: no PEM private key: {e}"),
+            );
         }
         files.push(file.get_ref().0.clone());
         Ok(pem)
