@@ -172,7 +172,7 @@ pub fn admin_service(
         HttpServer::new_app(AdminApp {
             store,
             rules,
-            token: server.admin_token.clone(),
+            token: server.admin_token.as_ref().map(|t| t.expose().to_owned()),
             listen: server.admin_listen,
             hosts: server.admin_hosts.clone(),
         }),

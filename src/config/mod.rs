@@ -13,6 +13,7 @@
 //! former field by field, so a new process-level setting is covered without a hand-kept list.
 
 mod raw;
+mod secrets;
 mod store;
 mod validate;
 mod values;
@@ -29,7 +30,8 @@ use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
-pub use store::{Backend, OnError, RedisUrl, StoreSettings};
+pub use secrets::{fingerprint, redacted_url, Secret};
+pub use store::{Backend, OnError, RedisTls, RedisUrl, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.
@@ -88,7 +90,7 @@ pub struct ServerSettings {
     pub max_connections: u32,
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// Host names, beyond the listener's own address and loopback names, that the inspector
     /// answers to (and that may be a write's `Origin`); see [`crate::admin::guard`].
     pub admin_hosts: Vec<HostMatch>,
@@ -99,11 +101,8 @@ pub struct ServerSettings {
 }
 
 /// Secrets take part in the restart-only diff without their value being kept in it.
-fn redacted<S: serde::Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.hash(&mut h);
-    s.serialize_u64(h.finish())
+fn redacted<S: serde::Serializer>(v: &Option<Secret>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(fingerprint(v))
 }
 
 /// `server.tls_listen` with its certificate. The address needs a restart to change; the

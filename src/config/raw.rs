@@ -19,6 +19,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::secrets::{EnvPath, EnvText};
 use super::OnError;
 
 /// The whole file.
@@ -50,7 +51,8 @@ pub(super) struct RawServer {
     pub grace_period: GracePeriod,
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
-    pub admin_token: Option<Spanned<String>>,
+    pub admin_token: Option<Spanned<EnvText>>,
+    pub admin_token_file: Option<Spanned<EnvPath>>,
     #[serde(default)]
     pub admin_hosts: Vec<Spanned<String>>,
     #[serde(default = "default_client_header_timeout")]
@@ -105,8 +107,14 @@ pub(super) enum RawBackend {
 pub(super) struct RawStore {
     #[serde(default = "default_backend")]
     pub backend: Spanned<RawBackend>,
-    pub url: Option<Spanned<String>>,
-    pub urls: Option<Spanned<Vec<String>>>,
+    pub url: Option<Spanned<EnvText>>,
+    pub urls: Option<Spanned<Vec<EnvText>>>,
+    /// Replaces the password of every URL (trailing newline stripped).
+    pub password_file: Option<Spanned<EnvPath>>,
+    /// Private CA (PEM) trusted for `rediss://` instead of the system roots.
+    pub ca_file: Option<Spanned<EnvPath>>,
+    pub client_cert_file: Option<Spanned<EnvPath>>,
+    pub client_key_file: Option<Spanned<EnvPath>>,
     #[serde(default = "default_prefix")]
     pub prefix: Spanned<String>,
     #[serde(default = "default_timeout")]
@@ -129,6 +137,10 @@ impl Default for RawStore {
             backend: default_backend(),
             url: None,
             urls: None,
+            password_file: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
             prefix: default_prefix(),
             timeout: default_timeout(),
             on_error: None,

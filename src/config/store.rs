@@ -20,24 +20,101 @@ pub enum OnError {
     Local,
 }
 
-/// A Redis URL as written, with the connection info parsed from it once, at validation.
+/// A Redis URL, parsed once at validation into the connection info the store uses.
+///
+/// It never prints or serializes its password: [`RedisUrl::shown`] is the address with `***`
+/// for it, and a fingerprint of the whole URL (password included) stands in for the rest, so
+/// the restart-only diff still sees a changed password.
 #[derive(Debug, Clone)]
 pub struct RedisUrl {
-    /// The URL as written (compared across reloads; never logged: it may hold a password).
-    pub text: String,
     /// What the store connects with.
     pub info: Box<redis::ConnectionInfo>,
+    /// The address without its password, for messages.
+    shown: String,
+    /// Equal for equal URLs and passwords within this process.
+    fingerprint: u64,
+}
+
+impl RedisUrl {
+    /// A URL whose connection info `info` was parsed from `text`.
+    pub fn new(text: &str, info: redis::ConnectionInfo) -> RedisUrl {
+        RedisUrl {
+            shown: super::secrets::redacted_url(&info),
+            fingerprint: super::secrets::fingerprint(&text),
+            info: Box::new(info),
+        }
+    }
+
+    /// The same URL authenticating with `password` (`[store] password_file`).
+    pub fn with_password(self, password: &str) -> RedisUrl {
+        let settings = self.info.redis_settings().clone().set_password(password);
+        let info = (*self.info).set_redis_settings(settings);
+        RedisUrl {
+            shown: super::secrets::redacted_url(&info),
+            fingerprint: super::secrets::fingerprint(&(self.fingerprint, password)),
+            info: Box::new(info),
+        }
+    }
+
+    /// The address as messages may show it: `rediss://user:***@host:port/db`.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Is it a `rediss://` (TLS) address?
+    pub fn is_tls(&self) -> bool {
+        matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. })
+    }
 }
 
 impl PartialEq for RedisUrl {
     fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
+        self.fingerprint == other.fingerprint
     }
 }
 
 impl Serialize for RedisUrl {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.text.serialize(s)
+        (&self.shown, self.fingerprint).serialize(s)
+    }
+}
+
+/// `[store] ca_file`, `client_cert_file` and `client_key_file`: PEM read and checked once at
+/// validation. Serialized as the paths only (a changed file needs a restart, like the key).
+#[derive(Clone, PartialEq, Serialize)]
+pub struct RedisTls {
+    /// Where the CA and the client pair were read from.
+    pub files: Vec<std::path::PathBuf>,
+    /// PEM of the private CA(s) trusted instead of the system roots.
+    #[serde(skip)]
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM of the client certificate chain and of its key.
+    #[serde(skip)]
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key's PEM never reaches a log.
+        f.debug_struct("RedisTls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisTls {
+    /// What redis-rs builds TLS clients from.
+    pub fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_pem
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca_pem.clone(),
+        }
     }
 }
 
@@ -58,6 +135,17 @@ pub enum Backend {
     },
 }
 
+impl Backend {
+    /// Every Redis URL of the backend (none for the memory store).
+    pub fn redis_urls_mut(&mut self) -> &mut [RedisUrl] {
+        match self {
+            Backend::Memory => &mut [],
+            Backend::Redis { url } => std::slice::from_mut(url),
+            Backend::RedisCluster { urls } => urls,
+        }
+    }
+}
+
 /// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into
 /// every [`super::RouteSpec::on_error`].)
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,6 +162,8 @@ pub struct StoreSettings {
     pub max_memory: u64,
     /// How long a cached denial is trusted before the shared store is asked again.
     pub deny_cache_max_age: Duration,
+    /// TLS material for `rediss://` URLs beyond the system roots.
+    pub tls: Option<RedisTls>,
 }
 
 impl StoreSettings {
@@ -90,6 +180,7 @@ impl StoreSettings {
             nodes,
             prefix: self.prefix.clone(),
             timeout: self.timeout,
+            tls: self.tls.as_ref().map(RedisTls::certificates),
         })
     }
 }

@@ -14,6 +14,7 @@ pub mod ports;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
+pub mod redis_tls;
 pub mod store;
 pub mod tls;
 pub mod upstream;

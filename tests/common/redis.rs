@@ -32,7 +32,7 @@ fn taken() -> &'static Mutex<HashSet<u16>> {
 }
 
 /// A free loopback port; with `cluster_bus`, `port + 10000` is free too.
-fn free_port(cluster_bus: bool) -> u16 {
+pub fn free_port(cluster_bus: bool) -> u16 {
     for _ in 0..1000 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = listener.local_addr().unwrap().port();
@@ -207,6 +207,7 @@ impl RedisServer {
             )),
             prefix: "sgtest".into(),
             timeout,
+            tls: None,
         }
     }
 
@@ -358,6 +359,7 @@ impl RedisCluster {
             nodes: RedisNodes::Cluster(seeds.collect::<Result<_, _>>().expect("valid urls")),
             prefix: "sgtest".into(),
             timeout,
+            tls: None,
         }
     }
 

@@ -20,6 +20,7 @@ use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
 mod policy;
+mod secrets;
 mod sections;
 
 /// 1-based line of a byte offset.

@@ -58,17 +58,7 @@ impl Validator<'_> {
                 format!("{admin} overlaps server.listen {listen}: use a different port"),
             );
         }
-        if let Some(token) = &raw.admin_token {
-            // Sent as `Authorization: Bearer <token>`: a header value, and never guessable empty.
-            let t = token.get_ref();
-            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                return self.err(
-                    Some(token.span()),
-                    "server.admin_token",
-                    "must be non-empty visible ASCII without spaces",
-                );
-            }
-        }
+        let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
         let tls = self.tls_listener(&raw, listen, admin)?;
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
@@ -86,7 +76,7 @@ impl Validator<'_> {
             upgrade_sock: raw
                 .upgrade_sock
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
-            admin_token: raw.admin_token.map(Spanned::into_inner),
+            admin_token,
             admin_hosts,
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
@@ -182,10 +172,7 @@ impl Validator<'_> {
 
     fn redis_url(&self, span: Span, key: String, text: &str) -> Result<RedisUrl, ConfigError> {
         match text.into_connection_info() {
-            Ok(info) => Ok(RedisUrl {
-                text: text.to_string(),
-                info: Box::new(info),
-            }),
+            Ok(info) => Ok(RedisUrl::new(text, info)),
             Err(e) => self.err(Some(span), key, format!("invalid Redis URL: {e}")),
         }
     }
@@ -212,7 +199,9 @@ impl Validator<'_> {
 
     /// `[store]`: the backend with its own keys, then the keys every backend shares.
     pub(super) fn store(&self, raw: RawStore) -> Result<StoreSettings, ConfigError> {
-        let backend = self.backend(&raw)?;
+        let mut backend = self.backend(&raw)?;
+        self.store_password(&raw, &mut backend)?;
+        let tls = self.store_tls(&raw, &mut backend)?;
         let prefix = raw.prefix.get_ref();
         if prefix.is_empty()
             || prefix.contains(['{', '}'])
@@ -231,6 +220,7 @@ impl Validator<'_> {
             local_deny_cache: raw.local_deny_cache,
             max_memory: raw.max_memory.0,
             deny_cache_max_age: raw.deny_cache_max_age.0,
+            tls,
         })
     }
 
@@ -252,7 +242,7 @@ impl Validator<'_> {
             RawBackend::Redis => {
                 let url = self.required(raw.url.as_ref(), &raw.backend, "store.url")?;
                 Backend::Redis {
-                    url: self.redis_url(url.span(), "store.url".into(), url.get_ref())?,
+                    url: self.redis_url(url.span(), "store.url".into(), &url.get_ref().0)?,
                 }
             }
             RawBackend::RedisCluster => {
@@ -268,7 +258,7 @@ impl Validator<'_> {
                     .get_ref()
                     .iter()
                     .enumerate()
-                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), u))
+                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), &u.0))
                     .collect::<Result<_, _>>()?;
                 Backend::RedisCluster { urls: parsed }
             }

@@ -174,6 +174,7 @@ mod tests {
             nodes: RedisNodes::Single(Box::new(info)),
             prefix: "t".into(),
             timeout: Duration::from_millis(50),
+            tls: None,
         })
         .unwrap()
     }

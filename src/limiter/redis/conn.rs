@@ -32,26 +32,40 @@ pub(super) enum Target {
 }
 
 impl Target {
-    /// Clients for `nodes`, configured for calls bounded by `timeout`; nothing connects yet.
-    pub(super) fn new(nodes: &RedisNodes, timeout: Duration) -> Result<Target, StoreError> {
+    /// Clients for `nodes`, configured for calls bounded by `timeout`, with `tls` (a private
+    /// CA, a client certificate) on `rediss://` nodes; nothing connects yet.
+    pub(super) fn new(
+        nodes: &RedisNodes,
+        tls: Option<&redis::TlsCertificates>,
+        timeout: Duration,
+    ) -> Result<Target, StoreError> {
         match nodes {
-            RedisNodes::Single(info) => redis::Client::open((**info).clone())
-                .map(Target::Single)
-                .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}"))),
-            RedisNodes::Cluster(seeds) => ClusterClientBuilder::new(seeds.iter().cloned())
-                // Retries happen inside one call, so they must fit in `store.timeout`:
-                // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
-                .retries(2)
-                .min_retry_wait(1)
-                .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
-                .connection_timeout(connect_timeout(timeout))
-                // The store's own deadline bounds every call; the library's per-attempt
-                // timeout is only a safety net that frees a hung attempt.
-                .response_timeout(timeout * SAFETY_NET_FACTOR)
-                .overall_response_timeout(None)
-                .build()
-                .map(Target::Cluster)
-                .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster config: {e}"))),
+            RedisNodes::Single(info) => match tls {
+                Some(certs) => redis::Client::build_with_tls((**info).clone(), certs.clone()),
+                None => redis::Client::open((**info).clone()),
+            }
+            .map(Target::Single)
+            .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}"))),
+            RedisNodes::Cluster(seeds) => {
+                let mut builder = ClusterClientBuilder::new(seeds.iter().cloned())
+                    // Retries happen inside one call, so they must fit in `store.timeout`:
+                    // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
+                    .retries(2)
+                    .min_retry_wait(1)
+                    .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
+                    .connection_timeout(connect_timeout(timeout))
+                    // The store's own deadline bounds every call; the library's per-attempt
+                    // timeout is only a safety net that frees a hung attempt.
+                    .response_timeout(timeout * SAFETY_NET_FACTOR)
+                    .overall_response_timeout(None);
+                if let Some(certs) = tls {
+                    builder = builder.certs(certs.clone());
+                }
+                builder
+                    .build()
+                    .map(Target::Cluster)
+                    .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster config: {e}")))
+            }
         }
     }
 

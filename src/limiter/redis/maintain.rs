@@ -41,15 +41,46 @@ impl Inner {
             if let Err(e) = within(self.timeout, conn.load_script()).await {
                 log::debug!("{} store: SCRIPT LOAD failed: {e}", self.target.label());
             }
+            // A user that lacks a command would fail decisions one by one, with a message
+            // that does not name it: stay not ready, naming it (see `acl.rs`).
+            let probe = conn.check_permissions(&self.prefix);
+            if let Ok(Err(denied @ StoreError::Backend(_))) =
+                tokio::time::timeout(self.timeout * 4, probe).await
+            {
+                result = Err(denied);
+            }
         }
         match result {
-            Ok(()) => self.gate.ping_answered(),
+            Ok(()) => {
+                *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.gate.ping_answered()
+            }
             Err(error) => self.ping_failed(&error),
         }
     }
 
+    /// Log why a store that is not ready stays so, once per reason (an open gate logs its own
+    /// closing): without it a proxy whose Redis refuses its certificate or its user would
+    /// only show a 503 on `/readyz`.
+    fn report(&self, error: &StoreError) {
+        let why = error.to_string();
+        let mut last = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() == Some(why.as_str()) {
+            return;
+        }
+        let label = self.target.label();
+        match error {
+            StoreError::Backend(_) => log::error!("{label} store not ready: {why}"),
+            _ => log::warn!("{label} store not ready: {why}"),
+        }
+        *last = Some(why);
+    }
+
     /// Tell the gate; give the connection up when it says so.
     fn ping_failed(&self, error: &StoreError) {
+        if !self.gate.is_open() {
+            self.report(error);
+        }
         if self.gate.ping_failed(error) && self.conn.load().is_some() {
             log::warn!(
                 "{} store: PINGs keep failing, reconnecting from scratch",

@@ -48,6 +48,7 @@ use super::{Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
+mod acl;
 mod batch;
 mod call;
 mod conn;
@@ -58,6 +59,8 @@ mod lane;
 mod maintain;
 mod patience;
 mod reply;
+
+pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
 
 /// Source of the sliding-window script, compiled into the binary.
 pub const SCRIPT_SOURCE: &str = include_str!("../../../lua/sliding_window.lua");
@@ -75,6 +78,9 @@ pub struct RedisTarget {
     /// Deadline of one decision (and of one PING). The store owns it: it enforces it and counts
     /// its expiries towards failing fast.
     pub timeout: Duration,
+    /// A private CA and/or a client certificate for `rediss://` nodes (PEM, checked by the
+    /// config); `None`: the system roots, no client certificate.
+    pub tls: Option<redis::TlsCertificates>,
 }
 
 /// One Redis, or a Redis Cluster's seed nodes.
@@ -105,6 +111,8 @@ struct Inner {
     gate: Gate,
     /// Serializes `maintain`, in case a caller runs it from two places.
     maintaining: tokio::sync::Mutex<()>,
+    /// Why the store is not ready, as last logged (each new reason is logged once).
+    reported: std::sync::Mutex<Option<String>>,
     /// Decisions waiting for the call in flight, per lane (see `batch.rs`).
     lanes: lane::Lanes,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
@@ -115,7 +123,7 @@ impl RedisStore {
     /// A store for `target`. Builds clients without connecting and needs no runtime. The first
     /// [`Store::maintain`] connects; until then `check` returns [`StoreError::Unavailable`].
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
-        let client = Target::new(&target.nodes, target.timeout)?;
+        let client = Target::new(&target.nodes, target.tls.as_ref(), target.timeout)?;
         let gate = Gate::new(client.label(), client.one_server());
         let lanes = lane::Lanes::new(client.lanes());
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
@@ -128,6 +136,7 @@ impl RedisStore {
                 conn: ArcSwapOption::empty(),
                 gate,
                 maintaining: tokio::sync::Mutex::new(()),
+                reported: std::sync::Mutex::new(None),
                 lanes,
                 io,
             }),

@@ -1,0 +1,197 @@
+//! The keys whose value is read from a file at validation, or is a secret: `[store]`
+//! `password_file`, `ca_file`, `client_cert_file`, `client_key_file`, and `[server]`
+//! `admin_token` / `admin_token_file`. Files are read once per load (so also on every reload);
+//! errors name the key and the file, never a secret.
+
+use std::path::Path;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use toml::Spanned;
+
+use super::super::raw::{RawServer, RawStore};
+use super::super::secrets::{read_secret_file, EnvPath, Secret};
+use super::super::{Backend, ConfigError, RedisTls};
+use super::Validator;
+
+impl Validator<'_> {
+    /// `server.admin_token` or `server.admin_token_file` (not both).
+    pub(super) fn admin_token(&self, raw: &RawServer) -> Result<Option<Secret>, ConfigError> {
+        let (token, span, key) = match (&raw.admin_token, &raw.admin_token_file) {
+            (Some(_), Some(file)) => {
+                return self.err(
+                    Some(file.span()),
+                    "server.admin_token_file",
+                    "set server.admin_token or server.admin_token_file, not both",
+                )
+            }
+            (None, None) => return Ok(None),
+            (Some(t), None) => (t.get_ref().0.clone(), t.span(), "server.admin_token"),
+            (None, Some(file)) => {
+                let token = self.secret_file(file, "server.admin_token_file")?;
+                (token, file.span(), "server.admin_token_file")
+            }
+        };
+        // Sent as `Authorization: Bearer <token>`: a header value, and never guessable empty.
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return self.err(
+                Some(span),
+                key,
+                "the token must be non-empty visible ASCII without spaces",
+            );
+        }
+        Ok(Some(Secret::new(token)))
+    }
+
+    /// `store.password_file`: the password of every URL of `backend`.
+    pub(super) fn store_password(
+        &self,
+        raw: &RawStore,
+        backend: &mut Backend,
+    ) -> Result<(), ConfigError> {
+        let Some(file) = &raw.password_file else {
+            return Ok(());
+        };
+        let urls = backend.redis_urls_mut();
+        if urls.is_empty() {
+            return self.err(
+                Some(file.span()),
+                "store.password_file",
+                "only used with a Redis backend",
+            );
+        }
+        let password = self.secret_file(file, "store.password_file")?;
+        for url in urls {
+            *url = url.clone().with_password(&password);
+        }
+        Ok(())
+    }
+
+    /// `store.ca_file` and the client certificate pair: PEM read and checked here, for
+    /// `rediss://` URLs only.
+    pub(super) fn store_tls(
+        &self,
+        raw: &RawStore,
+        backend: &mut Backend,
+    ) -> Result<Option<RedisTls>, ConfigError> {
+        let keys = [
+            ("store.ca_file", &raw.ca_file),
+            ("store.client_cert_file", &raw.client_cert_file),
+            ("store.client_key_file", &raw.client_key_file),
+        ];
+        let Some((first_key, first)) = keys.iter().find_map(|(k, v)| Some((*k, (*v).as_ref()?)))
+        else {
+            return Ok(None);
+        };
+        let urls = backend.redis_urls_mut();
+        if urls.is_empty() {
+            return self.err(
+                Some(first.span()),
+                first_key,
+                "only used with a Redis backend",
+            );
+        }
+        if let Some(url) = urls.iter().find(|u| !u.is_tls()) {
+            let message = format!(
+                "TLS settings need rediss:// URLs, but {} is plain redis://",
+                url.shown()
+            );
+            return self.err(Some(first.span()), first_key, message);
+        }
+        let mut files = Vec::new();
+        let ca_pem = match &raw.ca_file {
+            Some(f) => Some(self.pem_certs(f, "store.ca_file", &mut files)?),
+            None => None,
+        };
+        let client_pem = match (&raw.client_cert_file, &raw.client_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let cert = self.pem_certs(cert, "store.client_cert_file", &mut files)?;
+                Some((
+                    cert,
+                    self.pem_key(key, "store.client_key_file", &mut files)?,
+                ))
+            }
+            (Some(v), None) => {
+                return self.err(
+                    Some(v.span()),
+                    "store.client_key_file",
+                    "required with store.client_cert_file",
+                )
+            }
+            (None, Some(v)) => {
+                return self.err(
+                    Some(v.span()),
+                    "store.client_cert_file",
+                    "required with store.client_key_file",
+                )
+            }
+        };
+        Ok(Some(RedisTls {
+            files,
+            ca_pem,
+            client_pem,
+        }))
+    }
+
+    /// A file's bytes, or an error naming the key and the file.
+    fn file_bytes(&self, file: &Spanned<EnvPath>, key: &str) -> Result<Vec<u8>, ConfigError> {
+        let path: &Path = &file.get_ref().0;
+        std::fs::read(path).or_else(|e| {
+            self.err(
+                Some(file.span()),
+                key,
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })
+    }
+
+    /// A secret file's text (see [`read_secret_file`]).
+    fn secret_file(&self, file: &Spanned<EnvPath>, key: &str) -> Result<String, ConfigError> {
+        read_secret_file(&file.get_ref().0).or_else(|e| self.err(Some(file.span()), key, e))
+    }
+
+    /// A PEM file of one or more certificates.
+    fn pem_certs(
+        &self,
+        file: &Spanned<EnvPath>,
+        key: &str,
+        files: &mut Vec<std::path::PathBuf>,
+    ) -> Result<Vec<u8>, ConfigError> {
+        let pem = self.file_bytes(file, key)?;
+        let path = file.get_ref().0.display();
+        match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
+            Ok(certs) if !certs.is_empty() => {}
+            Ok(_) => {
+                return self.err(
+                    Some(file.span()),
+                    key,
+                    format!("{path}: no PEM certificate in it"),
+                )
+            }
+            Err(e) => return self.err(Some(file.span()), key, format!("{path}: bad PEM: {e}")),
+        }
+        files.push(file.get_ref().0.clone());
+        Ok(pem)
+    }
+
+    /// A PEM file holding a private key (PKCS#8, PKCS#1 or SEC1).
+    fn pem_key(
+        &self,
+        file: &Spanned<EnvPath>,
+        key: &str,
+        files: &mut Vec<std::path::PathBuf>,
+    ) -> Result<Vec<u8>, ConfigError> {
+        let pem = self.file_bytes(file, key)?;
+        if let Err(e) = PrivateKeyDer::from_pem_slice(&pem) {
+            let path = file.get_ref().0.display();
+            return self.err(
+                Some(file.span()),
+                key,
+                format!("{path}: no PEM private key: {e}"),
+            );
+        }
+        files.push(file.get_ref().0.clone());
+        Ok(pem)
+    }
+}

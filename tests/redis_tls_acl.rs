@@ -1,0 +1,198 @@
+//! Redis as operators secure it, end to end through the real binary: TLS with a private CA
+//! (`store.ca_file`), client certificates (`--tls-auth-clients yes`), an ACL user with exactly
+//! the commands slidegate needs, and one that lacks a command (not ready, an ERROR naming it,
+//! ready again once granted, without a restart). Certificates are made at test time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::admin::{reset, wait_readyz, window};
+use common::proxy::{get, ConfigBuilder, Proxy};
+use common::redis::RedisServer;
+use common::redis_tls::TlsRedis;
+use common::tls::TestCa;
+use common::upstream::Upstream;
+use slidegate::limiter::redis::REQUIRED_COMMANDS;
+
+/// How long a proxy may take to see its Redis (`maintain` runs once a second).
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// A proxy in front of `up` with `store` lines and one route of 2 requests a minute.
+fn proxy(up: &Upstream, store: &str) -> Proxy {
+    let toml = ConfigBuilder::new()
+        .store(store)
+        .upstream("app", up.addr())
+        .route(
+            "api",
+            "on_error = \"deny\"\nlimits = [ { requests = 2, window = \"1m\" } ]",
+        )
+        .build();
+    Proxy::start(&toml)
+}
+
+/// The statuses of `n` requests in a row.
+async fn statuses(proxy: &Proxy, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(get(proxy.addr(), "/").await.status);
+    }
+    out
+}
+
+/// Wait until a line of the proxy's log holds every one of `needles`; panics with the log
+/// after `within`.
+fn wait_log(proxy: &Proxy, needles: &[&str], within: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let log = proxy.log();
+        if let Some(line) = log.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
+            return line.to_string();
+        }
+        assert!(
+            start.elapsed() < within,
+            "no log line with {needles:?} after {within:?}; log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `/readyz` stays 503 and a request gets `on_error = "deny"`'s 503.
+async fn assert_not_ready(proxy: &Proxy) {
+    // Two maintain periods: a store that was going to connect would have.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        assert_eq!(proxy.admin_get("/readyz").0, 503, "log:\n{}", proxy.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(proxy.addr(), "/").await.status, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_ca_is_trusted_and_decisions_work_over_tls() {
+    let redis = TlsRedis::start(false);
+    let up = Upstream::start();
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\nca_file = {:?}",
+        redis.url(),
+        redis.ca.ca_file()
+    );
+    let proxy = proxy(&up, &store);
+    wait_readyz(&proxy, 200, READY_WITHIN);
+    assert_eq!(statuses(&proxy, 3).await, [200, 200, 429]);
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("slidegate:*")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert_eq!(
+        keys.len(),
+        1,
+        "the decision was recorded in the TLS Redis: {keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_ca_leaves_the_store_not_ready_with_a_clear_log_line() {
+    let redis = TlsRedis::start(false);
+    let other = TestCa::new("not the redis CA");
+    let up = Upstream::start();
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\nca_file = {:?}",
+        redis.url(),
+        other.ca_file()
+    );
+    let proxy = proxy(&up, &store);
+    // A first attempt may time out on a loaded machine; then the certificate is named.
+    let line = wait_log(&proxy, &["store not ready", "UnknownIssuer"], READY_WITHIN);
+    eprintln!("wrong CA: {line}");
+    assert_not_ready(&proxy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_requiring_client_certificates_takes_only_a_proxy_with_one() {
+    let redis = TlsRedis::start(true);
+    let up = Upstream::start();
+    let base = format!(
+        "backend = \"redis\"\nurl = \"{}\"\nca_file = {:?}",
+        redis.url(),
+        redis.ca.ca_file()
+    );
+    let without = proxy(&up, &base);
+    let with = proxy(
+        &up,
+        &format!(
+            "{base}\nclient_cert_file = {:?}\nclient_key_file = {:?}",
+            redis.client.cert, redis.client.key
+        ),
+    );
+    wait_readyz(&with, 200, READY_WITHIN);
+    assert_eq!(statuses(&with, 3).await, [200, 200, 429]);
+    let line = wait_log(&without, &["store not ready"], READY_WITHIN);
+    assert_not_ready(&without).await;
+    eprintln!("without a client certificate: {line}");
+}
+
+/// `ACL SETUSER app on >pw ~slidegate:* resetchannels -@all +<each of commands>`.
+fn acl_user(redis: &RedisServer, commands: &[&str]) {
+    let mut cmd = ::redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("app")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg("~slidegate:*")
+        .arg("resetchannels")
+        .arg("-@all");
+    for c in commands {
+        cmd.arg(format!("+{}", c.to_ascii_lowercase()));
+    }
+    let _: () = cmd.query(&mut redis.connection()).expect("ACL SETUSER");
+}
+
+/// The `[store]` lines of a proxy connecting as `app`.
+fn as_app(redis: &RedisServer) -> String {
+    format!(
+        "backend = \"redis\"\nurl = \"redis://app:pw@127.0.0.1:{}/\"",
+        redis.port()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_with_exactly_the_listed_commands_decides_and_inspects() {
+    let redis = RedisServer::start();
+    acl_user(&redis, REQUIRED_COMMANDS);
+    let up = Upstream::start();
+    let proxy = proxy(&up, &as_app(&redis));
+    wait_readyz(&proxy, 200, READY_WITHIN);
+    assert_eq!(statuses(&proxy, 3).await, [200, 200, 429]);
+    let view = window(&proxy, "api", "127.0.0.1").await;
+    assert!(view.to_string().contains("\"count\":2"), "{view}");
+    reset(&proxy, "api", "127.0.0.1").await;
+    assert_eq!(statuses(&proxy, 1).await, [200]);
+    let denied: Vec<::redis::Value> = ::redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert!(denied.is_empty(), "no command was denied: {denied:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_lacking_a_command_is_named_and_recovers_once_granted() {
+    let redis = RedisServer::start();
+    let lacking: Vec<&str> = REQUIRED_COMMANDS
+        .iter()
+        .copied()
+        .filter(|c| *c != "RPUSH")
+        .collect();
+    acl_user(&redis, &lacking);
+    let up = Upstream::start();
+    let proxy = proxy(&up, &as_app(&redis));
+    let line = wait_log(&proxy, &["may not run RPUSH"], READY_WITHIN);
+    assert!(line.contains("ERROR"), "logged as an error: {line}");
+    assert!(!line.contains("pw@"), "no password in the line: {line}");
+    assert_not_ready(&proxy).await;
+    // Granted at run time: ready again without a restart.
+    acl_user(&redis, REQUIRED_COMMANDS);
+    wait_readyz(&proxy, 200, READY_WITHIN);
+    assert_eq!(statuses(&proxy, 3).await, [200, 200, 429]);
+}
