@@ -29,7 +29,7 @@ use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
-pub use store::{Backend, OnError, RedisUrl, StoreSettings};
+pub use store::{Backend, OnError, RedisUrl, SentinelMaster, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.

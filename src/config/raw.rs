@@ -97,6 +97,7 @@ pub(super) enum RawBackend {
     Memory,
     Redis,
     RedisCluster,
+    RedisSentinel,
 }
 
 /// `[store]`.
@@ -107,6 +108,11 @@ pub(super) struct RawStore {
     pub backend: Spanned<RawBackend>,
     pub url: Option<Spanned<String>>,
     pub urls: Option<Spanned<Vec<String>>>,
+    /// `redis_sentinel`: the master's name, its own credentials and database.
+    pub master_name: Option<Spanned<String>>,
+    pub master_username: Option<Spanned<String>>,
+    pub master_password: Option<Spanned<String>>,
+    pub db: Option<Spanned<i64>>,
     #[serde(default = "default_prefix")]
     pub prefix: Spanned<String>,
     #[serde(default = "default_timeout")]
@@ -127,6 +133,10 @@ impl Default for RawStore {
             backend: default_backend(),
             url: None,
             urls: None,
+            master_name: None,
+            master_username: None,
+            master_password: None,
+            db: None,
             prefix: default_prefix(),
             timeout: default_timeout(),
             on_error: None,

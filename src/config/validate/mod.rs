@@ -19,6 +19,7 @@ use super::{
 use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
+mod redis_nodes;
 mod sections;
 
 /// 1-based line of a byte offset.
