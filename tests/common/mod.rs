@@ -13,6 +13,7 @@ pub mod ports;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
+pub mod sentinel;
 pub mod store;
 pub mod tls;
 pub mod upstream;

@@ -32,7 +32,7 @@ fn taken() -> &'static Mutex<HashSet<u16>> {
 }
 
 /// A free loopback port; with `cluster_bus`, `port + 10000` is free too.
-fn free_port(cluster_bus: bool) -> u16 {
+pub fn free_port(cluster_bus: bool) -> u16 {
     for _ in 0..1000 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = listener.local_addr().unwrap().port();
@@ -74,6 +74,11 @@ impl RedisServer {
     /// Start a standalone Redis on a free loopback port (no persistence) and wait for PING.
     pub fn start() -> RedisServer {
         Self::start_with(false, &[])
+    }
+
+    /// Start a standalone Redis with `extra` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
+    pub fn start_args(extra: &[&str]) -> RedisServer {
+        Self::start_with(false, extra)
     }
 
     /// Start a server; `cluster_bus` reserves `port + 10000` as well.

@@ -4,10 +4,17 @@
 //! name now.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::conn::{within, Conn};
 use super::Inner;
 use crate::limiter::StoreError;
+
+/// Behind Sentinel, while no master is found, `maintain` asks again this often within one call,
+/// for at most [`REDISCOVER_FOR`]: a failover completes at any moment, and waiting for the next
+/// once-a-second call would keep the store closed up to a second longer.
+const REDISCOVER_EVERY: Duration = Duration::from_millis(200);
+const REDISCOVER_FOR: Duration = Duration::from_millis(800);
 
 impl Inner {
     /// See [`crate::limiter::Store::maintain`].
@@ -15,31 +22,42 @@ impl Inner {
         let Ok(_guard) = self.maintaining.try_lock() else {
             return;
         };
+        let started = Instant::now();
         let mut result = match self.conn.load_full() {
             Some(conn) => self.probe(&conn).await,
             None => self.connect_and_probe().await,
         };
-        if matches!(result, Err(StoreError::Unavailable(_))) && self.target.follows_failover() {
-            // The master is gone or demoted: waiting for its address to come back would hold
-            // the store closed through the whole failover. A new master means new state, and
-            // `connect_and_probe` voids what was cached (the generation).
-            if self.conn.swap(None).is_some() {
-                log::warn!(
-                    "{} store: master lost ({}), asking the Sentinels",
-                    self.target.label(),
-                    result
-                        .as_ref()
-                        .err()
-                        .map(ToString::to_string)
-                        .unwrap_or_default()
-                );
-                result = self.connect_and_probe().await;
-            }
+        if self.target.follows_failover() {
+            result = self.follow_master(result, started).await;
         }
         match result {
             Ok(()) => self.gate.ping_answered(),
             Err(error) => self.ping_failed(&error),
         }
+    }
+
+    /// Behind Sentinel: a master gone or demoted is given up at once and the Sentinels asked
+    /// again, until one is found or [`REDISCOVER_FOR`] has passed since `started`. Waiting for
+    /// the old address to come back would hold the store closed through the whole failover.
+    /// A new master means new state: `connect_and_probe` voids what was cached.
+    async fn follow_master(
+        &self,
+        mut result: Result<(), StoreError>,
+        started: Instant,
+    ) -> Result<(), StoreError> {
+        if let Err(lost @ StoreError::Unavailable(_)) = &result {
+            if self.conn.swap(None).is_some() {
+                let label = self.target.label();
+                log::warn!("{label} store: master lost ({lost}), asking the Sentinels");
+                result = self.connect_and_probe().await;
+            }
+        }
+        while result.is_err() && started.elapsed() + REDISCOVER_EVERY < REDISCOVER_FOR {
+            tokio::time::sleep(REDISCOVER_EVERY).await;
+            self.conn.store(None);
+            result = self.connect_and_probe().await;
+        }
+        result
     }
 
     /// Open a connection, make it current, and probe it.
