@@ -114,10 +114,9 @@ fn sentinel_config_is_checked_without_connecting() {
         ),
         (
             "database in a Sentinel URL",
-            format!(
-                "backend = \"redis_sentinel\"\nurls = [\"redis://127.0.0.1:26379/3\"]\n\
-                 master_name = \"m\""
-            ),
+            "backend = \"redis_sentinel\"\nurls = [\"redis://127.0.0.1:26379/3\"]\n\
+             master_name = \"m\""
+                .into(),
             "store.urls[0]",
             "urls =",
             "set store.db",
