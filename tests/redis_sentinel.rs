@@ -245,25 +245,7 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
         .await
         .unwrap();
     let up = Upstream::start();
-    let limit = |n: usize| format!("limits = [ {{ requests = {n}, window = \"1h\" }} ]");
-    let toml = ConfigBuilder::new()
-        .store(&set.store_toml())
-        .upstream("app", up.addr())
-        .route(
-            "api",
-            &format!(
-                "path_prefix = \"/api\"\nkey = \"header:X-Api-Key\"\non_error = \"deny\"\n{}",
-                limit(LIMIT)
-            ),
-        )
-        .route(
-            "probe",
-            &format!(
-                "path_prefix = \"/probe\"\nkey = \"header:X-Api-Key\"\non_error = \"deny\"\n{}",
-                limit(PROBE_LIMIT)
-            ),
-        )
-        .build();
+    let toml = failover_config(&set, &up);
     let proxies = [Proxy::start(&toml), Proxy::start(&toml)];
     for p in &proxies {
         wait_ready(p);
@@ -299,21 +281,7 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
     tokio::time::sleep(PACE * 5).await;
     stop.store(true, Ordering::Release);
 
-    let mut seen = Seen::default();
-    for (i, task) in clients.into_iter().enumerate() {
-        for (sent, status, took) in task.await.unwrap() {
-            seen.requests += 1;
-            seen.slowest = seen.slowest.max(took);
-            *seen.statuses.entry(status).or_insert(0) += 1;
-            if sent >= killed && sent < killed + exact_after {
-                *seen.gap_statuses.entry(status).or_insert(0) += 1;
-                seen.slowest_in_gap = seen.slowest_in_gap.max(took);
-            }
-            if status == 200 {
-                *seen.admitted.entry(i).or_insert(0) += 1;
-            }
-        }
-    }
+    let seen = tally(clients, killed, killed + exact_after).await;
     let error_denied: u64 = proxies
         .iter()
         .map(|p| p.decisions("api", "error_denied"))
@@ -375,4 +343,52 @@ fn wait_ready(proxy: &Proxy) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Two routes, both keyed by `X-Api-Key`, failing closed: `/api` for the clients, `/probe`
+/// for the fresh-bucket probe.
+fn failover_config(set: &SentinelSet, up: &Upstream) -> String {
+    let limit = |n: usize| format!("limits = [ {{ requests = {n}, window = \"1h\" }} ]");
+    ConfigBuilder::new()
+        .store(&set.store_toml())
+        .upstream("app", up.addr())
+        .route(
+            "api",
+            &format!(
+                "path_prefix = \"/api\"\nkey = \"header:X-Api-Key\"\non_error = \"deny\"\n{}",
+                limit(LIMIT)
+            ),
+        )
+        .route(
+            "probe",
+            &format!(
+                "path_prefix = \"/probe\"\nkey = \"header:X-Api-Key\"\non_error = \"deny\"\n{}",
+                limit(PROBE_LIMIT)
+            ),
+        )
+        .build()
+}
+
+/// What the clients saw; "the gap" is `[killed, exact)`.
+async fn tally(
+    clients: Vec<tokio::task::JoinHandle<Vec<(Instant, u16, Duration)>>>,
+    killed: Instant,
+    exact: Instant,
+) -> Seen {
+    let mut seen = Seen::default();
+    for (i, task) in clients.into_iter().enumerate() {
+        for (sent, status, took) in task.await.unwrap() {
+            seen.requests += 1;
+            seen.slowest = seen.slowest.max(took);
+            *seen.statuses.entry(status).or_insert(0) += 1;
+            if sent >= killed && sent < exact {
+                *seen.gap_statuses.entry(status).or_insert(0) += 1;
+                seen.slowest_in_gap = seen.slowest_in_gap.max(took);
+            }
+            if status == 200 {
+                *seen.admitted.entry(i).or_insert(0) += 1;
+            }
+        }
+    }
+    seen
 }
