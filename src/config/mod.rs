@@ -31,7 +31,7 @@ use crate::limiter::Limit;
 pub use crate::keys::KeySpec;
 pub use raw::MAX_WINDOW;
 pub use secrets::{fingerprint, redacted_url, Secret};
-pub use store::{Backend, OnError, RedisTls, RedisUrl, StoreSettings};
+pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.

@@ -99,6 +99,7 @@ pub(super) enum RawBackend {
     Memory,
     Redis,
     RedisCluster,
+    RedisSentinel,
 }
 
 /// `[store]`.
@@ -115,6 +116,11 @@ pub(super) struct RawStore {
     pub ca_file: Option<Spanned<EnvPath>>,
     pub client_cert_file: Option<Spanned<EnvPath>>,
     pub client_key_file: Option<Spanned<EnvPath>>,
+    /// `redis_sentinel`: the master's name, its own credentials and database.
+    pub master_name: Option<Spanned<String>>,
+    pub master_username: Option<Spanned<String>>,
+    pub master_password: Option<Spanned<EnvText>>,
+    pub db: Option<Spanned<i64>>,
     #[serde(default = "default_prefix")]
     pub prefix: Spanned<String>,
     #[serde(default = "default_timeout")]
@@ -141,6 +147,10 @@ impl Default for RawStore {
             ca_file: None,
             client_cert_file: None,
             client_key_file: None,
+            master_name: None,
+            master_username: None,
+            master_password: None,
+            db: None,
             prefix: default_prefix(),
             timeout: default_timeout(),
             on_error: None,

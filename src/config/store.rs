@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limiter::redis::{RedisNodes, RedisTarget};
+use crate::limiter::redis::{RedisNodes, RedisTarget, SentinelNodes};
+
 /// What to do with a request when the store cannot decide in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -133,6 +134,42 @@ pub enum Backend {
         /// Seed node URLs.
         urls: Vec<RedisUrl>,
     },
+    /// A master found through Redis Sentinel and followed across failovers.
+    RedisSentinel {
+        /// The Sentinels' URLs (with the Sentinels' own credentials, if any).
+        urls: Vec<RedisUrl>,
+        /// Which master, and how to log in to it.
+        master: SentinelMaster,
+    },
+}
+
+/// `[store]` `master_name`, `master_username`, `master_password`, `db`: the master the
+/// Sentinels are asked for, and the login and database used on it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SentinelMaster {
+    /// The name the Sentinels monitor it under.
+    pub name: String,
+    /// ACL user on the master (`None`: `default`).
+    pub username: Option<String>,
+    /// Password on the master.
+    #[serde(serialize_with = "super::redacted")]
+    pub password: Option<super::Secret>,
+    /// Database number on the master.
+    pub db: i64,
+}
+
+impl SentinelMaster {
+    /// What redis-rs logs in to the master with.
+    fn connection_info(&self) -> redis::RedisConnectionInfo {
+        let mut info = redis::RedisConnectionInfo::default().set_db(self.db);
+        if let Some(user) = &self.username {
+            info = info.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            info = info.set_password(password.expose());
+        }
+        info
+    }
 }
 
 impl Backend {
@@ -142,6 +179,7 @@ impl Backend {
             Backend::Memory => &mut [],
             Backend::Redis { url } => std::slice::from_mut(url),
             Backend::RedisCluster { urls } => urls,
+            Backend::RedisSentinel { urls, .. } => urls,
         }
     }
 }
@@ -174,6 +212,13 @@ impl StoreSettings {
             Backend::Redis { url } => RedisNodes::Single(url.info.clone()),
             Backend::RedisCluster { urls } => {
                 RedisNodes::Cluster(urls.iter().map(|u| (*u.info).clone()).collect())
+            }
+            Backend::RedisSentinel { urls, master } => {
+                RedisNodes::Sentinel(Box::new(SentinelNodes {
+                    sentinels: urls.iter().map(|u| (*u.info).clone()).collect(),
+                    master_name: master.name.clone(),
+                    master: master.connection_info(),
+                }))
             }
         };
         Some(RedisTarget {

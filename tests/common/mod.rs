@@ -15,6 +15,7 @@ pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
 pub mod redis_tls;
+pub mod sentinel;
 pub mod store;
 pub mod tls;
 pub mod upstream;

@@ -76,6 +76,11 @@ impl RedisServer {
         Self::start_with(false, &[])
     }
 
+    /// Start a standalone Redis with `extra` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
+    pub fn start_args(extra: &[&str]) -> RedisServer {
+        Self::start_with(false, extra)
+    }
+
     /// Start a server; `cluster_bus` reserves `port + 10000` as well.
     fn start_with(cluster_bus: bool, extra: &[&str]) -> RedisServer {
         require_tool("redis-server", "redis-server");

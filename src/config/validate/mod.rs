@@ -20,6 +20,7 @@ use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
 mod policy;
+mod redis_nodes;
 mod secrets;
 mod sections;
 

@@ -43,7 +43,8 @@ impl Validator<'_> {
         Ok(Some(Secret::new(token)))
     }
 
-    /// `store.password_file`: the password of every URL of `backend`.
+    /// `store.password_file`: the password of every URL of `backend` (of the master, behind
+    /// Sentinel).
     pub(super) fn store_password(
         &self,
         raw: &RawStore,
@@ -61,7 +62,13 @@ impl Validator<'_> {
             );
         }
         let password = self.secret_file(file, "store.password_file")?;
-        for url in urls {
+        // Behind Sentinel the password is the master's (`master_password`): the Sentinels'
+        // own logins stay in their URLs.
+        if let Backend::RedisSentinel { master, .. } = backend {
+            master.password = Some(Secret::new(password));
+            return Ok(());
+        }
+        for url in backend.redis_urls_mut() {
             *url = url.clone().with_password(&password);
         }
         Ok(())
@@ -83,6 +90,13 @@ impl Validator<'_> {
         else {
             return Ok(None);
         };
+        if matches!(backend, Backend::RedisSentinel { .. }) {
+            return self.err(
+                Some(first.span()),
+                first_key,
+                "TLS to Sentinels and a Sentinel-managed master is not supported yet",
+            );
+        }
         let urls = backend.redis_urls_mut();
         if urls.is_empty() {
             return self.err(

@@ -12,7 +12,7 @@ use super::super::{
     AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl, ServerSettings,
     StoreSettings, TlsListenerSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
-use super::{Span, Validator};
+use super::{redis_nodes, Span, Validator};
 
 /// Would two listeners take the same socket? Same port on overlapping addresses would only
 /// fail later, at bind time: an unspecified address (0.0.0.0 / ::) takes the port on every
@@ -170,7 +170,12 @@ impl Validator<'_> {
         })
     }
 
-    fn redis_url(&self, span: Span, key: String, text: &str) -> Result<RedisUrl, ConfigError> {
+    pub(super) fn redis_url(
+        &self,
+        span: Span,
+        key: String,
+        text: &str,
+    ) -> Result<RedisUrl, ConfigError> {
         match text.into_connection_info() {
             Ok(info) => Ok(RedisUrl::new(text, info)),
             Err(e) => self.err(Some(span), key, format!("invalid Redis URL: {e}")),
@@ -178,7 +183,7 @@ impl Validator<'_> {
     }
 
     /// A key that `backend` needs: present, or an error pointing at the backend line.
-    fn required<'a, T>(
+    pub(super) fn required<'a, T>(
         &self,
         field: Option<&'a Spanned<T>>,
         backend: &Spanned<RawBackend>,
@@ -232,7 +237,7 @@ impl Validator<'_> {
             ("store.url", raw.url.as_ref().map(Spanned::span)),
             ("store.urls", raw.urls.as_ref().map(Spanned::span)),
         ];
-        for (key, span) in given {
+        for (key, span) in given.into_iter().chain(redis_nodes::sentinel_given(raw)) {
             if let Some(span) = span.filter(|_| !backend_keys(chosen).contains(&key)) {
                 return self.err(Some(span), key, foreign_key_hint(key, chosen));
             }
@@ -245,23 +250,10 @@ impl Validator<'_> {
                     url: self.redis_url(url.span(), "store.url".into(), &url.get_ref().0)?,
                 }
             }
-            RawBackend::RedisCluster => {
-                let urls = self.required(raw.urls.as_ref(), &raw.backend, "store.urls")?;
-                if urls.get_ref().is_empty() {
-                    return self.err(
-                        Some(urls.span()),
-                        "store.urls",
-                        "needs at least one seed node",
-                    );
-                }
-                let parsed = urls
-                    .get_ref()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| self.redis_url(urls.span(), format!("store.urls[{i}]"), &u.0))
-                    .collect::<Result<_, _>>()?;
-                Backend::RedisCluster { urls: parsed }
-            }
+            RawBackend::RedisCluster => Backend::RedisCluster {
+                urls: self.redis_urls(raw, "seed node")?,
+            },
+            RawBackend::RedisSentinel => self.sentinel(raw)?,
         })
     }
 
@@ -336,10 +328,11 @@ impl Validator<'_> {
 }
 
 /// Every backend, for naming the ones that take a key.
-const BACKENDS: [RawBackend; 3] = [
+const BACKENDS: [RawBackend; 4] = [
     RawBackend::Memory,
     RawBackend::Redis,
     RawBackend::RedisCluster,
+    RawBackend::RedisSentinel,
 ];
 
 /// The name of `backend` as written in the file.
@@ -348,6 +341,7 @@ fn backend_name(backend: RawBackend) -> &'static str {
         RawBackend::Memory => "memory",
         RawBackend::Redis => "redis",
         RawBackend::RedisCluster => "redis_cluster",
+        RawBackend::RedisSentinel => "redis_sentinel",
     }
 }
 
@@ -357,6 +351,7 @@ fn backend_keys(backend: RawBackend) -> &'static [&'static str] {
         RawBackend::Memory => &[],
         RawBackend::Redis => &["store.url"],
         RawBackend::RedisCluster => &["store.urls"],
+        RawBackend::RedisSentinel => &redis_nodes::SENTINEL_KEYS,
     }
 }
 

@@ -1,4 +1,5 @@
-//! The connection seam: the one place that knows one Redis from a Cluster. Everything else in
+//! The connection seam: the one place that knows one Redis from a Cluster and from a master
+//! behind Sentinel (`sentinel.rs`, then talked to as one Redis). Everything else in
 //! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
 //! connection implementing [`redis::aio::ConnectionLike`]), and bounds every maintenance and
 //! admin call with [`within`], which also maps redis-rs errors to the store's error kinds
@@ -13,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
+use super::sentinel::{probe_master, SentinelTarget};
 use super::{RedisNodes, SCRIPT, SCRIPT_SOURCE};
 use crate::limiter::StoreError;
 
@@ -29,6 +31,7 @@ const CLUSTER_SLOTS: usize = 16384;
 pub(super) enum Target {
     Single(redis::Client),
     Cluster(ClusterClient),
+    Sentinel(SentinelTarget),
 }
 
 impl Target {
@@ -66,6 +69,7 @@ impl Target {
                     .map(Target::Cluster)
                     .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster config: {e}")))
             }
+            RedisNodes::Sentinel(nodes) => SentinelTarget::new(nodes).map(Target::Sentinel),
         }
     }
 
@@ -74,6 +78,7 @@ impl Target {
         match self {
             Target::Single(_) => "redis",
             Target::Cluster(_) => "redis_cluster",
+            Target::Sentinel(_) => "redis_sentinel",
         }
     }
 
@@ -83,7 +88,7 @@ impl Target {
     /// one shard only.
     pub(super) fn one_server(&self) -> bool {
         match self {
-            Target::Single(_) => true,
+            Target::Single(_) | Target::Sentinel(_) => true,
             Target::Cluster(_) => false,
         }
     }
@@ -92,7 +97,7 @@ impl Target {
     /// slot for a Cluster.
     pub(super) fn lanes(&self) -> usize {
         match self {
-            Target::Single(_) => 1,
+            Target::Single(_) | Target::Sentinel(_) => 1,
             Target::Cluster(_) => CLUSTER_SLOTS,
         }
     }
@@ -101,7 +106,7 @@ impl Target {
     /// `<prefix>:{<bucket>}:…` and the braces make `bucket` the hash tag.
     pub(super) fn lane_of(&self, bucket: &str) -> usize {
         match self {
-            Target::Single(_) => 0,
+            Target::Single(_) | Target::Sentinel(_) => 0,
             Target::Cluster(_) => {
                 usize::from(crc16::State::<crc16::XMODEM>::calculate(bucket.as_bytes()))
                     % CLUSTER_SLOTS
@@ -109,35 +114,59 @@ impl Target {
         }
     }
 
-    /// Open a new connection, bounded so that `maintain` returns promptly.
+    /// True when a lost connection should not wait for the same address to come back: behind
+    /// Sentinel the master may now be another server, so `maintain` asks again at once.
+    pub(super) fn follows_failover(&self) -> bool {
+        match self {
+            Target::Sentinel(_) => true,
+            Target::Single(_) | Target::Cluster(_) => false,
+        }
+    }
+
+    /// Open a new connection (behind Sentinel: to the master the Sentinels name now), bounded
+    /// so that `maintain` returns promptly.
     pub(super) async fn connect(&self, timeout: Duration) -> Result<Conn, StoreError> {
-        let budget = connect_timeout(timeout) * 2;
+        // Asking the Sentinels costs a round trip to each and a connection to the master it
+        // names (to check its `ROLE`) before the connection of our own.
+        let budget = connect_timeout(timeout) * if self.follows_failover() { 4 } else { 2 };
         let attempt = async {
             match self {
-                Target::Single(client) => {
-                    let config = ConnectionManagerConfig::new()
-                        // Reconnects run in the background while `check` fails fast (see the
-                        // gate); one quick retry, then the next PING starts another.
-                        .set_number_of_retries(1)
-                        .set_min_delay(Duration::from_millis(10))
-                        .set_max_delay(Duration::from_millis(100))
-                        .set_connection_timeout(Some(connect_timeout(timeout)))
-                        // No library response timer: the store's deadline is the only one (a
-                        // second timer of the same length would race it, and its expiries
-                        // would escape the fail-fast count).
-                        .set_response_timeout(None);
-                    ConnectionManager::new_with_config(client.clone(), config)
-                        .await
-                        .map(Conn::Single)
-                }
+                Target::Single(client) => one_redis(client.clone(), timeout).await,
+                Target::Sentinel(sentinels) => one_redis(sentinels.master().await?, timeout).await,
                 Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
             }
         };
         within(budget, attempt).await
     }
+
+    /// The health probe `maintain` sends: PING, or behind Sentinel `ROLE`, which also tells a
+    /// demoted master (see `sentinel.rs`).
+    pub(super) async fn probe(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        match self {
+            Target::Sentinel(_) => probe_master(conn).await,
+            Target::Single(_) | Target::Cluster(_) => conn.ping().await,
+        }
+    }
 }
 
-/// A live connection. Both kinds are cheap handles (`Clone` shares the underlying sockets) and
+/// A [`ConnectionManager`] on one Redis (standalone, or the master Sentinel named).
+async fn one_redis(client: redis::Client, timeout: Duration) -> redis::RedisResult<Conn> {
+    let config = ConnectionManagerConfig::new()
+        // Reconnects run in the background while `check` fails fast (see the gate); one quick
+        // retry, then the next PING starts another.
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(100))
+        .set_connection_timeout(Some(connect_timeout(timeout)))
+        // No library response timer: the store's deadline is the only one (a second timer of
+        // the same length would race it, and its expiries would escape the fail-fast count).
+        .set_response_timeout(None);
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map(Conn::Single)
+}
+
+/// A live connection (a master behind Sentinel is `Single`). Both kinds are cheap handles (`Clone` shares the underlying sockets) and
 /// multiplex concurrent requests over one socket per server.
 #[derive(Clone)]
 pub(super) enum Conn {
@@ -195,7 +224,7 @@ impl Conn {
 
     /// PING. A Cluster counts as up while any master answers: one failed shard must not
     /// stop the others (checks for its slots fail on their own, within the timeout).
-    pub(super) async fn ping(&mut self) -> redis::RedisResult<()> {
+    async fn ping(&mut self) -> redis::RedisResult<()> {
         self.on_masters(redis::cmd("PING"), ResponsePolicy::OneSucceeded)
             .await
     }
@@ -242,6 +271,8 @@ fn connect_timeout(timeout: Duration) -> Duration {
 
 /// Map a redis-rs error to the store's three kinds: the connection is the problem
 /// (`Unavailable`), the clock ran out (`Timeout`), or Redis answered with an error (`Backend`).
+/// `READONLY` is the connection's problem too: the server is a replica now (a failover
+/// demoted it), and writes there would be lost, so the gate closes until a master answers.
 fn classify(e: &RedisError, timeout: Duration) -> StoreError {
     if e.is_timeout() {
         return StoreError::Timeout(timeout);
@@ -257,6 +288,7 @@ fn classify(e: &RedisError, timeout: Duration) -> StoreError {
                         | ServerErrorKind::MasterDown
                         | ServerErrorKind::TryAgain
                         | ServerErrorKind::BusyLoading
+                        | ServerErrorKind::ReadOnly
                 )
         );
     if unavailable {

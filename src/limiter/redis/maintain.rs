@@ -1,11 +1,20 @@
-//! `maintain`, about once a second on the proxy's runtime: connect, PING, reload the script
-//! after an outage, and tell the gate what it found.
+//! `maintain`, about once a second on the proxy's runtime: connect, probe (PING, or `ROLE`
+//! behind Sentinel), reload the script after an outage, and tell the gate what it found. Behind
+//! Sentinel, a master lost or demoted is replaced in the same call by the one the Sentinels
+//! name now.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::conn::within;
+use super::conn::{within, Conn};
 use super::Inner;
 use crate::limiter::StoreError;
+
+/// Behind Sentinel, while no master is found, `maintain` asks again this often within one call,
+/// for at most [`REDISCOVER_FOR`]: a failover completes at any moment, and waiting for the next
+/// once-a-second call would keep the store closed up to a second longer.
+const REDISCOVER_EVERY: Duration = Duration::from_millis(200);
+const REDISCOVER_FOR: Duration = Duration::from_millis(800);
 
 impl Inner {
     /// See [`crate::limiter::Store::maintain`].
@@ -13,26 +22,65 @@ impl Inner {
         let Ok(_guard) = self.maintaining.try_lock() else {
             return;
         };
-        let conn = match self.conn.load_full() {
-            Some(conn) => conn,
-            None => match self.target.connect(self.timeout).await {
-                Ok(conn) => {
-                    let conn = Arc::new(conn);
-                    self.conn.store(Some(conn.clone()));
-                    self.gate.state_may_be_lost();
-                    conn
-                }
-                Err(error) => return self.ping_failed(&error),
-            },
+        let started = Instant::now();
+        let mut result = match self.conn.load_full() {
+            Some(conn) => self.probe(&conn).await,
+            None => self.connect_and_probe().await,
         };
-        let mut conn = (*conn).clone();
-        let mut result = within(self.timeout, conn.ping()).await;
+        if self.target.follows_failover() {
+            result = self.follow_master(result, started).await;
+        }
+        match result {
+            Ok(()) => {
+                *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.gate.ping_answered()
+            }
+            Err(error) => self.ping_failed(&error),
+        }
+    }
+
+    /// Behind Sentinel: a master gone or demoted is given up at once and the Sentinels asked
+    /// again, until one is found or [`REDISCOVER_FOR`] has passed since `started`. Waiting for
+    /// the old address to come back would hold the store closed through the whole failover.
+    /// A new master means new state: `connect_and_probe` voids what was cached.
+    async fn follow_master(
+        &self,
+        mut result: Result<(), StoreError>,
+        started: Instant,
+    ) -> Result<(), StoreError> {
+        if let Err(lost @ StoreError::Unavailable(_)) = &result {
+            if self.conn.swap(None).is_some() {
+                let label = self.target.label();
+                log::warn!("{label} store: master lost ({lost}), asking the Sentinels");
+                result = self.connect_and_probe().await;
+            }
+        }
+        while result.is_err() && started.elapsed() + REDISCOVER_EVERY < REDISCOVER_FOR {
+            tokio::time::sleep(REDISCOVER_EVERY).await;
+            self.conn.store(None);
+            result = self.connect_and_probe().await;
+        }
+        result
+    }
+
+    /// Open a connection, make it current, and probe it.
+    async fn connect_and_probe(&self) -> Result<(), StoreError> {
+        let conn = Arc::new(self.target.connect(self.timeout).await?);
+        self.conn.store(Some(conn.clone()));
+        self.gate.state_may_be_lost();
+        self.probe(&conn).await
+    }
+
+    /// Probe `conn`; on the way back from an outage also load the script.
+    async fn probe(&self, conn: &Conn) -> Result<(), StoreError> {
+        let mut conn = conn.clone();
+        let mut result = within(self.timeout, self.target.probe(&mut conn)).await;
         if matches!(result, Err(StoreError::Unavailable(_))) {
             self.gate.state_may_be_lost();
-            // A PING that finds the connection lost (or the last reconnect failed) makes the
-            // ConnectionManager start a new attempt without waiting for it; a second PING
+            // A probe that finds the connection lost (or the last reconnect failed) makes the
+            // ConnectionManager start a new attempt without waiting for it; a second probe
             // waits for that attempt, so a Redis that is back is back in one `maintain`.
-            result = within(self.timeout, conn.ping()).await;
+            result = within(self.timeout, self.target.probe(&mut conn)).await;
         }
         // Coming back (first connect, restart, failover): load the script before opening the
         // gate, so the first burst of requests does not pay NOSCRIPT + SCRIPT LOAD each.
@@ -50,13 +98,7 @@ impl Inner {
                 result = Err(denied);
             }
         }
-        match result {
-            Ok(()) => {
-                *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                self.gate.ping_answered()
-            }
-            Err(error) => self.ping_failed(&error),
-        }
+        result
     }
 
     /// Log why a store that is not ready stays so, once per reason (an open gate logs its own

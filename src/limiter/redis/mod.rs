@@ -1,4 +1,5 @@
-//! Redis store: the limiter state of every proxy instance in one Redis server or Redis Cluster.
+//! Redis store: the limiter state of every proxy instance in one Redis server, a Redis Cluster,
+//! or a master behind Redis Sentinel.
 //!
 //! # At most one round trip per request
 //!
@@ -24,9 +25,11 @@
 //! driver task lives on the runtime that created it, and there it reads replies as they
 //! arrive, however busy the proxy's workers are. One Redis uses a
 //! [`redis::aio::ConnectionManager`] (reconnects in the background), a Cluster a
-//! [`redis::cluster_async::ClusterConnection`]. Only `conn.rs` tells the two apart: the rest
-//! of the store sees one connection type and asks the target whether all keys live on one
-//! server (then decisions for any buckets share a call, and a failed call closes the gate).
+//! [`redis::cluster_async::ClusterConnection`]; a master behind Sentinel is one Redis whose
+//! address the Sentinels give (`sentinel.rs`), asked again whenever it stops answering or turns
+//! out to be a replica. Only `conn.rs` tells the kinds apart: the rest of the store sees one
+//! connection type and asks the target whether all keys live on one server (then decisions for
+//! any buckets share a call, and a failed call closes the gate).
 //!
 //! `check` never waits for a connection: until one is up and answering, it fails at once with
 //! [`StoreError::Unavailable`], and every call is bounded by `store.timeout`, so a dead or
@@ -59,6 +62,7 @@ mod lane;
 mod maintain;
 mod patience;
 mod reply;
+mod sentinel;
 
 pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
 
@@ -83,13 +87,26 @@ pub struct RedisTarget {
     pub tls: Option<redis::TlsCertificates>,
 }
 
-/// One Redis, or a Redis Cluster's seed nodes.
+/// One Redis, a Redis Cluster's seed nodes, or the Sentinels that know a master.
 #[derive(Debug, Clone)]
 pub enum RedisNodes {
     /// One Redis server (or a primary behind a proxy).
     Single(Box<redis::ConnectionInfo>),
     /// Seed nodes of a Redis Cluster.
     Cluster(Vec<redis::ConnectionInfo>),
+    /// A master found through Redis Sentinel, followed across failovers.
+    Sentinel(Box<SentinelNodes>),
+}
+
+/// Where to ask for the master, and how to talk to it once found.
+#[derive(Debug, Clone)]
+pub struct SentinelNodes {
+    /// The Sentinels, each with its own credentials (`user:password@` in its URL).
+    pub sentinels: Vec<redis::ConnectionInfo>,
+    /// The name the Sentinels monitor the master under (`sentinel monitor <name> …`).
+    pub master_name: String,
+    /// The master's own database and credentials (its address comes from the Sentinels).
+    pub master: redis::RedisConnectionInfo,
 }
 
 /// The Redis (or Redis Cluster) limiter store: a cheap handle on the state below, which the task
