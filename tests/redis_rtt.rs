@@ -5,8 +5,9 @@
 //!
 //! Latency is compared with the PING round trip measured through the same proxy in the same
 //! run, and what the hop *adds* is a decision's p50 through the proxy less its p50 with the same
-//! callers on loopback (measured just before, same store code, same Redis): so the assertions
-//! are about round trips, not about how fast this (shared, 2-core, debug-build) machine is.
+//! callers on loopback (measured alternately, same store code, same Redis; the lowest p50 of a
+//! few rounds each): so the assertions are about round trips, not about how fast this (shared,
+//! 2-core, debug-build) machine is.
 
 mod common;
 
@@ -31,6 +32,9 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Added p50 of a decision, in round trips, at most (issue #19).
 const MAX_P50_RTTS: f64 = 1.3;
+
+/// Measurements per concurrency and setup; the least disturbed counts.
+const ROUNDS: usize = 5;
 
 /// A Redis and a delay proxy in front of it, `rtt / 2` each way.
 fn redis_behind_proxy(rtt: Duration) -> (RedisServer, DelayProxy) {
@@ -146,8 +150,13 @@ async fn latency_is_about_one_round_trip(rtt: Duration) {
     let remote = store_through(&server, Some(&proxy)).await;
     let mut report = Vec::new();
     for (callers, rounds) in [(1, 40), (64, 20), (256, 8)] {
-        let near = p50(&mut decisions(&local, callers, rounds, "l").await);
-        let far = p50(&mut decisions(&remote, callers, rounds, "r").await);
+        // Back to back, a few times: other processes on the machine only ever add latency, so
+        // the least disturbed p50 of each is the one to compare.
+        let (mut near, mut far) = (Duration::MAX, Duration::MAX);
+        for _ in 0..ROUNDS {
+            near = near.min(p50(&mut decisions(&local, callers, rounds, "l").await));
+            far = far.min(p50(&mut decisions(&remote, callers, rounds, "r").await));
+        }
         let added = far.saturating_sub(near);
         let ratio = added.as_secs_f64() / ping.as_secs_f64();
         println!(
@@ -242,15 +251,18 @@ async fn decisions_for_one_bucket_in_flight_together_run_in_arrival_order() {
             assert!(!verdict.admitted, "arrival {i} admitted: {verdicts:?}");
         }
     }
-    // The first arrivals overlapped in flight: each came ~1 ms after the one before, and each
-    // was answered in well under two round trips (one call at a time would have made the
-    // second wait for the first call and then for its own: about two).
-    for (i, (_, took)) in verdicts.iter().take(3).enumerate() {
-        assert!(
-            took.as_secs_f64() < 1.5 * ping.as_secs_f64(),
-            "arrival {i} took {took:?}, PING round trip {ping:?}"
-        );
-    }
+    // Calls overlapped in flight: arrivals 1 and 2 came ~1 and ~2 ms after arrival 0, while its
+    // call travelled (10 ms), and one of them at least was answered in well under two round
+    // trips (one call at a time would have made each wait for that call, then for its own:
+    // about two). The fastest of the two, so that one scheduling hiccup on a busy machine does
+    // not decide.
+    let fastest = verdicts[1].1.min(verdicts[2].1);
+    assert!(
+        fastest.as_secs_f64() < 1.5 * ping.as_secs_f64(),
+        "arrivals 1 and 2 took {:?} and {:?}, PING round trip {ping:?}",
+        verdicts[1].1,
+        verdicts[2].1
+    );
 
     let mut conn = server.connection();
     let log: Vec<u64> = redis::cmd("LRANGE")

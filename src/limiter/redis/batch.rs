@@ -29,7 +29,9 @@
 //! the first poll of its future. The sender is the only task that starts a lane's calls, and it
 //! polls each call once as it takes the call's batch from the queue, before it takes the next:
 //! so the write order is the queue order, explicitly, whatever order tokio would first poll
-//! tasks in. What this cannot order: a call that redis-rs retries or that the store sends again
+//! tasks in. (The sender runs outside tokio's cooperative budget, whose exhaustion would make
+//! a first poll return before the command was handed over; a call that finds the connection's
+//! channel full waits in its first-come-first-served queue, later calls behind it.) What this cannot order: a call that redis-rs retries or that the store sends again
 //! (`NOSCRIPT` after `SCRIPT FLUSH`, a Cluster `MOVED` or `TRYAGAIN`, a reconnect) runs after the
 //! calls written meanwhile. Each call is still atomic, so no limit is exceeded; only the order
 //! between those calls' decisions may differ.
@@ -102,7 +104,9 @@ impl Inner {
                     lane,
                     finished: false,
                 };
-                self.io.spawn(drain(task));
+                // Unconstrained: tokio's cooperative budget could otherwise make a call's
+                // first poll return before it handed its command over (see `drain`).
+                self.io.spawn(tokio::task::unconstrained(drain(task)));
             }
         }
         let answered = async {
@@ -181,7 +185,9 @@ async fn drain(mut task: Draining) {
                     let mut call: Call =
                         Box::pin(async move { inner.send_batch(lane, batch).await });
                     // The first poll hands the command to the connection (see the module
-                    // documentation): now, before the next batch is taken.
+                    // documentation): now, before the next batch is taken. If the connection's
+                    // channel is full, the call waits in its (first come, first served) queue
+                    // and later calls wait behind it.
                     if poll_once(&mut call).await.is_ready() {
                         task.inner.lanes.get(task.lane).returned();
                     } else {
@@ -202,8 +208,8 @@ async fn drain(mut task: Draining) {
     }
 }
 
-/// Poll `call` once, with the sender's waker (it is polled again, in [`one_returns`], before
-/// the sender sleeps, so no wake-up is lost).
+/// Poll `call` once. The waker is the sender's own, so the call's next wake-up reaches the
+/// sender, which polls it in [`one_returns`] from then on: no wake-up is lost.
 async fn poll_once(call: &mut Call) -> Poll<()> {
     std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await
 }
@@ -212,12 +218,15 @@ async fn poll_once(call: &mut Call) -> Poll<()> {
 /// A linear scan: there are at most [`WINDOW`] of them.
 async fn one_returns(calls: &mut Vec<Call>) {
     std::future::poll_fn(|cx| {
+        // In the order the calls started (`remove`, not `swap_remove`): a call that could not
+        // hand its command over on its first poll (the connection's channel full) does so
+        // before any later one.
         let done = calls
             .iter_mut()
             .position(|c| c.as_mut().poll(cx).is_ready());
         match done {
             Some(i) => {
-                drop(calls.swap_remove(i));
+                drop(calls.remove(i));
                 Poll::Ready(())
             }
             None => Poll::Pending,

@@ -105,7 +105,7 @@ struct Inner {
     gate: Gate,
     /// Serializes `maintain`, in case a caller runs it from two places.
     maintaining: tokio::sync::Mutex<()>,
-    /// Decisions waiting for the call in flight, per lane (see `batch.rs`).
+    /// Decisions waiting to be sent and calls in flight, per lane (see `batch.rs`).
     lanes: lane::Lanes,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
     io: io::IoThread,
