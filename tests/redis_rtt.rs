@@ -191,8 +191,11 @@ async fn added_latency_is_about_one_round_trip_at_5ms() {
     latency_is_about_one_round_trip(Duration::from_millis(5)).await;
 }
 
+/// A verdict and how long it took.
+type Timed = (Verdict, Duration);
+
 /// A check future, boxed so it can be polled once by hand.
-type Check = Pin<Box<dyn Future<Output = (Verdict, Duration)> + Send>>;
+type Check = Pin<Box<dyn Future<Output = Timed> + Send>>;
 
 /// Several calls in flight carry decisions for one bucket (limit N, 3N decisions, spaced so
 /// that the first ones each leave in a call of their own while earlier ones travel): Redis runs
@@ -208,7 +211,7 @@ async fn decisions_for_one_bucket_in_flight_together_run_in_arrival_order() {
     let store = store_through(&server, Some(&proxy)).await;
     let limits = [limit(N, Duration::from_secs(600))];
 
-    let mut checks: Vec<Result<(Verdict, Duration), JoinHandle<(Verdict, Duration)>>> = Vec::new();
+    let mut checks: Vec<Result<Timed, JoinHandle<Timed>>> = Vec::new();
     for i in 0..3 * N {
         let store = store.clone();
         let mut check: Check = Box::pin(async move {
