@@ -7,6 +7,7 @@ use std::process::Command;
 pub mod admin;
 pub mod browser;
 pub mod config;
+pub mod delay_proxy;
 pub mod fetch;
 pub mod http;
 pub mod load;

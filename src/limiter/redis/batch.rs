@@ -1,4 +1,5 @@
-//! Coalescing: decisions pending for one lane at the same instant go out as one `EVALSHA`.
+//! Coalescing: decisions pending for one lane go out as few `EVALSHA` calls, with a small
+//! window of calls in flight.
 //!
 //! Most of a one-limit decision's cost in Redis is the `EVALSHA` itself and its `TIME`, and
 //! most of its cost in the proxy is the client library's per-command machinery (channel hops,
@@ -7,32 +8,55 @@
 //! exactly what the same decisions sent one by one would.
 //!
 //! A **lane** is what one call may carry: one Redis has one lane; a Cluster has one per hash
-//! slot (all keys of a call must share a slot), see [`super::conn::Target::lane_of`]. The rule
-//! per lane is group commit, with at most one call in flight, sent by one task on the store's
-//! I/O thread (`io.rs`):
-//! - lane idle: the request queues its decision and starts the lane's task, which sends it at
-//!   once;
-//! - a call in flight: the request queues its decision. When the call returns, the task sends
-//!   what queued meanwhile as one call, and so on until the queue is empty.
+//! slot (all keys of a call must share a slot), see [`super::conn::Target::lane_of`]. Each
+//! lane has one **sender**, a task on the store's I/O thread (`io.rs`), that keeps up to
+//! [`WINDOW`] calls in flight (the state machine is in `lane.rs`):
+//! - lane idle: the request queues its decision and starts the sender, which sends it at once;
+//! - fewer than [`WINDOW`] calls in flight: the request queues its decision and rings the
+//!   sender's bell; the sender sends what queued, at once;
+//! - [`WINDOW`] calls in flight: the request queues its decision. When a call returns, the
+//!   sender sends what queued meanwhile as one call.
 //!
-//! Either way the request waits for its verdict (see `patience.rs` for how long).
+//! So a decision waits about one round trip however many run at once (a Redis one network
+//! hop away is not left idle while a call travels), and the rate is not capped at one call
+//! per round trip. Either way the request waits for its verdict (see `patience.rs` for how
+//! long).
 //!
-//! Under load a batch therefore holds what arrived during one round trip, at most
-//! [`MAX_BATCH`] decisions, so one script run stays short. At most [`MAX_PENDING`] wait per
-//! lane; beyond that a decision is answered at once with [`StoreError::Overloaded`] (the
-//! route's `on_error` decides it, and it is counted), so waiting stays bounded.
+//! **Order.** Two calls in flight may carry decisions for the same bucket: Redis must run them
+//! in the order they queued. All of a lane's calls travel on one multiplexed connection, where
+//! the order in which commands are handed to the connection is the order Redis runs them; redis-rs
+//! hands a command over (a send into the connection's channel, which then writes in order) on
+//! the first poll of its future. The sender is the only task that starts a lane's calls, and it
+//! polls each call once as it takes the call's batch from the queue, before it takes the next:
+//! so the write order is the queue order, explicitly, whatever order tokio would first poll
+//! tasks in. (The sender runs outside tokio's cooperative budget, whose exhaustion would make
+//! a first poll return before the command was handed over; a call that finds the connection's
+//! channel full waits in its first-come-first-served queue, later calls behind it.) What this cannot order: a call that redis-rs retries or that the store sends again
+//! (`NOSCRIPT` after `SCRIPT FLUSH`, a Cluster `MOVED` or `TRYAGAIN`, a reconnect) runs after the
+//! calls written meanwhile. Each call is still atomic, so no limit is exceeded; only the order
+//! between those calls' decisions may differ.
+//!
+//! Under load a batch holds what arrived while the window was full, at most [`MAX_BATCH`]
+//! decisions, so one script run stays short. At most [`MAX_PENDING`] wait per lane; beyond
+//! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
+//! decides it, and it is counted), so waiting stays bounded.
 //!
 //! **A known-full bucket costs nothing** (`lane.rs`): a denial that comes back answers at once
 //! every queued decision for the same bucket and limits, and any that arrive while the lane
 //! is busy, for as long as the denial is certain (the deny cache's argument, in
-//! `deny_cache.rs`). A burst of thousands for one bucket thus costs two or three calls.
+//! `deny_cache.rs`; it holds with several calls in flight, since a denial proves that no
+//! decision anywhere can be admitted for the bucket before its `until`). A burst of thousands
+//! for one bucket thus costs a few calls.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::lane::{Arrival, Pending};
+use super::lane::{Arrival, Next, Pending};
 use super::{patience, Inner};
 use crate::limiter::{Limit, StoreError, Verdict};
 
@@ -42,10 +66,19 @@ pub(super) const MAX_BATCH: usize = 64;
 /// Most decisions waiting on one lane: 64 batches, a few tens of ms of Redis time.
 pub(super) const MAX_PENDING: usize = 64 * MAX_BATCH;
 
+/// Most calls in flight per lane. One call in flight made a decision that arrived meanwhile
+/// wait for it and then for its own call (1.5 to 2 round trips with Redis 1 ms away); with a
+/// few, an arrival almost always finds room and leaves at once. Under a flood a full window
+/// still batches (each call then carries what queued while the window was full), and a few
+/// calls of at most [`MAX_BATCH`] keep Redis's queue for one lane to about a ms. 4 suffices
+/// at 256 concurrent callers (`tests/redis_rtt.rs`: added p50 about one round trip at 1 and 5
+/// ms).
+pub(super) const WINDOW: usize = 4;
+
 impl Inner {
     /// Decide one request in its lane's next batch, or from a denial the lane already knows.
-    /// The batch goes out at once when the lane is idle (the request starts its lane's
-    /// sending task), else when the call in flight returns.
+    /// The batch goes out at once while the window has room (the request starts its lane's
+    /// sender, or rings it), else when a call in flight returns.
     pub(super) async fn check_coalesced(
         self: &Arc<Self>,
         bucket: &str,
@@ -62,6 +95,7 @@ impl Inner {
             Arrival::Known(verdict) => return Ok(verdict),
             Arrival::Overloaded => return Err(StoreError::Overloaded(MAX_PENDING)),
             Arrival::Queued => {}
+            Arrival::Send => self.lanes.bell(lane).notify_one(),
             Arrival::Start => {
                 // The guard exists before the task first runs: a task dropped unpolled
                 // releases the lane too.
@@ -70,7 +104,9 @@ impl Inner {
                     lane,
                     finished: false,
                 };
-                self.io.spawn(drain(task));
+                // Unconstrained: tokio's cooperative budget could otherwise make a call's
+                // first poll return before it handed its command over (see `drain`).
+                self.io.spawn(tokio::task::unconstrained(drain(task)));
             }
         }
         let answered = async {
@@ -131,21 +167,79 @@ fn fail_all(batch: Vec<Pending>, error: &StoreError) {
     }
 }
 
-/// Send batches until the lane's queue is empty, then let the next request start a task again.
+/// A call started by the sender: one batch sent and its verdicts delivered.
+type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The lane's sender: keep up to [`WINDOW`] calls in flight until the queue is empty and every
+/// call has returned, then let the next request start a sender again.
 async fn drain(mut task: Draining) {
+    let mut calls: Vec<Call> = Vec::with_capacity(WINDOW);
     loop {
-        // (A statement of its own: the lane's lock must end before the await.)
-        let next = task.inner.lanes.get(task.lane).next_batch(MAX_BATCH);
-        let Some(batch) = next else { break };
-        task.inner.send_batch(task.lane, batch).await;
+        loop {
+            // (A statement of its own: the lane's lock must end before the first poll.)
+            let next = task.inner.lanes.get(task.lane).next_batch(MAX_BATCH);
+            match next {
+                Next::Send(batch) => {
+                    let inner = task.inner.clone();
+                    let lane = task.lane;
+                    let mut call: Call =
+                        Box::pin(async move { inner.send_batch(lane, batch).await });
+                    // The first poll hands the command to the connection (see the module
+                    // documentation): now, before the next batch is taken. If the connection's
+                    // channel is full, the call waits in its (first come, first served) queue
+                    // and later calls wait behind it.
+                    if poll_once(&mut call).await.is_ready() {
+                        task.inner.lanes.get(task.lane).returned();
+                    } else {
+                        calls.push(call);
+                    }
+                }
+                Next::Wait => break,
+                Next::Idle => {
+                    task.finished = true;
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            () = one_returns(&mut calls) => task.inner.lanes.get(task.lane).returned(),
+            () = task.inner.lanes.bell(task.lane).notified() => {}
+        }
     }
-    task.finished = true;
 }
 
-/// The sending task's hold on its lane. If the task ends any other way than by emptying the
-/// queue (a panic, the runtime dropping it), `sending` would stay set and every later request
-/// would queue behind a task that no longer exists: on drop it answers the waiters (their batch
-/// was dropped) and lets the next request start a task again.
+/// Poll `call` once. The waker is the sender's own, so the call's next wake-up reaches the
+/// sender, which polls it in [`one_returns`] from then on: no wake-up is lost.
+async fn poll_once(call: &mut Call) -> Poll<()> {
+    std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await
+}
+
+/// Wait until one of `calls` completes and remove it; pending forever when there are none.
+/// A linear scan: there are at most [`WINDOW`] of them.
+async fn one_returns(calls: &mut Vec<Call>) {
+    std::future::poll_fn(|cx| {
+        // In the order the calls started (`remove`, not `swap_remove`): a call that could not
+        // hand its command over on its first poll (the connection's channel full) does so
+        // before any later one.
+        let done = calls
+            .iter_mut()
+            .position(|c| c.as_mut().poll(cx).is_ready());
+        match done {
+            Some(i) => {
+                drop(calls.remove(i));
+                Poll::Ready(())
+            }
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The sender's hold on its lane. If the sender ends any other way than by emptying the queue
+/// (a panic, the runtime dropping it), `sending` would stay set and every later request would
+/// queue behind a task that no longer exists: on drop it answers the waiters (their batch was
+/// dropped; so were the calls in flight, with their waiters) and lets the next request start a
+/// sender again.
 struct Draining {
     inner: Arc<Inner>,
     lane: usize,
@@ -179,7 +273,7 @@ mod tests {
         .unwrap()
     }
 
-    /// A decision that started its lane's task, and one queued behind it, as
+    /// A decision that started its lane's sender, and one queued after it, as
     /// `check_coalesced` leaves them.
     fn queue_two(inner: &Inner) -> [oneshot::Receiver<Result<Verdict, StoreError>>; 2] {
         let mut lane = inner.lanes.get(0);
@@ -191,7 +285,7 @@ mod tests {
         let (tx, rx2) = oneshot::channel();
         assert!(matches!(
             lane.arrive("r:c", &[], tx, 0, Instant::now()),
-            Arrival::Queued
+            Arrival::Send
         ));
         [rx1, rx2]
     }

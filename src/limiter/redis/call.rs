@@ -28,9 +28,10 @@ impl Inner {
         limit.id().push_key_suffix(out);
     }
 
-    /// Send one `EVALSHA` and parse its reply. It is the only call in flight on its lane, so
-    /// it waits `store.timeout` for its answer, not counting time the proxy itself was too busy
-    /// to notice one (`patience.rs`). The gate learns of every answer and every failure.
+    /// Send one `EVALSHA` and parse its reply. It is sent as soon as its batch leaves the queue
+    /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
+    /// it waits `store.timeout` for its own answer, not counting time the proxy itself was too
+    /// busy to notice one (`patience.rs`). The gate learns of every answer and every failure.
     pub(super) async fn call(
         &self,
         conn: &Conn,

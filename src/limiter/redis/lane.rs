@@ -1,13 +1,14 @@
-//! One lane's state (see `batch.rs`): is a call in flight, what waits for the next one, when
-//! the lane last got an answer, and which buckets its calls found full.
+//! One lane's state (see `batch.rs`): whether its sender runs, how many calls it has in
+//! flight, what waits for the next one, when the lane last got an answer, and which buckets
+//! its calls found full. Pure: the sender (`batch.rs`) asks it what to do next.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
-use super::batch::MAX_PENDING;
+use super::batch::{MAX_PENDING, WINDOW};
 use crate::limiter::{Limit, StoreError, Verdict};
 
 /// A remembered denial is trusted for at most this long (it is dropped sooner when the lane
@@ -22,18 +23,33 @@ const MAX_DENIALS: usize = MAX_PENDING;
 pub(super) type Answer = oneshot::Sender<Result<Verdict, StoreError>>;
 
 /// Every lane of a store.
-pub(super) struct Lanes(Box<[Mutex<Lane>]>);
+pub(super) struct Lanes(Box<[Slot]>);
+
+/// One lane and the bell its sender listens to.
+#[derive(Default)]
+struct Slot {
+    lane: Mutex<Lane>,
+    /// Rung when a decision queues while the window has room ([`Arrival::Send`]): the sender
+    /// sends it now instead of when a call returns. A ring while the sender is busy is kept
+    /// (one permit), so none is lost.
+    wake: Notify,
+}
 
 impl Lanes {
     /// `count` idle lanes.
     pub(super) fn new(count: usize) -> Lanes {
-        Lanes((0..count).map(|_| Mutex::default()).collect())
+        Lanes((0..count).map(|_| Slot::default()).collect())
     }
 
     /// Lane `i`, locked.
     pub(super) fn get(&self, i: usize) -> MutexGuard<'_, Lane> {
         // The lock guards plain data: a panic while holding it leaves it usable.
-        self.0[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.0[i].lane.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lane `i`'s bell (see [`Arrival::Send`]).
+    pub(super) fn bell(&self, i: usize) -> &Notify {
+        &self.0[i].wake
     }
 }
 
@@ -48,9 +64,13 @@ pub(super) struct Pending {
 pub(super) enum Arrival {
     /// The lane knows the bucket is full: this is the verdict.
     Known(Verdict),
-    /// Queued on an idle lane: the caller starts the lane's sending task.
+    /// Queued on an idle lane: the caller starts the lane's sender.
     Start,
-    /// Queued behind the call in flight; the verdict comes through the channel.
+    /// Queued while the sender runs and the window has room: the caller rings the lane's
+    /// bell, so the sender sends it now.
+    Send,
+    /// Queued while [`WINDOW`] calls are in flight: it goes in the next call, when one
+    /// returns. The verdict comes through the channel.
     Queued,
     /// The queue is full: answer at once.
     Overloaded,
@@ -68,10 +88,23 @@ struct Denial {
     generation: u64,
 }
 
+/// What the sender does next (see [`Lane::next_batch`]).
+pub(super) enum Next {
+    /// Send this batch now (it counts as in flight until [`Lane::returned`]).
+    Send(Vec<Pending>),
+    /// Nothing to send now: wait for a call to return or the bell to ring.
+    Wait,
+    /// Nothing queued and nothing in flight: the lane is idle again and the sender ends.
+    Idle,
+}
+
 /// See the module documentation.
 #[derive(Default)]
 pub(super) struct Lane {
+    /// The lane's sender runs.
     sending: bool,
+    /// Calls sent and not yet returned, at most [`WINDOW`].
+    in_flight: usize,
     pending: Vec<Pending>,
     last_answer: Option<Instant>,
     denied: HashMap<Box<str>, Denial>,
@@ -98,11 +131,13 @@ impl Lane {
             limits: limits.into(),
             verdict,
         });
-        if self.sending {
-            Arrival::Queued
-        } else {
+        if !self.sending {
             self.sending = true;
             Arrival::Start
+        } else if self.in_flight < WINDOW {
+            Arrival::Send
+        } else {
+            Arrival::Queued
         }
     }
 
@@ -116,10 +151,16 @@ impl Lane {
         self.last_answer
     }
 
-    /// True while the lane's sending task runs.
+    /// True while the lane's sender runs.
     #[cfg(test)]
     pub(super) fn is_sending(&self) -> bool {
         self.sending
+    }
+
+    /// Calls in flight.
+    #[cfg(test)]
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// `verdict` came back for `bucket` from a call sent at `sent` under `generation`: a
@@ -192,128 +233,39 @@ impl Lane {
         self.denied.remove(bucket);
     }
 
-    /// The next batch (at most `max` decisions), or `None` when nothing waits: the lane is idle
-    /// again and the next request sends its own call.
-    pub(super) fn next_batch(&mut self, max: usize) -> Option<Vec<Pending>> {
-        if self.pending.is_empty() {
-            self.release();
-            return None;
+    /// What the sender does next: send the oldest `max` queued decisions while fewer than
+    /// [`WINDOW`] calls are in flight; wait while calls are in flight; else the lane is idle
+    /// again and the next request starts a sender.
+    pub(super) fn next_batch(&mut self, max: usize) -> Next {
+        if self.in_flight >= WINDOW {
+            return Next::Wait;
         }
+        if self.pending.is_empty() {
+            if self.in_flight > 0 {
+                return Next::Wait;
+            }
+            self.release();
+            return Next::Idle;
+        }
+        self.in_flight += 1;
         let n = self.pending.len().min(max);
-        Some(self.pending.drain(..n).collect())
+        Next::Send(self.pending.drain(..n).collect())
+    }
+
+    /// A call the sender started (a [`Next::Send`]) has returned, answered or failed.
+    pub(super) fn returned(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// Idle again, whatever waited: the waiters are returned to be dropped (they see their
-    /// batch dropped).
+    /// batch dropped). The sender's calls in flight are dropped with it.
     pub(super) fn release(&mut self) -> Vec<Pending> {
         self.sending = false;
+        self.in_flight = 0;
         self.denied.clear();
         std::mem::take(&mut self.pending)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limiter::LimitState;
-
-    const LIMITS: [Limit; 1] = [Limit {
-        requests: 1,
-        window: Duration::from_secs(60),
-    }];
-
-    fn denial() -> Verdict {
-        Verdict {
-            admitted: false,
-            states: vec![LimitState {
-                remaining: 0,
-                reset: Duration::from_secs(30),
-            }],
-        }
-    }
-
-    fn queue(lane: &mut Lane, bucket: &str) -> oneshot::Receiver<Result<Verdict, StoreError>> {
-        let (tx, rx) = oneshot::channel();
-        lane.arrive(bucket, &LIMITS, tx, 7, Instant::now());
-        rx
-    }
-
-    #[test]
-    fn a_denial_answers_the_queued_decisions_of_its_bucket_only() {
-        let mut lane = Lane::default();
-        let mut hot: Vec<_> = (0..5).map(|_| queue(&mut lane, "r:hot")).collect();
-        let mut cold = queue(&mut lane, "r:cold");
-        lane.learn("r:hot", &LIMITS, &denial(), Instant::now(), 7);
-        lane.answer_known(7);
-        for rx in &mut hot {
-            let v = rx.try_recv().expect("answered at once").unwrap();
-            assert!(!v.admitted && v.states[0].reset <= Duration::from_secs(30));
-        }
-        assert!(cold.try_recv().is_err(), "another bucket still waits");
-        assert_eq!(lane.pending.len(), 1);
-        // A later arrival is answered without queueing.
-        let (tx, _rx) = oneshot::channel();
-        assert!(matches!(
-            lane.arrive("r:hot", &LIMITS, tx, 7, Instant::now()),
-            Arrival::Known(_)
-        ));
-    }
-
-    #[test]
-    fn a_denial_binds_only_its_limits_and_generation() {
-        let mut lane = Lane::default();
-        lane.learn("r:hot", &LIMITS, &denial(), Instant::now(), 7);
-        let (tx, _rx) = oneshot::channel();
-        assert!(matches!(
-            lane.arrive("r:hot", &LIMITS, tx, 8, Instant::now()),
-            Arrival::Start
-        ));
-        let other = [Limit {
-            requests: 5,
-            window: Duration::from_secs(60),
-        }];
-        let (tx, _rx) = oneshot::channel();
-        assert!(matches!(
-            lane.arrive("r:hot", &other, tx, 7, Instant::now()),
-            Arrival::Queued
-        ));
-    }
-
-    #[test]
-    fn an_admission_teaches_nothing() {
-        let mut lane = Lane::default();
-        let admitted = Verdict {
-            admitted: true,
-            states: vec![LimitState {
-                remaining: 0,
-                reset: Duration::from_secs(60),
-            }],
-        };
-        lane.learn("r:hot", &LIMITS, &admitted, Instant::now(), 7);
-        assert!(lane.denied.is_empty());
-    }
-
-    #[test]
-    fn a_full_queue_answers_overloaded() {
-        let mut lane = Lane::default();
-        let kept: Vec<_> = (0..MAX_PENDING)
-            .map(|i| queue(&mut lane, &format!("r:{i}")))
-            .collect();
-        let (tx, _rx) = oneshot::channel();
-        assert!(matches!(
-            lane.arrive("r:one-more", &LIMITS, tx, 7, Instant::now()),
-            Arrival::Overloaded
-        ));
-        assert_eq!(kept.len(), MAX_PENDING);
-    }
-
-    #[test]
-    fn an_idle_lane_forgets_its_denials() {
-        let mut lane = Lane::default();
-        let _rx = queue(&mut lane, "r:a");
-        lane.learn("r:a", &LIMITS, &denial(), Instant::now(), 7);
-        assert!(lane.next_batch(64).is_some());
-        assert!(lane.next_batch(64).is_none());
-        assert!(lane.denied.is_empty() && !lane.sending);
-    }
-}
+mod tests;

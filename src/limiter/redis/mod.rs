@@ -130,7 +130,7 @@ struct Inner {
     maintaining: tokio::sync::Mutex<()>,
     /// Why the store is not ready, as last logged (each new reason is logged once).
     reported: std::sync::Mutex<Option<String>>,
-    /// Decisions waiting for the call in flight, per lane (see `batch.rs`).
+    /// Decisions waiting to be sent and calls in flight, per lane (see `batch.rs`).
     lanes: lane::Lanes,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
     io: io::IoThread,

@@ -3,9 +3,9 @@
 //!
 //! Two things make a healthy Redis look slow from inside a loaded proxy, and neither may turn
 //! into a fail-open:
-//! - **Queueing.** A decision waits for the call in flight on its lane, then rides in the next
-//!   batch. While that lane keeps getting answers, the store is answering: the decision waits
-//!   on. At `timeout` after it started it gives up, unless the lane answered within the last
+//! - **Queueing.** A decision that finds its lane's window of calls full waits for one of
+//!   them to return, then rides in the next batch. While that lane keeps getting answers, the
+//!   store is answering: the decision waits on. At `timeout` after it started it gives up, unless the lane answered within the last
 //!   [`RECENT`]; then it looks again [`RECENT`] after that answer, and so on.
 //! - **A saturated event loop.** When the proxy's threads are busy, a timer fires late and a
 //!   reply that arrived in time sits unread in a socket. A timer that fired more than
@@ -28,7 +28,7 @@ pub(super) const LAG_TOLERANCE: Duration = Duration::from_millis(5);
 pub(super) const RECENT: Duration = Duration::from_millis(10);
 
 /// Wait for `call` under the rules above. `last_answer` tells when the lane last got an answer
-/// (`None` for a call that is the only one in flight on its lane: nothing else can answer).
+/// (`None` for a call, which waits for its own answer: see `call.rs`).
 pub(super) async fn wait<T>(
     timeout: Duration,
     last_answer: impl Fn() -> Option<Instant>,
