@@ -4,10 +4,7 @@ use super::*;
 use std::time::Duration;
 
 fn one(requests: u32, ms: u64) -> [Limit; 1] {
-    [Limit {
-        requests,
-        window: Duration::from_millis(ms),
-    }]
+    [Limit::log(requests, Duration::from_millis(ms))]
 }
 
 /// Each of `keys` made-up clients of `route` sends exactly its quota of 2.

@@ -217,10 +217,7 @@ mod tests {
     use super::*;
     use crate::limiter::LimitState;
 
-    const LIMITS: [Limit; 1] = [Limit {
-        requests: 1,
-        window: Duration::from_secs(60),
-    }];
+    const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 
     fn denial() -> Verdict {
         Verdict {
@@ -268,10 +265,7 @@ mod tests {
             lane.arrive("r:hot", &LIMITS, tx, 8, Instant::now()),
             Arrival::Start
         ));
-        let other = [Limit {
-            requests: 5,
-            window: Duration::from_secs(60),
-        }];
+        let other = [Limit::log(5, Duration::from_secs(60))];
         let (tx, _rx) = oneshot::channel();
         assert!(matches!(
             lane.arrive("r:hot", &other, tx, 7, Instant::now()),
