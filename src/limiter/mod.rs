@@ -21,6 +21,7 @@ pub mod deny_cache;
 mod limit;
 pub mod memory;
 pub mod redis;
+pub mod slots;
 mod view;
 
 pub use limit::{Limit, LimitId, LimitKind, MAX_SLOTS};

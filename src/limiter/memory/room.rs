@@ -166,7 +166,7 @@ impl Room {
     /// Entries recorded in the overflow bucket (expired ones included until its next decision).
     pub(super) fn overflow_entries(&self) -> usize {
         let b = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
-        b.logs.iter().map(|l| l.entries.len()).sum()
+        b.logs.iter().map(|l| l.count() as usize).sum()
     }
 }
 
