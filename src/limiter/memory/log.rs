@@ -22,8 +22,8 @@ pub(super) struct WindowLog {
 enum Record {
     /// Admitted timestamps, oldest first.
     Log(VecDeque<u64>),
-    /// One counter per slot.
-    Slots(SlotCounts, SlotShape),
+    /// One counter per slot (its shape comes from the id: kept out of every bucket's bytes).
+    Slots(SlotCounts),
 }
 
 impl WindowLog {
@@ -31,13 +31,7 @@ impl WindowLog {
     pub(super) fn new(id: LimitId) -> WindowLog {
         let record = match id.resolution_us() {
             None => Record::Log(VecDeque::new()),
-            Some(resolution_us) => Record::Slots(
-                SlotCounts::default(),
-                SlotShape {
-                    window_us: id.window_us(),
-                    resolution_us,
-                },
-            ),
+            Some(_) => Record::Slots(SlotCounts::default()),
         };
         WindowLog {
             id,
@@ -50,17 +44,24 @@ impl WindowLog {
         self.id.window_us()
     }
 
+    fn shape(&self) -> SlotShape {
+        SlotShape {
+            window_us: self.id.window_us(),
+            resolution_us: self.id.resolution_us().unwrap_or(1000),
+        }
+    }
+
     /// Drop what left the window: an entry recorded at `t` frees its slot at exactly
     /// `t + window` (the same rule as the Lua script); a slot `s` at `(s + 1) r + window`.
     pub(super) fn evict(&mut self, now: u64) {
-        let cutoff = now.saturating_sub(self.window_us());
+        let (cutoff, shape) = (now.saturating_sub(self.window_us()), self.shape());
         match &mut self.record {
             Record::Log(entries) => {
                 while entries.front().is_some_and(|&t| t <= cutoff) {
                     entries.pop_front();
                 }
             }
-            Record::Slots(slots, shape) => slots.evict(*shape, now),
+            Record::Slots(slots) => slots.evict(shape, now),
         }
     }
 
@@ -68,7 +69,7 @@ impl WindowLog {
     pub(super) fn count(&self) -> u64 {
         match &self.record {
             Record::Log(entries) => entries.len() as u64,
-            Record::Slots(slots, _) => slots.count(),
+            Record::Slots(slots) => slots.count(),
         }
     }
 
@@ -79,6 +80,7 @@ impl WindowLog {
 
     /// Record one admitted request at `now` (after [`WindowLog::evict`] at the same `now`).
     pub(super) fn push(&mut self, now: u64) {
+        let shape = self.shape();
         match &mut self.record {
             Record::Log(entries) => {
                 if entries.capacity() == 0 {
@@ -87,7 +89,7 @@ impl WindowLog {
                 }
                 entries.push_back(now);
             }
-            Record::Slots(slots, shape) => slots.push(*shape, now),
+            Record::Slots(slots) => slots.push(shape, now),
         }
     }
 
@@ -104,7 +106,7 @@ impl WindowLog {
                     None => self.window_us(),
                 }
             }
-            Record::Slots(slots, shape) => slots.reset_us(*shape, requests, now),
+            Record::Slots(slots) => slots.reset_us(self.shape(), requests, now),
         }
     }
 
@@ -112,7 +114,7 @@ impl WindowLog {
     pub(super) fn newest(&self) -> Option<u64> {
         match &self.record {
             Record::Log(entries) => entries.back().copied(),
-            Record::Slots(slots, shape) => (!slots.is_empty()).then(|| slots.newest(*shape)),
+            Record::Slots(slots) => (!slots.is_empty()).then(|| slots.newest(self.shape())),
         }
     }
 
@@ -123,7 +125,7 @@ impl WindowLog {
                 0 => 0,
                 cap => (cap * 8).next_multiple_of(16),
             },
-            Record::Slots(slots, _) => slots.heap_bytes(),
+            Record::Slots(slots) => slots.heap_bytes(),
         }
     }
 
@@ -135,7 +137,7 @@ impl WindowLog {
                 (entries.capacity().max(1) * 8).next_multiple_of(16)
             }
             Record::Log(_) => 0,
-            Record::Slots(slots, shape) => slots.growth(*shape),
+            Record::Slots(slots) => slots.growth(self.shape()),
         }
     }
 
@@ -154,12 +156,17 @@ impl WindowLog {
                     .collect();
                 LimitView::from_entries(limit, &live, to_unix(now))
             }
-            Record::Slots(slots, shape) => {
+            Record::Slots(slots) => {
                 let mut slots = slots.clone();
-                slots.evict(*shape, now);
+                slots.evict(self.shape(), now);
                 let count = slots.count();
                 let mut entries_us = Vec::new();
-                for (start, c) in slots.slots(*shape).collect::<Vec<_>>().into_iter().rev() {
+                for (start, c) in slots
+                    .slots(self.shape())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                {
                     let room = MAX_VIEW_ENTRIES - entries_us.len();
                     entries_us.extend(std::iter::repeat_n(to_unix(start), room.min(c as usize)));
                 }
@@ -167,7 +174,7 @@ impl WindowLog {
                 LimitView {
                     count,
                     remaining: u64::from(limit.requests).saturating_sub(count) as u32,
-                    reset: Duration::from_micros(slots.reset_us(*shape, limit.requests, now)),
+                    reset: Duration::from_micros(slots.reset_us(self.shape(), limit.requests, now)),
                     entries_us,
                 }
             }
