@@ -79,14 +79,8 @@ mod tests {
     #[test]
     fn fields_are_structured() {
         let limits = [
-            Limit {
-                requests: 5,
-                window: Duration::from_secs(1),
-            },
-            Limit {
-                requests: 100,
-                window: Duration::from_secs(60),
-            },
+            Limit::log(5, Duration::from_secs(1)),
+            Limit::log(100, Duration::from_secs(60)),
         ];
         let names: Vec<String> = limits.iter().map(|l| policy_name("login", l)).collect();
         assert_eq!(

@@ -283,6 +283,50 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "duplicate window 1m",
         },
         Case {
+            what: "resolution that does not divide the window",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", resolution = \"7s\" }",
+            ),
+            key: "routes[0].limits[0].resolution",
+            line_of: Some("\"7s\""),
+            message: "resolution 7s does not divide the window 1m",
+        },
+        Case {
+            what: "resolution cutting the window into more than 1000 slots",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", resolution = \"10ms\" }",
+            ),
+            key: "routes[0].limits[0].resolution",
+            line_of: Some("\"10ms\""),
+            message: "6000 slots; at most 1000",
+        },
+        Case {
+            what: "resolution under 1ms",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", resolution = \"500us\" }",
+            ),
+            key: "routes[0].limits[0].resolution",
+            line_of: Some("\"500us\""),
+            message: "resolution \"500us\" is shorter than 1ms",
+        },
+        Case {
+            what: "resolution on a Redis store",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", resolution = \"2s\" }",
+            )
+            .replace(
+                "backend = \"memory\"",
+                "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"",
+            ),
+            key: "routes[0].limits[0].resolution",
+            line_of: Some("\"2s\""),
+            message: "resolution needs backend = \"memory\"",
+        },
+        Case {
             what: "bad listen address",
             toml: edit("listen = \"127.0.0.1:18080\"", "listen = \"127.0.0.1\""),
             key: "server.listen",

@@ -149,10 +149,7 @@ fn a_million_one_off_keys_are_all_swept_after_their_window() {
     const KEYS: usize = 1_000_000;
     const THREADS: usize = 2;
     let window = Duration::from_millis(200);
-    let limits = [Limit {
-        requests: 1,
-        window,
-    }];
+    let limits = [Limit::log(1, window)];
     let store = Arc::new(MemoryStore::new());
     let rss_before = rss_kib(std::process::id());
     let started = Instant::now();

@@ -16,10 +16,7 @@ const TIMEOUT: Duration = Duration::from_millis(50);
 /// Scheduling slack on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(250);
 
-const LIMITS: [Limit; 1] = [Limit {
-    requests: 10,
-    window: Duration::from_secs(60),
-}];
+const LIMITS: [Limit; 1] = [Limit::log(10, Duration::from_secs(60))];
 
 /// One check wrapped the way the proxy wraps it; returns the outcome and how long it took.
 /// `Err(None)` means the outer timeout fired (the store itself did not answer).

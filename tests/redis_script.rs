@@ -608,10 +608,7 @@ async fn noscript_after_script_flush_recovers_through_store() {
     let redis = RedisServer::start();
     let store = Arc::new(RedisStore::new(&redis.redis_target(Duration::from_secs(1))).unwrap());
     wait_ready(store.as_ref(), Duration::from_secs(10)).await;
-    let limits = [Limit {
-        requests: 10,
-        window: Duration::from_secs(60),
-    }];
+    let limits = [Limit::log(10, Duration::from_secs(60))];
 
     let first = store.check("route:client", &limits).await.unwrap();
     assert_eq!(first.states[0].remaining, 9);

@@ -285,6 +285,9 @@ fn default_key() -> Spanned<String> {
 pub(super) struct RawLimit {
     pub requests: NonZeroU32,
     pub window: Spanned<Window>,
+    /// Slot length of a bounded-memory limit (checked against the window in `validate`).
+    #[serde(default)]
+    pub resolution: Option<Spanned<Resolution>>,
 }
 
 /// Parse a humantime duration and check it lies in `min..=max`; messages start with `what`.
@@ -405,14 +408,32 @@ pub(super) struct Window(pub Duration);
 
 impl<'de> Deserialize<'de> for Window {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        let dur = parse_bounded("window", &text, Duration::from_millis(1), MAX_WINDOW)
-            .map_err(serde::de::Error::custom)?;
-        if !dur.subsec_nanos().is_multiple_of(1_000_000) {
-            return Err(serde::de::Error::custom(format!(
-                "window {text:?} must be a whole number of milliseconds"
-            )));
-        }
-        Ok(Window(dur))
+        whole_ms("window", &String::deserialize(d)?)
+            .map(Window)
+            .map_err(serde::de::Error::custom)
     }
+}
+
+/// A limit's slot length: like a [`Window`] (whole milliseconds, 1 ms ..= [`MAX_WINDOW`]);
+/// how it must fit its window is checked in `validate`.
+#[derive(Clone, Copy)]
+pub(super) struct Resolution(pub Duration);
+
+impl<'de> Deserialize<'de> for Resolution {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        whole_ms("resolution", &String::deserialize(d)?)
+            .map(Resolution)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A humantime duration of whole milliseconds, 1 ms ..= [`MAX_WINDOW`].
+fn whole_ms(what: &str, text: &str) -> Result<Duration, String> {
+    let dur = parse_bounded(what, text, Duration::from_millis(1), MAX_WINDOW)?;
+    if !dur.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(format!(
+            "{what} {text:?} must be a whole number of milliseconds"
+        ));
+    }
+    Ok(dur)
 }

@@ -199,7 +199,7 @@ mod tests {
     use crate::limiter::memory::MemoryStore;
 
     fn limit(requests: u32, window: Duration) -> Limit {
-        Limit { requests, window }
+        Limit::log(requests, window)
     }
 
     /// Fill a one-request limit of bucket `b`: admitted, then denied.

@@ -6,106 +6,39 @@
 //! admits only if every limit has `count < requests`. Denied requests are never recorded, so a
 //! flood does not eat the quota of the legitimate traffic that follows it.
 //!
+//! A limit with a `resolution` ([`LimitKind::Slotted`]) keeps one counter per slot of that
+//! length instead of one entry per request: it counts every slot that overlaps
+//! `(now - window, now]`, so it never admits more than `requests` in any window either, but it
+//! may refuse early, up to one slot: a refusal at `now` means the exact log with a window one
+//! `resolution` longer would refuse too. Its memory is bounded by `window / resolution + 1`
+//! counters per client whatever the rate.
+//!
 //! Two stores implement the same contract and pass the same conformance suite
 //! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
 //! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
 
 pub mod deny_cache;
+mod limit;
 pub mod memory;
 pub mod redis;
+pub mod slots;
 mod view;
 
+pub use limit::{Limit, LimitId, LimitKind, MAX_SLOTS};
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-/// One sliding-window limit: at most `requests` admitted requests in any `window`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Limit {
-    /// Maximum number of requests admitted in any window (≥ 1).
-    pub requests: u32,
-    /// Window length (≥ 1 ms).
-    pub window: Duration,
-}
-
-impl Limit {
-    /// The window in microseconds (windows are validated to whole milliseconds of at most 30
-    /// days, so this is exact).
-    pub fn window_us(&self) -> u64 {
-        self.window.as_micros().min(u128::from(u64::MAX)) as u64
-    }
-
-    /// The window in milliseconds.
-    pub fn window_ms(&self) -> u64 {
-        self.window.as_millis().min(u128::from(u64::MAX)) as u64
-    }
-
-    /// What this limit is, apart from how many requests it admits: see [`LimitId`].
-    pub fn id(&self) -> LimitId {
-        LimitId {
-            // Windows are validated to at most 30 days, well under 2^32 ms.
-            window_ms: self.window_ms().min(u64::from(u32::MAX)) as u32,
-        }
-    }
-}
-
-/// The identity of a limit within its route: the Redis key suffix, the `RateLimit-Policy`
-/// name's suffix, the memory store's log and the config's duplicate check all use it, so two
-/// limits of one route share a log exactly when their ids are equal. `requests` is not part of
-/// it: a reload that only changes `requests` keeps the recorded entries.
-///
-/// Today every limit is an exact log named by its window. A limit of another kind with the same
-/// window must get a different id (a new field here, and a new suffix), never the same one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LimitId {
-    window_ms: u32,
-}
-
-impl LimitId {
-    /// The window in milliseconds.
-    pub fn window_ms(self) -> u32 {
-        self.window_ms
-    }
-
-    /// The window in microseconds.
-    pub fn window_us(self) -> u64 {
-        u64::from(self.window_ms) * 1000
-    }
-
-    /// Append the Redis key suffix (`<window ms>`), as [`Display`](std::fmt::Display) writes it
-    /// but without the formatting machinery: this runs for every limit of every decision.
-    pub fn push_key_suffix(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(itoa::Buffer::new().format(self.window_ms).as_bytes());
-    }
-
-    /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
-    /// milliseconds as `1500ms`.
-    pub fn policy_suffix(self) -> String {
-        let ms = self.window_ms;
-        if ms.is_multiple_of(1000) {
-            format!("{}s", ms / 1000)
-        } else {
-            format!("{ms}ms")
-        }
-    }
-}
-
-/// The Redis key suffix: `<window ms>`.
-impl std::fmt::Display for LimitId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.window_ms)
-    }
-}
-
 /// The state of one limit after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitState {
     /// Requests still admissible in the current window, after this decision.
     pub remaining: u32,
-    /// Time until the oldest entry in the window leaves it, i.e. until one more slot frees.
-    /// When the log is empty this is the full window.
+    /// Time until the oldest entry in the window leaves it, i.e. until one more slot frees
+    /// (for a slotted limit: until its oldest non-empty slot leaves). When nothing is recorded
+    /// this is the full window. A full limit admits again exactly after `reset`.
     pub reset: Duration,
 }
 
@@ -300,43 +233,6 @@ pub trait Store: Send + Sync + 'static {
     /// from earlier decisions, like the deny cache, is void once it changes.
     fn generation(&self) -> u64 {
         0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limit(requests: u32, ms: u64) -> Limit {
-        Limit {
-            requests,
-            window: Duration::from_millis(ms),
-        }
-    }
-
-    #[test]
-    fn windows_in_us_and_ms() {
-        let l = limit(1, 1500);
-        assert_eq!((l.window_us(), l.window_ms()), (1_500_000, 1500));
-        assert_eq!(l.id().window_us(), 1_500_000);
-    }
-
-    #[test]
-    fn id_is_the_window_and_leaves_requests_out() {
-        assert_eq!(limit(5, 60_000).id(), limit(100, 60_000).id());
-        assert_ne!(limit(5, 60_000).id(), limit(5, 1_000).id());
-    }
-
-    #[test]
-    fn id_texts_are_todays_key_suffix_and_policy_suffix() {
-        for (ms, key, policy) in [(60_000, "60000", "60s"), (250, "250", "250ms")] {
-            let id = limit(1, ms).id();
-            let mut out = b"p:{b}:".to_vec();
-            id.push_key_suffix(&mut out);
-            assert_eq!(out, format!("p:{{b}}:{key}").into_bytes());
-            assert_eq!(id.to_string(), key);
-            assert_eq!(id.policy_suffix(), policy);
-        }
     }
 }
 

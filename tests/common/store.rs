@@ -6,5 +6,5 @@ use slidegate::limiter::Limit;
 
 /// At most `requests` in any `window`.
 pub fn limit(requests: u32, window: Duration) -> Limit {
-    Limit { requests, window }
+    Limit::log(requests, window)
 }

@@ -23,6 +23,7 @@ mod policy;
 mod redis_nodes;
 mod secrets;
 mod sections;
+mod slots;
 
 /// 1-based line of a byte offset.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
@@ -233,9 +234,28 @@ impl Validator<'_> {
         let mut limits = Vec::with_capacity(r.limits.len());
         for (j, l) in r.limits.iter().enumerate() {
             let window = l.window.get_ref().0;
-            let limit = Limit {
-                requests: l.requests.get(),
-                window,
+            let limit = match &l.resolution {
+                None => Limit::log(l.requests.get(), window),
+                // The Redis script records every limit as an exact log so far: refuse rather
+                // than give a shared store a limit it would not keep in bounded memory.
+                Some(r) if defaults.shared => {
+                    return self.err(
+                        Some(r.span()),
+                        format!("routes[{i}].limits[{j}].resolution"),
+                        "resolution needs backend = \"memory\" (the Redis store does not \
+                         keep slotted limits yet)",
+                    )
+                }
+                Some(r) => match slots::check(window, r.get_ref().0) {
+                    Ok(resolution) => Limit::slotted(l.requests.get(), window, resolution),
+                    Err(e) => {
+                        return self.err(
+                            Some(r.span()),
+                            format!("routes[{i}].limits[{j}].resolution"),
+                            e,
+                        )
+                    }
+                },
             };
             // Two limits with one id would share one log (one Redis key, one policy name).
             if limits.iter().any(|x: &Limit| x.id() == limit.id()) {

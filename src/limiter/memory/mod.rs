@@ -11,7 +11,8 @@
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
 //! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
 //! eviction in O(1)). A bucket is the hash, its newest activity and one log per limit (found by
-//! its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond timestamps. Two
+//! its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond timestamps, or
+//! for a slotted limit its slot counters (`log.rs`, [`SlotCounts`](crate::limiter::slots::SlotCounts)). Two
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,
 //! never looser; with a secret seed a client cannot aim for that.
 //!
@@ -61,6 +62,7 @@ use super::{Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
 use room::{shard_of, Room};
 use shard::Bucket;
 
+mod log;
 mod room;
 mod shard;
 
@@ -200,7 +202,7 @@ impl MemoryStore {
             n += s
                 .slots
                 .iter()
-                .map(|b| b.logs.iter().map(|l| l.entries.len()).sum::<usize>())
+                .map(|b| b.logs.iter().map(|l| l.count() as usize).sum::<usize>())
                 .sum::<usize>()
         });
         self.each_room(|r| n += r.overflow_entries());
@@ -283,31 +285,25 @@ impl Store for MemoryStore {
         // The inspector names no route: look in every room (a bucket key names its route, so
         // one room at most holds it). Reads only: nothing is evicted or recorded (eviction is
         // the next check's job).
-        let mut found: Option<Vec<Vec<u64>>> = None;
+        let mut found: Option<Vec<LimitView>> = None;
         self.each_room(|room| {
             let shard = room.lock(shard_of(key));
             let Some(b) = shard.index.get(&key).map(|&i| &shard.slots[i as usize]) else {
                 return;
             };
-            let in_window = limits.iter().map(|limit| {
-                let cutoff = now.saturating_sub(limit.window_us());
-                b.logs
+            let views =
+                limits
                     .iter()
-                    .find(|l| l.id == limit.id())
-                    .map(|log| {
-                        let live = log.entries.iter().filter(|&&t| t > cutoff);
-                        live.map(|&t| to_unix(t)).collect()
-                    })
-                    .unwrap_or_default()
-            });
-            found.get_or_insert_with(|| in_window.collect());
+                    .map(|limit| match b.logs.iter().find(|l| l.id == limit.id()) {
+                        Some(log) => log.view(limit, now, to_unix),
+                        None => LimitView::from_entries(limit, &[], to_unix(now)),
+                    });
+            found.get_or_insert_with(|| views.collect());
         });
-        let found = found.unwrap_or_else(|| vec![Vec::new(); limits.len()]);
-        let limits = limits
-            .iter()
-            .zip(&found)
-            .map(|(limit, entries)| LimitView::from_entries(limit, entries, to_unix(now)))
-            .collect();
+        let limits = found.unwrap_or_else(|| {
+            let empty = |limit| LimitView::from_entries(limit, &[], to_unix(now));
+            limits.iter().map(empty).collect()
+        });
         Ok(WindowView {
             now_us: to_unix(now),
             limits,

@@ -166,7 +166,7 @@ impl Room {
     /// Entries recorded in the overflow bucket (expired ones included until its next decision).
     pub(super) fn overflow_entries(&self) -> usize {
         let b = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
-        b.logs.iter().map(|l| l.entries.len()).sum()
+        b.logs.iter().map(|l| l.count() as usize).sum()
     }
 }
 
@@ -176,10 +176,7 @@ mod tests {
     use std::cell::Cell;
     use std::time::Duration;
 
-    const HOUR: [Limit; 1] = [Limit {
-        requests: 2,
-        window: Duration::from_secs(3600),
-    }];
+    const HOUR: [Limit; 1] = [Limit::log(2, Duration::from_secs(3600))];
 
     /// Bytes of a bucket holding two entries (a `VecDeque` of capacity 4).
     const TWO: usize = BUCKET_COST + 32;

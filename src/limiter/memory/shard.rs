@@ -1,48 +1,15 @@
 //! The memory store's data and its pure decision: one shard (an index from key hash to a slot vector of buckets,
 //! with its byte accounting and eviction), a bucket (one log per window), a log.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::log::WindowLog;
 use super::{BUCKET_COST, EVICTION_SAMPLES};
 use crate::limiter::{Limit, LimitId, LimitState, Verdict};
-
-/// The log of one limit of one bucket: admitted timestamps (µs on the store's monotonic clock),
-/// oldest first.
-#[derive(Debug)]
-pub(super) struct WindowLog {
-    /// Which limit this is the log of (its window, today).
-    pub(super) id: LimitId,
-    /// `requests` of the limit at its latest decision (eviction must know who is at its limit).
-    pub(super) requests: u32,
-    pub(super) entries: VecDeque<u64>,
-}
-
-impl WindowLog {
-    pub(super) fn window_us(&self) -> u64 {
-        self.id.window_us()
-    }
-
-    /// Drop entries that are `window` or more old: an entry recorded at `t` frees its slot at
-    /// exactly `t + window` (the same rule as the Lua script).
-    pub(super) fn evict(&mut self, now: u64) {
-        let cutoff = now.saturating_sub(self.window_us());
-        while self.entries.front().is_some_and(|&t| t <= cutoff) {
-            self.entries.pop_front();
-        }
-    }
-
-    /// Heap bytes of the entries (allocator size classes are multiples of 16 here).
-    pub(super) fn heap_bytes(&self) -> usize {
-        match self.entries.capacity() {
-            0 => 0,
-            cap => (cap * 8).next_multiple_of(16),
-        }
-    }
-}
 
 /// All logs of one bucket (route + client), keyed by [`LimitId`] (which leaves `requests` out)
 /// so that a reload that only changes `requests` keeps the recorded entries.
@@ -75,24 +42,11 @@ impl Bucket {
                 let i = self.log_index(limit.id());
                 let log = &mut self.logs[i];
                 if admitted {
-                    if log.entries.capacity() == 0 {
-                        // Most clients never have more than one entry: start exact.
-                        log.entries.reserve_exact(1);
-                    }
-                    log.entries.push_back(now);
+                    log.push(now);
                 }
-                // A full limit admits again when entry[len - requests] leaves: the oldest,
-                // unless a reload lowered `requests` below what the log already holds. `now` is
-                // never older than an entry (taken under the lock, clamped to the newest), so
-                // this cannot underflow; saturate anyway.
-                let pivot = log.entries.len().saturating_sub(limit.requests as usize);
-                let reset_us = match log.entries.get(pivot) {
-                    Some(&t) => (t + log.window_us()).saturating_sub(now),
-                    None => log.window_us(),
-                };
+                let reset_us = log.reset_us(limit.requests, now);
                 LimitState {
-                    remaining: u64::from(limit.requests).saturating_sub(log.entries.len() as u64)
-                        as u32,
+                    remaining: u64::from(limit.requests).saturating_sub(log.count()) as u32,
                     reset: Duration::from_micros(reset_us),
                 }
             })
@@ -109,7 +63,7 @@ impl Bucket {
             let log = &mut self.logs[i];
             log.requests = limit.requests;
             log.evict(now);
-            admitted &= log.entries.len() < limit.requests as usize;
+            admitted &= log.count() < u64::from(limit.requests);
         }
         admitted
     }
@@ -118,27 +72,19 @@ impl Bucket {
         match self.logs.iter().position(|l| l.id == id) {
             Some(i) => i,
             None => {
-                self.logs.push(WindowLog {
-                    id,
-                    requests: u32::MAX,
-                    entries: VecDeque::new(),
-                });
+                self.logs.push(WindowLog::new(id));
                 self.logs.len() - 1
             }
         }
     }
 
-    /// Bytes its logs grow by if `limits` record one more entry: a full log doubles its
-    /// capacity, a new log starts at one entry.
+    /// Bytes its logs grow by if `limits` record one more entry (see [`WindowLog::growth`]).
     pub(super) fn growth(&self, limits: &[Limit]) -> usize {
         limits
             .iter()
             .map(|l| match self.logs.iter().find(|g| g.id == l.id()) {
-                Some(g) if g.entries.len() == g.entries.capacity() => {
-                    (g.entries.capacity().max(1) * 8).next_multiple_of(16)
-                }
-                Some(_) => 0,
-                None => 16,
+                Some(g) => g.growth(),
+                None => WindowLog::new(l.id()).growth(),
             })
             .sum()
     }
@@ -151,7 +97,7 @@ impl Bucket {
     pub(super) fn newest(&self) -> u64 {
         self.logs
             .iter()
-            .filter_map(|l| l.entries.back().copied())
+            .filter_map(WindowLog::newest)
             .max()
             .unwrap_or(0)
     }
@@ -163,7 +109,7 @@ impl Bucket {
         let mut fill = 0;
         for log in &mut self.logs {
             log.evict(now);
-            let used = log.entries.len() as u64;
+            let used = log.count();
             let quota = u64::from(log.requests.max(1));
             at_limit |= used >= quota;
             fill = fill.max(used * 1_000_000 / quota);
@@ -224,7 +170,7 @@ impl Shard {
             let before = b.cost();
             b.logs.retain_mut(|log| {
                 log.evict(now);
-                !log.entries.is_empty()
+                !log.is_empty()
             });
             let after = b.cost();
             self.bytes = self.bytes - before + after;

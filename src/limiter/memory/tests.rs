@@ -4,10 +4,7 @@ use super::*;
 use std::time::Duration;
 
 fn one(requests: u32, ms: u64) -> [Limit; 1] {
-    [Limit {
-        requests,
-        window: Duration::from_millis(ms),
-    }]
+    [Limit::log(requests, Duration::from_millis(ms))]
 }
 
 /// Each of `keys` made-up clients of `route` sends exactly its quota of 2.
@@ -105,4 +102,51 @@ fn a_flood_on_one_route_leaves_another_routes_room_and_is_still_limited() {
         admitted < 100,
         "fresh keys are refused in proportion to the flood"
     );
+}
+
+/// Accounted bytes of one client that sent `n` requests in one burst against `limits`.
+fn bytes_of_one_client(limits: &[Limit], n: usize) -> usize {
+    let store = MemoryStore::new();
+    for _ in 0..n {
+        store.check_now("one", limits).unwrap();
+    }
+    store.accounted_bytes()
+}
+
+#[test]
+fn a_slotted_limit_keeps_a_client_at_full_rate_in_a_few_dozen_bytes() {
+    let second = Duration::from_secs(1);
+    let log = bytes_of_one_client(&[Limit::log(10_000, second)], 10_000);
+    let slotted = Limit::slotted(10_000, second, Duration::from_millis(100));
+    let slots = bytes_of_one_client(&[slotted], 10_000);
+    // The log: 10,000 timestamps (a VecDeque of 16,384 u64); the counters: 11 u32 (48 bytes).
+    assert_eq!(log, BUCKET_COST + 16_384 * 8);
+    assert_eq!(slots, BUCKET_COST + 48);
+    // And the burst was decided as the log decides it: 10,000 admitted, the next refused.
+    let store = MemoryStore::new();
+    let admitted = (0..10_001)
+        .filter(|_| store.check_now("one", &[slotted]).unwrap().admitted)
+        .count();
+    assert_eq!(admitted, 10_000);
+}
+
+#[test]
+fn a_route_mixing_log_and_slotted_limits_records_in_all_or_none() {
+    let store = MemoryStore::new();
+    let limits = [
+        Limit::log(3, Duration::from_secs(60)),
+        Limit::slotted(2, Duration::from_secs(60), Duration::from_secs(1)),
+    ];
+    let got: Vec<_> = (0..4)
+        .map(|_| {
+            let v = store.check_now("mix", &limits).unwrap();
+            (v.admitted, v.states[0].remaining, v.states[1].remaining)
+        })
+        .collect();
+    // The slotted limit fills first; the log then records nothing more (all or none).
+    assert_eq!(
+        got,
+        [(true, 2, 1), (true, 1, 0), (false, 1, 0), (false, 1, 0)]
+    );
+    assert_eq!(store.entries(), 4);
 }

@@ -126,10 +126,7 @@ mod tests {
     }
 
     fn limit() -> Limit {
-        Limit {
-            requests: 5,
-            window: Duration::from_secs(1),
-        }
+        Limit::log(5, Duration::from_secs(1))
     }
 
     #[test]

@@ -3,10 +3,7 @@
 use super::*;
 use crate::limiter::LimitState;
 
-const LIMITS: [Limit; 1] = [Limit {
-    requests: 1,
-    window: Duration::from_secs(60),
-}];
+const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 
 fn denial() -> Verdict {
     Verdict {
@@ -54,10 +51,7 @@ fn a_denial_binds_only_its_limits_and_generation() {
         lane.arrive("r:hot", &LIMITS, tx, 8, Instant::now()),
         Arrival::Start
     ));
-    let other = [Limit {
-        requests: 5,
-        window: Duration::from_secs(60),
-    }];
+    let other = [Limit::log(5, Duration::from_secs(60))];
     let (tx, _rx) = oneshot::channel();
     assert!(matches!(
         lane.arrive("r:hot", &other, tx, 7, Instant::now()),

@@ -1,0 +1,201 @@
+//! What a limit is: [`Limit`] (requests, window and how admissions are recorded) and its
+//! identity [`LimitId`], which names its Redis key, its policy and its memory-store log.
+
+use std::time::Duration;
+
+/// One sliding-window limit: at most `requests` admitted requests in any `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// Maximum number of requests admitted in any window (≥ 1).
+    pub requests: u32,
+    /// Window length (≥ 1 ms).
+    pub window: Duration,
+    /// How admissions are recorded: one entry each, or one counter per slot.
+    pub kind: LimitKind,
+}
+
+/// How a limit records what it admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LimitKind {
+    /// The exact sliding-window log: one timestamp per admitted request.
+    #[default]
+    Log,
+    /// One counter per `resolution` slot (validated: ≥ 1 ms, whole milliseconds, dividing the
+    /// window into at most [`MAX_SLOTS`] slots). Never admits more than the log; may refuse up
+    /// to one slot early.
+    Slotted {
+        /// Slot length.
+        resolution: Duration,
+    },
+}
+
+/// Most slots a window may be divided into (`window / resolution`): a decision reads and
+/// rewrites every slot, so this bounds its cost (and a client's memory: `MAX_SLOTS + 1`
+/// counters).
+pub const MAX_SLOTS: u64 = 1000;
+
+impl Limit {
+    /// An exact sliding-window-log limit.
+    pub const fn log(requests: u32, window: Duration) -> Limit {
+        Limit {
+            requests,
+            window,
+            kind: LimitKind::Log,
+        }
+    }
+
+    /// A slotted limit of `resolution` (which must divide `window`).
+    pub const fn slotted(requests: u32, window: Duration, resolution: Duration) -> Limit {
+        Limit {
+            requests,
+            window,
+            kind: LimitKind::Slotted { resolution },
+        }
+    }
+
+    /// The window in microseconds (windows are validated to whole milliseconds of at most 30
+    /// days, so this is exact).
+    pub fn window_us(&self) -> u64 {
+        self.window.as_micros().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The window in milliseconds.
+    pub fn window_ms(&self) -> u64 {
+        self.window.as_millis().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The slot length in microseconds, `None` for a log.
+    pub fn resolution_us(&self) -> Option<u64> {
+        match self.kind {
+            LimitKind::Log => None,
+            LimitKind::Slotted { resolution } => Some(resolution.as_micros() as u64),
+        }
+    }
+
+    /// What this limit is, apart from how many requests it admits: see [`LimitId`].
+    pub fn id(&self) -> LimitId {
+        LimitId {
+            // Windows are validated to at most 30 days, well under 2^32 ms.
+            window_ms: self.window_ms().min(u64::from(u32::MAX)) as u32,
+            resolution_ms: self
+                .resolution_us()
+                .map_or(0, |us| (us / 1000).min(u64::from(u32::MAX)) as u32),
+        }
+    }
+}
+
+/// The identity of a limit within its route: the Redis key suffix, the `RateLimit-Policy`
+/// name's suffix, the memory store's log and the config's duplicate check all use it, so two
+/// limits of one route share a log exactly when their ids are equal. `requests` is not part of
+/// it: a reload that only changes `requests` keeps the recorded entries.
+///
+/// A log is named by its window; a slotted limit by its window and resolution, so a log and
+/// a slotted limit of one window never share a key (a reload that adds or changes a
+/// `resolution` starts that limit empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LimitId {
+    window_ms: u32,
+    /// 0 for a log (a slot is at least 1 ms).
+    resolution_ms: u32,
+}
+
+impl LimitId {
+    /// The window in milliseconds.
+    pub fn window_ms(self) -> u32 {
+        self.window_ms
+    }
+
+    /// The window in microseconds.
+    pub fn window_us(self) -> u64 {
+        u64::from(self.window_ms) * 1000
+    }
+
+    /// The slot length in microseconds, `None` for a log.
+    pub fn resolution_us(self) -> Option<u64> {
+        (self.resolution_ms > 0).then(|| u64::from(self.resolution_ms) * 1000)
+    }
+
+    /// Append the Redis key suffix (`<window ms>`, or `<window ms>@<resolution ms>` for a
+    /// slotted limit), as [`Display`](std::fmt::Display) writes it but without the formatting
+    /// machinery: this runs for every limit of every decision.
+    pub fn push_key_suffix(self, out: &mut Vec<u8>) {
+        let mut buf = itoa::Buffer::new();
+        out.extend_from_slice(buf.format(self.window_ms).as_bytes());
+        if self.resolution_ms > 0 {
+            out.push(b'@');
+            out.extend_from_slice(buf.format(self.resolution_ms).as_bytes());
+        }
+    }
+
+    /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
+    /// milliseconds as `1500ms`; a slotted limit adds `@<resolution>` (`1s@100ms`).
+    pub fn policy_suffix(self) -> String {
+        let text = |ms: u32| {
+            if ms.is_multiple_of(1000) {
+                format!("{}s", ms / 1000)
+            } else {
+                format!("{ms}ms")
+            }
+        };
+        match self.resolution_ms {
+            0 => text(self.window_ms),
+            r => format!("{}@{}", text(self.window_ms), text(r)),
+        }
+    }
+}
+
+/// The Redis key suffix: `<window ms>` (`<window ms>@<resolution ms>` when slotted).
+impl std::fmt::Display for LimitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = Vec::new();
+        self.push_key_suffix(&mut out);
+        f.write_str(std::str::from_utf8(&out).map_err(|_| std::fmt::Error)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(requests: u32, ms: u64) -> Limit {
+        Limit::log(requests, Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn windows_in_us_and_ms() {
+        let l = limit(1, 1500);
+        assert_eq!((l.window_us(), l.window_ms()), (1_500_000, 1500));
+        assert_eq!(l.id().window_us(), 1_500_000);
+    }
+
+    #[test]
+    fn id_is_the_window_and_leaves_requests_out() {
+        assert_eq!(limit(5, 60_000).id(), limit(100, 60_000).id());
+        assert_ne!(limit(5, 60_000).id(), limit(5, 1_000).id());
+    }
+
+    #[test]
+    fn id_texts_are_todays_key_suffix_and_policy_suffix() {
+        for (ms, key, policy) in [(60_000, "60000", "60s"), (250, "250", "250ms")] {
+            let id = limit(1, ms).id();
+            let mut out = b"p:{b}:".to_vec();
+            id.push_key_suffix(&mut out);
+            assert_eq!(out, format!("p:{{b}}:{key}").into_bytes());
+            assert_eq!(id.to_string(), key);
+            assert_eq!(id.policy_suffix(), policy);
+        }
+    }
+
+    #[test]
+    fn a_slotted_limit_has_its_own_id_key_and_policy_name() {
+        let w = Duration::from_secs(1);
+        let slotted = Limit::slotted(10, w, Duration::from_millis(100));
+        assert_ne!(slotted.id(), Limit::log(10, w).id());
+        assert_eq!(slotted.id().to_string(), "1000@100");
+        assert_eq!(slotted.id().policy_suffix(), "1s@100ms");
+        assert_eq!(slotted.id().resolution_us(), Some(100_000));
+        assert_eq!(Limit::log(1, w).id().resolution_us(), None);
+        let odd = Limit::slotted(1, Duration::from_millis(1500), Duration::from_millis(1500));
+        assert_eq!(odd.id().policy_suffix(), "1500ms@1500ms");
+    }
+}

@@ -1,0 +1,205 @@
+//! The counters of one slotted limit ([`LimitKind::Slotted`](super::LimitKind::Slotted)): the
+//! pure decision both the memory store and the bounds proofs in the tests use. The Lua script
+//! (`lua/slots.lua`) implements the same rules on a packed string.
+//!
+//! Time is cut into slots of `resolution`; slot `s` holds the requests admitted in
+//! `[s r, (s+1) r)`. With `n = window / resolution`, the slots that overlap `(now - window, now]`
+//! are `cur - n ..= cur` (`cur = now / r`): n + 1 counters at most. A request is admitted only if
+//! their sum is below `requests`. Every admission inside any window `(a, a + window]` is counted
+//! by the last one of them, so no window ever holds more than `requests`. The oldest slot may
+//! hold requests that already left the window: a refusal at `now` means at least `requests`
+//! admissions in `(now - window - resolution, now]`, i.e. the exact log of a window one slot
+//! longer would refuse too (the "one slot early" bound).
+
+use std::collections::VecDeque;
+
+/// The counters of slots `first ..`, contiguous, the first one non-zero (or none at all).
+#[derive(Debug, Default, Clone)]
+pub struct SlotCounts {
+    first: u64,
+    counts: VecDeque<u32>,
+}
+
+/// The shape of a slotted limit, in µs.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotShape {
+    /// Window length (a multiple of `resolution`).
+    pub window_us: u64,
+    /// Slot length (≥ 1000).
+    pub resolution_us: u64,
+}
+
+impl SlotShape {
+    fn slots(self) -> u64 {
+        self.window_us / self.resolution_us
+    }
+
+    /// The slot `now` falls in.
+    pub fn slot_of(self, now: u64) -> u64 {
+        now / self.resolution_us
+    }
+
+    /// When slot `s` stops overlapping the window: `(s + 1) r + window`.
+    pub fn leaves_at(self, s: u64) -> u64 {
+        (s + 1) * self.resolution_us + self.window_us
+    }
+}
+
+impl SlotCounts {
+    /// Drop the slots that no longer overlap `(now - window, now]`, and leading empty ones.
+    pub fn evict(&mut self, shape: SlotShape, now: u64) {
+        let oldest = shape.slot_of(now).saturating_sub(shape.slots());
+        while self
+            .counts
+            .front()
+            .is_some_and(|&c| self.first < oldest || c == 0)
+        {
+            self.counts.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// Requests counted (after [`SlotCounts::evict`]: in every slot overlapping the window).
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|&c| u64::from(c)).sum()
+    }
+
+    /// True when no slot holds anything.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Record one request at `now` (after [`SlotCounts::evict`] at the same `now`, which must
+    /// not be before [`SlotCounts::newest`]). Reserves every counter the window can need at the
+    /// first push, so the counters never reallocate.
+    pub fn push(&mut self, shape: SlotShape, now: u64) {
+        let cur = shape.slot_of(now);
+        if self.counts.is_empty() {
+            self.first = cur;
+            self.counts.reserve_exact(shape.slots() as usize + 1);
+            self.counts.push_back(1);
+            return;
+        }
+        let last = self.first + self.counts.len() as u64 - 1;
+        if cur > last {
+            self.counts
+                .extend(std::iter::repeat_n(0, (cur - last - 1) as usize));
+            self.counts.push_back(1);
+        } else if let Some(c) = self.counts.back_mut() {
+            *c = c.saturating_add(1);
+        }
+    }
+
+    /// Time until this limit admits again when full, else until its oldest slot leaves; the
+    /// window when nothing is counted. Between `1` and `window + resolution` µs.
+    pub fn reset_us(&self, shape: SlotShape, requests: u32, now: u64) -> u64 {
+        let count = self.count();
+        if count == 0 {
+            return shape.window_us;
+        }
+        // The slots that must leave before the count is below `requests` (at least one).
+        let must_drop = (count + 1).saturating_sub(u64::from(requests)).max(1);
+        let mut dropped = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            dropped += u64::from(c);
+            if dropped >= must_drop {
+                return shape
+                    .leaves_at(self.first + i as u64)
+                    .saturating_sub(now)
+                    .max(1);
+            }
+        }
+        shape.window_us
+    }
+
+    /// The start of the newest non-empty slot (0 when none): a `now` never goes before it.
+    pub fn newest(&self, shape: SlotShape) -> u64 {
+        match self.counts.len() {
+            0 => 0,
+            n => (self.first + n as u64 - 1) * shape.resolution_us,
+        }
+    }
+
+    /// Heap bytes of the counters (allocator size classes are multiples of 16 here).
+    pub fn heap_bytes(&self) -> usize {
+        match self.counts.capacity() {
+            0 => 0,
+            cap => (cap * 4).next_multiple_of(16),
+        }
+    }
+
+    /// Heap bytes one more push may allocate: every counter at the first push, none after.
+    pub fn growth(&self, shape: SlotShape) -> usize {
+        match self.counts.capacity() {
+            0 => ((shape.slots() as usize + 1) * 4).next_multiple_of(16),
+            _ => 0,
+        }
+    }
+
+    /// Every non-empty slot: (its start in µs, its count), oldest first.
+    pub fn slots(&self, shape: SlotShape) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let first = self.first;
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(move |(i, &c)| ((first + i as u64) * shape.resolution_us, c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1 s in slots of 100 ms.
+    const SHAPE: SlotShape = SlotShape {
+        window_us: 1_000_000,
+        resolution_us: 100_000,
+    };
+
+    #[test]
+    fn counts_every_slot_overlapping_the_window_and_at_most_n_plus_one() {
+        let mut s = SlotCounts::default();
+        for t in (0..30).map(|i| i * 100_000 + 50_000) {
+            s.evict(SHAPE, t);
+            s.push(SHAPE, t);
+            assert!(s.counts.len() <= 11);
+        }
+        // At 2.95 s the slots of 1.9 s ..= 2.9 s overlap (1.95 s, 2.95 s]: 11 of them.
+        assert_eq!((s.count(), s.counts.capacity() >= 11), (11, true));
+        assert_eq!(s.heap_bytes(), 48);
+    }
+
+    #[test]
+    fn a_full_limit_resets_when_enough_slots_leave() {
+        let mut s = SlotCounts::default();
+        for t in [0, 10, 150_000, 150_001] {
+            s.evict(SHAPE, t);
+            s.push(SHAPE, t);
+        }
+        // 4 counted, limit 4: slot 0 (2 requests) must leave, at 0.1 s + 1 s.
+        assert_eq!(s.reset_us(SHAPE, 4, 200_000), 900_000);
+        // Limit 3: one request must go, still slot 0. Limit 5: not full, oldest slot too.
+        assert_eq!(s.reset_us(SHAPE, 3, 200_000), 900_000);
+        assert_eq!(s.reset_us(SHAPE, 5, 200_000), 900_000);
+        // Limit 2 (lowered on a reload): slot 1 must leave too, at 0.2 s + 1 s.
+        assert_eq!(s.reset_us(SHAPE, 2, 200_000), 1_000_000);
+        // Slot 0 leaves at exactly 1.1 s.
+        s.evict(SHAPE, 1_099_999);
+        assert_eq!(s.count(), 4);
+        s.evict(SHAPE, 1_100_000);
+        assert_eq!(s.count(), 2);
+        assert_eq!(s.reset_us(SHAPE, 2, 1_100_000), 100_000);
+    }
+
+    #[test]
+    fn an_idle_client_comes_back_to_nothing() {
+        let mut s = SlotCounts::default();
+        s.push(SHAPE, 5);
+        s.evict(SHAPE, 60_000_000);
+        assert!(s.is_empty());
+        assert_eq!(s.reset_us(SHAPE, 1, 60_000_000), 1_000_000);
+        s.push(SHAPE, 60_000_000);
+        assert_eq!(s.slots(SHAPE).collect::<Vec<_>>(), [(60_000_000, 1)]);
+    }
+}
