@@ -181,13 +181,19 @@ fn a_ping_through_the_delay_proxy_takes_at_least_two_delays() {
     assert!(rtt < Duration::from_millis(100), "round trip {rtt:?}");
 }
 
+/// The latency measurements run one at a time: two at once (the test harness runs a file's
+/// tests in parallel) would each measure the other's load on this machine's two cores.
+static ONE_MEASUREMENT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_latency_is_about_one_round_trip_at_1ms() {
+    let _alone = ONE_MEASUREMENT_AT_A_TIME.lock().await;
     latency_is_about_one_round_trip(Duration::from_millis(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_latency_is_about_one_round_trip_at_5ms() {
+    let _alone = ONE_MEASUREMENT_AT_A_TIME.lock().await;
     latency_is_about_one_round_trip(Duration::from_millis(5)).await;
 }
 
