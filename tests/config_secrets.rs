@@ -5,10 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::admin::wait_readyz;
+use common::cli::check_config;
 use common::proxy::{get, ConfigBuilder, Proxy, ProxyOptions};
 use common::redis::RedisServer;
 use common::tls::TestCa;
@@ -19,20 +19,8 @@ const SERVER: &str = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin_listen = \"1
 
 /// `slidegate -t -c <path>` with `env`: (success, stdout + stderr).
 fn check(path: &Path, env: &[(&str, &str)]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .arg("-t")
-        .arg("-c")
-        .arg(path)
-        .env_remove("RUST_LOG")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run slidegate -t");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    let checked = check_config(path, env);
+    (checked.ok, checked.output())
 }
 
 /// Write `text` as `t.toml` in `dir`.

@@ -2,11 +2,13 @@
 //! it) and `Config::from_toml` (the library). Every bad config must be refused with an error
 //! naming the file, the key path and, when the parser knows it, the line.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use std::time::Duration;
 
+use common::cli::check_config;
 use http::Method;
 use slidegate::config::{Config, ConfigError, HostMatch};
 
@@ -46,21 +48,6 @@ fn line_of(text: &str, needle: &str) -> usize {
         .position(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("no line contains {needle:?}"))
         + 1
-}
-
-/// Run `slidegate -t -c <file>`: (success, stdout, stderr).
-fn check_with_binary(path: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .arg("-t")
-        .arg("-c")
-        .arg(path)
-        .output()
-        .expect("run slidegate -t");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 struct Case {
@@ -116,7 +103,7 @@ fn assert_refused(dir: &Path, case: &Case) {
     );
 
     // The binary, as an operator runs it.
-    let (ok, stdout, stderr) = check_with_binary(&file);
+    let common::cli::Checked { ok, stdout, stderr } = check_config(&file, &[]);
     assert!(
         !ok,
         "{}: slidegate -t accepted it; stdout: {stdout}",
@@ -138,7 +125,7 @@ fn base_config_is_valid() {
     std::fs::write(&file, BASE).unwrap();
     let config = Config::from_toml(&file, BASE).expect("BASE is valid");
     assert_eq!(config.routes.len(), 1);
-    let (ok, stdout, stderr) = check_with_binary(&file);
+    let common::cli::Checked { ok, stdout, stderr } = check_config(&file, &[]);
     assert!(ok, "slidegate -t refused BASE: {stderr}");
     assert!(stdout.contains("is valid"), "{stdout}");
 }
@@ -173,7 +160,7 @@ fn shipped_example_config_is_valid() {
         .routes
         .iter()
         .all(|r| r.upstream < config.upstreams.len()));
-    let (ok, stdout, stderr) = check_with_binary(&path);
+    let common::cli::Checked { ok, stdout, stderr } = check_config(&path, &[]);
     assert!(ok, "slidegate -t refused config/slidegate.toml: {stderr}");
     assert!(
         stdout.contains("is valid"),
@@ -185,7 +172,7 @@ fn shipped_example_config_is_valid() {
 fn missing_file_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("does-not-exist.toml");
-    let (ok, _, stderr) = check_with_binary(&file);
+    let common::cli::Checked { ok, stderr, .. } = check_config(&file, &[]);
     assert!(!ok);
     assert!(
         stderr.contains(&file.display().to_string()),

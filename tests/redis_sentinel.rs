@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cli::check_config;
 use common::proxy::{request, ConfigBuilder, Proxy};
 use common::sentinel::SentinelSet;
 use common::upstream::Upstream;
@@ -54,18 +54,8 @@ fn config_with_store(store: &str) -> String {
 
 /// `slidegate -t -c <path>`: (success, stdout + stderr).
 fn check(path: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .arg("-t")
-        .arg("-c")
-        .arg(path)
-        .output()
-        .expect("run slidegate -t");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    let checked = check_config(path, &[]);
+    (checked.ok, checked.output())
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod common;
 
 use std::path::Path;
 
+use common::cli::check_config;
 use common::fetch::{fetch_with, url};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::RedisServer;
@@ -223,13 +224,9 @@ fn an_unreadable_deny_body_stops_the_start() {
         format!("[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n{config}"),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(["-t", "-c"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let checked = check_config(&file, &[]);
+    let stderr = &checked.stderr;
+    assert!(!checked.ok, "{stderr}");
     assert!(
         stderr.contains("routes.r.deny_body_file") && stderr.contains("missing.html"),
         "{stderr}"

@@ -6,6 +6,7 @@ use std::process::Command;
 
 pub mod admin;
 pub mod browser;
+pub mod cli;
 pub mod config;
 pub mod delay_proxy;
 pub mod fetch;
