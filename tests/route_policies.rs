@@ -14,6 +14,7 @@ use std::path::Path;
 
 use common::cli::check_config;
 use common::fetch::{fetch_with, url};
+use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::RedisServer;
 use common::tls::{tls_options, Protocol, TestCa};
@@ -231,4 +232,43 @@ fn an_unreadable_deny_body_stops_the_start() {
         stderr.contains("routes.r.deny_body_file") && stderr.contains("missing.html"),
         "{stderr}"
     );
+}
+
+/// Under a burst of 300 h2c connections × 10 streams (4000 requests), on both stores: every
+/// request of an exempt client is forwarded and counted `exempt`, and a route with its own deny
+/// answer admits exactly its limit (1) and answers the other 3999 with its `403`.
+#[test]
+fn exempt_and_deny_answer_hold_under_an_h2_burst() {
+    let redis = RedisServer::start();
+    for store in ["backend = \"memory\"".to_string(), redis.store_toml()] {
+        let (up, ca, dir) = (
+            Upstream::start(),
+            TestCa::new("ca"),
+            tempfile::tempdir().unwrap(),
+        );
+        let proxy = start(&store, &up, &ca, dir.path());
+        let burst = |path: &str, header: &str| Burst {
+            path: path.into(),
+            headers: vec![header.into()],
+            ..Burst::keyed(300, "unused")
+        };
+        let exempt = h2load(proxy.addr(), &burst("/open", "X-Forwarded-For: 10.9.9.9"));
+        assert_eq!(
+            (exempt.s2xx, exempt.failed),
+            (4000, 0),
+            "{store}: {exempt:?}"
+        );
+        assert_eq!(proxy.decisions("open", "exempt"), 4000, "{store}");
+        let custom = h2load(proxy.addr(), &burst("/custom", "X-Client: burst"));
+        assert_eq!(
+            (custom.s2xx, custom.s4xx, custom.failed),
+            (1, 3999, 0),
+            "{store}: {custom:?}"
+        );
+        assert_eq!(proxy.decisions("custom", "denied"), 3999, "{store}");
+        println!(
+            "{store}: exempt burst 4000 x 200 (max {:?}); deny burst 1 x 200 + 3999 x 403 (max {:?})",
+            exempt.max_latency, custom.max_latency
+        );
+    }
 }
