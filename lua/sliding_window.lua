@@ -18,13 +18,16 @@ DATA
 
 KEYS  (the lists of every decision, in order; a Cluster call carries one decision, whose keys
       share one hash tag, so one slot)
-  the n_d keys of decision d, "<prefix>:{<route>:<client>}:<window in ms>", one per limit
+  the n_d keys of decision d, one per limit: "<prefix>:{<route>:<client>}:<window in ms>" for
+  a log, "...:<window in ms>@<resolution in ms>" for slots
 
-ARGV  (per decision d, in the same order: 1 + 2 n_d values, integers written in decimal)
+ARGV  (per decision d, in the same order: 1 + 3 n_d values, integers written in decimal)
   n_d           number of limits of decision d (>= 1); its keys are the next n_d of KEYS
   then per limit i of d:
     requests    admitted requests allowed per window (>= 1)
     window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
+    resolution  0: the limit is an exact log (DATA); else its slot length in MICROseconds, a
+                whole number of milliseconds dividing `window` (see SLOTS)
   ARGV that does not account for exactly every key is an error reply (a caller bug).
 
 REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endian
@@ -45,7 +48,7 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                     than `requests` entries because `requests` was lowered on a reload,
                     (entry[count - requests] + window - now);
                   - otherwise: (oldest entry + window - now), when one more slot frees.
-                Always > 0 and <= window.
+                Always > 0 and <= window (slots: <= window + resolution, see SLOTS).
 
 CLOCK
   now = max(Redis TIME, newest entry of any list of this decision). Every proxy shares the one Redis
@@ -75,6 +78,28 @@ DENIAL
   A denied call writes nothing at all: it records nothing, refreshes no TTL and evicts nothing.
   Its counts and resets are computed from reads alone (expired entries are skipped, not
   trimmed); the next admitted call evicts them, or the key's TTL does.
+
+SLOTS  (a limit with a resolution: bounded memory whatever the rate)
+  One Redis STRING per limit, packed with struct.pack('>d' .. ('I4' x k)): the index `first`
+  of its oldest slot (slot s holds the admissions of [s res, (s+1) res) on the script's clock;
+  8 bytes, exact below 2^53), then the k >= 1 counters of slots first .. first + k - 1, 4 bytes
+  each, big endian; the first counter is never 0. With n = window / resolution, the slots that
+  overlap (now - window, now] are cur - n ..= cur (cur = floor(now / res)): k <= n + 1, so a
+  client costs 8 + 4 (n + 1) bytes of value however fast it sends (52 B at 1 s / 100 ms).
+  A decision admits only if the sum over those slots is below `requests`. Every admission in
+  any window (a, a + window] is counted by the last of them, so no window ever holds more than
+  `requests`; the oldest slot may hold admissions that already left the window, so a limit may
+  refuse up to one slot early: a refusal at `now` means `requests` admissions in
+  (now - window - resolution, now]. An admission rewrites the whole string with one
+  SET .. PX (window + resolution in ms + TTL_MARGIN_MS): a counter stays counted until
+  (s + 1) res + window, at most window + resolution after it was written. A denial writes
+  nothing. `remaining` is requests - sum (0 when full); `reset` is when enough of the oldest
+  slots have left for the sum to drop below `requests` (full), or when the oldest leaves (not
+  full), or the window (empty): (s + 1) res + window - now, at least 1. The clock guard holds
+  too: now >= the start of the newest slot of any limit of the decision. The memory store
+  implements the same rules (src/limiter/slots.rs); a key of another type, or a string of
+  another shape, fails the decision as for a log.
+  Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k.
 
 WINDOW BOUNDS
   An entry at time t is in the window while t > now - window: it leaves exactly at t + window.
@@ -142,22 +167,26 @@ local errors = nil
 -- function is defined and no pcall made per call: each closure is an allocation, and Redis runs
 -- this whole body on every call.)
 local nk, na = #keys, #argv
-if na ~= 2 * nk + 1 or tonumber(argv[1]) ~= nk then
+if na ~= 3 * nk + 1 or tonumber(argv[1]) ~= nk then
     local k0, a0 = 0, 0
     while a0 < na do
         local n = tonumber(argv[a0 + 1])
-        if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 2 * n > na then
+        if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 3 * n > na then
             return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
         end
-        k0, a0 = k0 + n, a0 + 1 + 2 * n
+        k0, a0 = k0 + n, a0 + 1 + 3 * n
     end
     if k0 ~= nk then
         return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
     end
 end
 
--- Decision by decision: the n lists KEYS[k0+1 .. k0+n], with (requests, window) pairs at
--- ARGV[a0+1 .. a0+2n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
+-- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, resolution)
+-- triples at ARGV[a0+1 .. a0+3n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n]. A log keeps
+-- its scratch in st as described above; a slotted limit keeps there:
+--   st[6i-5] its counters as unpacked (false: no key)   st[6i-2] window (µs)
+--   st[6i-4] k, the number of counters                 st[6i-1] sum over the window
+--   st[6i-3] offset of the window's oldest slot in them  st[6i]   requests
 local k0, a0, r0 = 0, 1, 0
 while a0 <= na do
     local n = argv[a0] + 0
@@ -171,32 +200,57 @@ while a0 <= na do
     -- final before anything is compared with a cutoff.
     for i = 1, n do
         local key, j = keys[k0 + i], 6 * i
-        local w = argv[a0 + 2 * i] + 0
-        -- A key of another type fails this decision alone (it has written nothing yet);
-        -- its neighbours in the same call still get their answers.
-        local c = redis.pcall('LLEN', key)
-        if type(c) == 'table' then
-            failed = c.err or 'LLEN failed'
-            break
-        end
-        local h, last = false, false
-        if c > 0 then
-            local s = call('LINDEX', key, '0')
-            h = s + 0
-            if c == 1 then
-                last = h
-            elseif h + w > time then
-                -- The head is still in the window by TIME (or ahead of it): so may the newest be.
-                s = call('LINDEX', key, '-1')
-                last = s + 0
+        local w, res = argv[a0 + 3 * i - 1] + 0, argv[a0 + 3 * i] + 0
+        if res > 0 then
+            -- SLOTS: one GET; a key of another type or shape fails this decision alone.
+            local s = redis.pcall('GET', key)
+            if type(s) == 'table' then
+                failed = s.err or 'GET failed'
+                break
             end
-            -- Otherwise the head left the window by TIME, and the newest entry is before
-            -- head + window (see CLOCK), so before TIME: it cannot move `now`.
-            if last and last > now then
-                now, now_s = last, s
+            local v, kk = false, 0
+            if s then
+                if #s < 12 or (#s - 8) % 4 ~= 0 then
+                    failed = 'sliding_window: ' .. key .. ' holds no slot counters'
+                    break
+                end
+                kk = (#s - 8) / 4
+                v = { struct.unpack('>d' .. string.rep('I4', kk), s) }
+                local newest = (v[1] + kk - 1) * res
+                if newest > now then
+                    -- Formatted when a log limit of this decision needs it (pass 3).
+                    now, now_s = newest, nil
+                end
             end
+            st[j - 5], st[j - 4], st[j - 2] = v, kk, w
+        else
+            -- A key of another type fails this decision alone (it has written nothing yet);
+            -- its neighbours in the same call still get their answers.
+            local c = redis.pcall('LLEN', key)
+            if type(c) == 'table' then
+                failed = c.err or 'LLEN failed'
+                break
+            end
+            local h, last = false, false
+            if c > 0 then
+                local s = call('LINDEX', key, '0')
+                h = s + 0
+                if c == 1 then
+                    last = h
+                elseif h + w > time then
+                    -- The head is still in the window by TIME (or ahead of it): so may the newest
+                    -- be.
+                    s = call('LINDEX', key, '-1')
+                    last = s + 0
+                end
+                -- Otherwise the head left the window by TIME, and the newest entry is before
+                -- head + window (see CLOCK), so before TIME: it cannot move `now`.
+                if last and last > now then
+                    now, now_s = last, s
+                end
+            end
+            st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
         end
-        st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
     end
 
     if failed then
@@ -212,75 +266,98 @@ while a0 <= na do
         local admitted = true
         for i = 1, n do
             local j = 6 * i
-            local c, h, last = st[j - 5], st[j - 4], st[j - 3]
-            local e = 0
-            if c > 0 and h <= now - st[j - 2] then
-                local key, cutoff = keys[k0 + i], now - st[j - 2]
-                if c == 1 then
-                    e, h = 1, false
-                elseif last and last <= cutoff then
-                    e, h = c, false
-                else
-                    -- Invariant: entry[lo] is expired; entry[hi] (value hv) is in the window, or
-                    -- hi = c when no entry is known to be.
-                    local lo, hi, hv = 0, c, false
-                    if last then
-                        hi, hv = c - 1, last
+            local r, res = argv[a0 + 3 * i - 2] + 0, argv[a0 + 3 * i] + 0
+            if res > 0 then
+                -- SLOTS: the counters of cur - n ..= cur, i.e. from offset `from` on.
+                local v, kk, sum, from = st[j - 5], st[j - 4], 0, 0
+                if v then
+                    from = floor(now / res) - st[j - 2] / res - v[1]
+                    if from < 0 then
+                        from = 0
                     end
-                    if hi > 1 then
-                        local v = call('LINDEX', key, '1') + 0
-                        if v > cutoff then
-                            hi, hv = 1, v
-                        else
-                            lo = 1
-                            if not last then
-                                -- Two or more entries slid out: an idle client may come back to a
-                                -- long list that expired entirely, which the newest entry tells.
-                                last = call('LINDEX', key, '-1') + 0
-                                st[j - 3] = last
-                                if last <= cutoff then
-                                    lo = c - 1
-                                else
-                                    hi, hv = c - 1, last
+                    for x = from + 2, kk + 1 do
+                        sum = sum + v[x]
+                    end
+                end
+                st[j - 3], st[j - 1], st[j] = from, sum, r
+                if sum >= r then
+                    admitted = false
+                end
+            else
+                local c, h, last = st[j - 5], st[j - 4], st[j - 3]
+                local e = 0
+                if c > 0 and h <= now - st[j - 2] then
+                    local key, cutoff = keys[k0 + i], now - st[j - 2]
+                    if c == 1 then
+                        e, h = 1, false
+                    elseif last and last <= cutoff then
+                        e, h = c, false
+                    else
+                        -- Invariant: entry[lo] is expired; entry[hi] (value hv) is in the window,
+                        -- or hi = c when no entry is known to be.
+                        local lo, hi, hv = 0, c, false
+                        if last then
+                            hi, hv = c - 1, last
+                        end
+                        if hi > 1 then
+                            local v = call('LINDEX', key, '1') + 0
+                            if v > cutoff then
+                                hi, hv = 1, v
+                            else
+                                lo = 1
+                                if not last then
+                                    -- Two or more entries slid out: an idle client may come back to
+                                    -- a long list that expired entirely, which the newest entry
+                                    -- tells.
+                                    last = call('LINDEX', key, '-1') + 0
+                                    st[j - 3] = last
+                                    if last <= cutoff then
+                                        lo = c - 1
+                                    else
+                                        hi, hv = c - 1, last
+                                    end
                                 end
-                            end
-                            local step = 2
-                            while lo + step < hi do
-                                v = call('LINDEX', key, lo + step) + 0
-                                if v <= cutoff then
-                                    lo = lo + step
-                                    step = step * 2
-                                else
-                                    hi, hv = lo + step, v
-                                    break
+                                local step = 2
+                                while lo + step < hi do
+                                    v = call('LINDEX', key, lo + step) + 0
+                                    if v <= cutoff then
+                                        lo = lo + step
+                                        step = step * 2
+                                    else
+                                        hi, hv = lo + step, v
+                                        break
+                                    end
                                 end
-                            end
-                            while hi - lo > 1 do
-                                local mid = floor((lo + hi) / 2)
-                                v = call('LINDEX', key, mid) + 0
-                                if v <= cutoff then
-                                    lo = mid
-                                else
-                                    hi, hv = mid, v
+                                while hi - lo > 1 do
+                                    local mid = floor((lo + hi) / 2)
+                                    v = call('LINDEX', key, mid) + 0
+                                    if v <= cutoff then
+                                        lo = mid
+                                    else
+                                        hi, hv = mid, v
+                                    end
                                 end
                             end
                         end
+                        -- entry[hi] is the first one in the window: the `hi` entries before it are
+                        -- gone.
+                        e, h = hi, hv
                     end
-                    -- entry[hi] is the first one in the window: the `hi` entries before it are gone.
-                    e, h = hi, hv
                 end
-            end
-            local r = argv[a0 + 2 * i - 1] + 0
-            st[j - 4], st[j - 1], st[j] = h, e, r
-            if c - e >= r then
-                admitted = false
+                st[j - 4], st[j - 1], st[j] = h, e, r
+                if c - e >= r then
+                    admitted = false
+                end
             end
         end
 
         -- Pass 3: record in every list (admitted) or in none (denied), and build the reply.
         if admitted then
             reply[r0 + 1] = 1
-            if now_s == nil then
+            if now_s == nil and now > time then
+                -- A slot ahead of TIME moved the clock (see SLOTS).
+                now_s = string.format('%.0f', now)
+            elseif now_s == nil then
                 if time_str == nil then
                     -- TIME's microseconds come without leading zeros.
                     local us = t[2]
@@ -294,61 +371,132 @@ while a0 <= na do
             local epoch = now - now % TTL_REFRESH_US -- start of the current TTL epoch
             for i = 1, n do
                 local key, j = keys[k0 + i], 6 * i
-                local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
-                local k = c - e -- in the window, before this push
-                if k == 0 then
-                    if e > 0 then
-                        call('DEL', key)
+                if argv[a0 + 3 * i] + 0 == 0 then
+                    local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
+                    local k = c - e -- in the window, before this push
+                    if k == 0 then
+                        if e > 0 then
+                            call('DEL', key)
+                        end
+                    elseif e == 1 then
+                        call('LPOP', key)
+                    elseif e > 1 then
+                        call('LTRIM', key, e, -1)
                     end
-                elseif e == 1 then
-                    call('LPOP', key)
-                elseif e > 1 then
-                    call('LTRIM', key, e, -1)
+                    call('RPUSH', key, now_s)
+                    -- Refresh the TTL on the first push of each epoch, or when the push created the
+                    -- key (see TTL): the newest entry tells, or the first one left in the window
+                    -- when it is already in this epoch; otherwise PTTL tells when the TTL was last
+                    -- set.
+                    local refresh
+                    if k == 0 then
+                        refresh = true
+                    elseif last then
+                        refresh = last < epoch
+                    elseif h >= epoch then
+                        refresh = false
+                    else
+                        refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
+                    end
+                    if refresh then
+                        call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
+                    end
+                    -- Admitted means k < requests; when it is now full, the oldest entry is the one
+                    -- whose leaving frees a slot.
+                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j] - k - 1, (h or now) + w - now
                 end
-                call('RPUSH', key, now_s)
-                -- Refresh the TTL on the first push of each epoch, or when the push created the key
-                -- (see TTL): the newest entry tells, or the first one left in the window when it is
-                -- already in this epoch; otherwise PTTL tells when the TTL was last set.
-                local refresh
-                if k == 0 then
-                    refresh = true
-                elseif last then
-                    refresh = last < epoch
-                elseif h >= epoch then
-                    refresh = false
-                else
-                    refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
-                end
-                if refresh then
-                    call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
-                end
-                -- Admitted means k < requests; when it is now full, the oldest entry is the one
-                -- whose leaving frees a slot.
-                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j] - k - 1, (h or now) + w - now
             end
         else
             reply[r0 + 1] = 0
             for i = 1, n do
                 local j = 6 * i
-                local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
-                local k = st[j - 5] - e
-                if k == 0 then
-                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r, w
-                elseif k < r then
-                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - k, h + w - now
-                else
-                    -- Full: admits again once the count drops below r, i.e. when entry[k - r] of the
-                    -- window leaves (the oldest, unless `requests` was lowered by a reload). Nothing was
-                    -- trimmed, so it sits at index e + k - r of the stored list.
-                    if k > r then
-                        h = call('LINDEX', keys[k0 + i], e + k - r) + 0
+                if argv[a0 + 3 * i] + 0 == 0 then
+                    local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
+                    local k = st[j - 5] - e
+                    if k == 0 then
+                        reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r, w
+                    elseif k < r then
+                        reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - k, h + w - now
+                    else
+                        -- Full: admits again once the count drops below r, i.e. when entry[k - r]
+                        -- of the window leaves (the oldest, unless `requests` was lowered by a
+                        -- reload). Nothing was trimmed, so it sits at index e + k - r of the stored
+                        -- list.
+                        if k > r then
+                            h = call('LINDEX', keys[k0 + i], e + k - r) + 0
+                        end
+                        reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = 0, h + w - now
                     end
-                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = 0, h + w - now
                 end
             end
         end
+
+        -- SLOTS, admitted or denied: rewrite the counters (admitted only) and answer.
+        for i = 1, n do
+            local res = argv[a0 + 3 * i] + 0
+            if res > 0 then
+                local j = 6 * i
+                local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
+                local sum, r, cur = st[j - 1], st[j], floor(now / res)
+                if admitted then
+                    -- The window's counters without leading zeros, then up to `cur`, plus one.
+                    local o, first = {}, cur
+                    if v then
+                        local x = from + 2
+                        while x <= kk + 1 and v[x] == 0 do
+                            x = x + 1
+                        end
+                        if x <= kk + 1 then
+                            first = v[1] + x - 2
+                            for y = x, kk + 1 do
+                                o[#o + 1] = v[y]
+                            end
+                        end
+                    end
+                    local last = first + #o - 1
+                    if #o > 0 and last == cur then
+                        o[#o] = o[#o] + 1
+                    else
+                        for _ = last + 1, cur - 1 do
+                            o[#o + 1] = 0
+                        end
+                        o[#o + 1] = 1
+                    end
+                    local packed = struct.pack('>d' .. string.rep('I4', #o), first, unpack(o))
+                    local ttl = math.ceil((w + res) / 1000) + TTL_MARGIN_MS
+                    call('SET', keys[k0 + i], packed, 'PX', ttl)
+                    sum = sum + 1
+                end
+                -- Full: when enough of the oldest slots left for the sum to drop below r; else
+                -- when the oldest leaves (the slot of this admission if it is the only one).
+                local reset = w
+                if sum > 0 then
+                    local must, at, dropped = sum + 1 - r, cur, 0
+                    if must < 1 then
+                        must = 1
+                    end
+                    if v then
+                        for x = from + 2, kk + 1 do
+                            dropped = dropped + v[x]
+                            if dropped >= must then
+                                at = v[1] + x - 2
+                                break
+                            end
+                        end
+                    end
+                    reset = (at + 1) * res + w - now
+                    if reset < 1 then
+                        reset = 1
+                    end
+                end
+                if sum > r then
+                    sum = r
+                end
+                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - sum, reset
+            end
+        end
     end
-    k0, a0, r0 = k0 + n, a0 + 1 + 2 * n, r0 + 1 + 2 * n
+    k0, a0, r0 = k0 + n, a0 + 1 + 3 * n, r0 + 1 + 2 * n
 end
 
 -- One binary string; an array only when a decision failed (one table less per call).

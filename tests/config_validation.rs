@@ -300,20 +300,6 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "resolution \"500us\" is shorter than 1ms",
         },
         Case {
-            what: "resolution on a Redis store",
-            toml: edit(
-                "{ requests = 10, window = \"1m\" }",
-                "{ requests = 10, window = \"1m\", resolution = \"2s\" }",
-            )
-            .replace(
-                "backend = \"memory\"",
-                "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"",
-            ),
-            key: "routes[0].limits[0].resolution",
-            line_of: Some("\"2s\""),
-            message: "resolution needs backend = \"memory\"",
-        },
-        Case {
             what: "bad listen address",
             toml: edit("listen = \"127.0.0.1:18080\"", "listen = \"127.0.0.1\""),
             key: "server.listen",

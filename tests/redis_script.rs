@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::redis::{wait_ready, RedisServer};
+use common::script::{eval_decisions, integers, redis_time, ScriptLimit};
 use redis::{Connection, Script};
 use slidegate::limiter::redis::{RedisStore, SCRIPT_SOURCE};
 use slidegate::limiter::{Limit, Store};
@@ -31,45 +32,13 @@ struct Reply {
 
 /// Run the script once; `limits` are (requests, window ms), one per key.
 fn eval(conn: &mut Connection, keys: &[&str], limits: &[(u32, i64)]) -> Reply {
-    assert_eq!(keys.len(), limits.len());
-    let script = Script::new(SCRIPT_SOURCE);
-    let mut call = script.prepare_invoke();
-    for key in keys {
-        call.key(*key);
-    }
-    call.arg(limits.len());
-    for (requests, window_ms) in limits {
-        call.arg(*requests).arg(window_ms * 1000);
-    }
-    let raw = integers(call.invoke(conn).expect("script call"));
+    let logs: Vec<ScriptLimit> = limits.iter().map(|&(r, w)| (r, w, 0)).collect();
+    let raw = integers(eval_decisions(conn, &[(keys, &logs)]));
     assert_eq!(raw.len(), 1 + 2 * keys.len(), "reply shape: {raw:?}");
     Reply {
         admitted: raw[0] == 1,
         states: raw[1..].chunks(2).map(|c| (c[0], c[1])).collect(),
     }
-}
-
-/// The integers of a script reply (big-endian doubles, 8 bytes each), which must be a bare
-/// string: an array would carry the messages of failed decisions.
-fn integers(reply: redis::Value) -> Vec<i64> {
-    let redis::Value::BulkString(packed) = reply else {
-        panic!("reply shape (failed decisions?): {reply:?}");
-    };
-    assert_eq!(packed.len() % 8, 0, "packed length {}", packed.len());
-    packed
-        .chunks_exact(8)
-        .map(|b| {
-            let v = f64::from_be_bytes(b.try_into().unwrap());
-            assert_eq!(v.fract(), 0.0, "not an integer: {v}");
-            v as i64
-        })
-        .collect()
-}
-
-/// Redis's clock, in µs.
-fn redis_time(conn: &mut Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1_000_000 + us
 }
 
 fn entries(conn: &mut Connection, key: &str) -> Vec<i64> {
@@ -685,6 +654,7 @@ fn memory_per_entry_list_vs_seed_zset_at_100k() {
                 .arg(1)
                 .arg(N as u64 * 2)
                 .arg(3_600_000_000u64)
+                .arg(0)
                 .ignore();
         }
         let _: () = pipe.query(&mut conn).unwrap();
@@ -834,21 +804,16 @@ type Decision<'a> = (&'a [&'a str], &'a [(u32, i64)]);
 
 /// One call of several decisions.
 fn eval_batch(conn: &mut Connection, decisions: &[Decision]) -> redis::Value {
-    let script = Script::new(SCRIPT_SOURCE);
-    let mut call = script.prepare_invoke();
-    for (keys, _) in decisions {
-        for key in keys.iter() {
-            call.key(*key);
-        }
-    }
-    for (keys, limits) in decisions {
-        assert_eq!(keys.len(), limits.len());
-        call.arg(limits.len());
-        for (requests, window_ms) in limits.iter() {
-            call.arg(*requests).arg(window_ms * 1000);
-        }
-    }
-    call.invoke(conn).expect("script call")
+    let logs: Vec<Vec<ScriptLimit>> = decisions
+        .iter()
+        .map(|(_, limits)| limits.iter().map(|&(r, w)| (r, w, 0)).collect())
+        .collect();
+    let calls: Vec<(&[&str], &[ScriptLimit])> = decisions
+        .iter()
+        .zip(&logs)
+        .map(|((keys, _), limits)| (*keys, &limits[..]))
+        .collect();
+    eval_decisions(conn, &calls)
 }
 
 #[test]
@@ -900,6 +865,7 @@ fn argv_that_does_not_match_keys_is_an_error_reply() {
         .arg(1)
         .arg(5)
         .arg(1_000_000)
+        .arg(0)
         .invoke::<redis::Value>(&mut conn)
         .unwrap_err();
     assert!(err.to_string().contains("sliding_window"), "{err}");

@@ -186,6 +186,11 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
                 "reset_ms": ms(lv.reset),
                 "count": lv.count,
                 "entries_ms": lv.entries_us.iter().map(|&t| us_to_ms(t)).collect::<Vec<_>>(),
+                "resolution_ms": limit.resolution_us().map(|r| r / 1000),
+                "slots": lv.slots.iter().map(|&(start, count)| json!({
+                    "start_ms": us_to_ms(start),
+                    "count": count,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

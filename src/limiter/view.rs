@@ -21,6 +21,9 @@ pub struct LimitView {
     /// The newest in-window entries (at most [`MAX_VIEW_ENTRIES`]), oldest first, in µs since the
     /// Unix epoch on the store's clock.
     pub entries_us: Vec<u64>,
+    /// A slotted limit's non-empty slots overlapping the window, oldest first: (start in µs
+    /// since the Unix epoch, requests counted in it). Empty for a log.
+    pub slots: Vec<(u64, u32)>,
 }
 
 impl LimitView {
@@ -40,6 +43,27 @@ impl LimitView {
             remaining: r.saturating_sub(count) as u32,
             reset: Duration::from_micros(reset_us),
             entries_us: in_window[count.saturating_sub(MAX_VIEW_ENTRIES)..].to_vec(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// The view of a slotted `limit` given its non-empty slots overlapping the window (oldest
+    /// first) and the store's `reset`. `entries_us` repeats each slot's start by its counter
+    /// (the newest [`MAX_VIEW_ENTRIES`]), so a page that draws entries draws slots as stacks.
+    pub fn from_slots(limit: &Limit, slots: Vec<(u64, u32)>, reset: Duration) -> LimitView {
+        let count: u64 = slots.iter().map(|&(_, c)| u64::from(c)).sum();
+        let mut entries_us = Vec::new();
+        for &(start, c) in slots.iter().rev() {
+            let room = MAX_VIEW_ENTRIES - entries_us.len();
+            entries_us.extend(std::iter::repeat_n(start, room.min(c as usize)));
+        }
+        entries_us.reverse();
+        LimitView {
+            count,
+            remaining: u64::from(limit.requests).saturating_sub(count) as u32,
+            reset,
+            entries_us,
+            slots,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
 pub mod redis_tls;
+pub mod script;
 pub mod sentinel;
 pub mod store;
 pub mod tls;

@@ -236,16 +236,6 @@ impl Validator<'_> {
             let window = l.window.get_ref().0;
             let limit = match &l.resolution {
                 None => Limit::log(l.requests.get(), window),
-                // The Redis script records every limit as an exact log so far: refuse rather
-                // than give a shared store a limit it would not keep in bounded memory.
-                Some(r) if defaults.shared => {
-                    return self.err(
-                        Some(r.span()),
-                        format!("routes[{i}].limits[{j}].resolution"),
-                        "resolution needs backend = \"memory\" (the Redis store does not \
-                         keep slotted limits yet)",
-                    )
-                }
                 Some(r) => match slots::check(window, r.get_ref().0) {
                     Ok(resolution) => Limit::slotted(l.requests.get(), window, resolution),
                     Err(e) => {

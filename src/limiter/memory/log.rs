@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::limiter::slots::{SlotCounts, SlotShape};
-use crate::limiter::{Limit, LimitId, LimitView, MAX_VIEW_ENTRIES};
+use crate::limiter::{Limit, LimitId, LimitView};
 
 /// The record of one limit of one bucket, µs on the store's monotonic clock.
 #[derive(Debug)]
@@ -143,7 +143,7 @@ impl WindowLog {
 
     /// For the inspector, read only: what a decision at `now` would report, with the
     /// in-window entries of a log (or, for slotted limits, each counted slot's start repeated
-    /// by its count), oldest first, the newest [`MAX_VIEW_ENTRIES`] of them; `to_unix` maps the
+    /// by its count), oldest first, the newest [`MAX_VIEW_ENTRIES`](crate::limiter::MAX_VIEW_ENTRIES) of them; `to_unix` maps the
     /// store's clock to the Unix one.
     pub(super) fn view(&self, limit: &Limit, now: u64, to_unix: impl Fn(u64) -> u64) -> LimitView {
         let cutoff = now.saturating_sub(self.window_us());
@@ -159,24 +159,10 @@ impl WindowLog {
             Record::Slots(slots) => {
                 let mut slots = slots.clone();
                 slots.evict(self.shape(), now);
-                let count = slots.count();
-                let mut entries_us = Vec::new();
-                for (start, c) in slots
-                    .slots(self.shape())
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                {
-                    let room = MAX_VIEW_ENTRIES - entries_us.len();
-                    entries_us.extend(std::iter::repeat_n(to_unix(start), room.min(c as usize)));
-                }
-                entries_us.reverse();
-                LimitView {
-                    count,
-                    remaining: u64::from(limit.requests).saturating_sub(count) as u32,
-                    reset: Duration::from_micros(slots.reset_us(self.shape(), limit.requests, now)),
-                    entries_us,
-                }
+                let reset =
+                    Duration::from_micros(slots.reset_us(self.shape(), limit.requests, now));
+                let counted = slots.slots(self.shape()).map(|(s, c)| (to_unix(s), c));
+                LimitView::from_slots(limit, counted.collect(), reset)
             }
         }
     }

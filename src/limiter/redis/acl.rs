@@ -31,6 +31,9 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "LTRIM",
     "PTTL",
     "PEXPIRE",
+    // Slotted limits' counters (SLOTS in lua/sliding_window.lua).
+    "GET",
+    "SET",
     // The script's cleanup, and the admin inspector's reset.
     "DEL",
 ];
@@ -39,7 +42,8 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
 pub const CLUSTER_COMMANDS: &[&str] = &["CLUSTER|SLOTS"];
 
 /// One probe per command of [`REQUIRED_COMMANDS`], in its order, on `key` (which no decision
-/// uses: its bucket is not a route's). Harmless: the list is created, trimmed and deleted.
+/// uses: its bucket is not a route's). Harmless: the key is created, trimmed, overwritten and
+/// deleted.
 fn probes(key: &str) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     // An all-zero SHA is never loaded: a permitted EVALSHA answers NOSCRIPT.
@@ -55,6 +59,8 @@ fn probes(key: &str) -> redis::Pipeline {
     pipe.cmd("LTRIM").arg(key).arg(0).arg(-1);
     pipe.cmd("PTTL").arg(key);
     pipe.cmd("PEXPIRE").arg(key).arg(1000);
+    pipe.cmd("GET").arg(key);
+    pipe.cmd("SET").arg(key).arg(0).arg("PX").arg(1000);
     pipe.cmd("DEL").arg(key);
     pipe.ignore_errors();
     pipe

@@ -63,7 +63,7 @@ impl Inner {
             keys += limits.len();
             key_bytes += limits.len() * (self.prefix.len() + bucket.len() + 16);
         }
-        let mut cmd = redis::Cmd::with_capacity(3 + 3 * keys, 64 + key_bytes + keys * 24);
+        let mut cmd = redis::Cmd::with_capacity(3 + 4 * keys, 64 + key_bytes + keys * 32);
         cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
         let mut key = Vec::with_capacity(64);
         for (bucket, limits) in decisions.clone() {
@@ -75,7 +75,9 @@ impl Inner {
         for (_, limits) in decisions {
             cmd.arg(limits.len());
             for limit in limits {
-                cmd.arg(limit.requests).arg(limit.window_us());
+                cmd.arg(limit.requests)
+                    .arg(limit.window_us())
+                    .arg(limit.resolution_us().unwrap_or(0));
             }
         }
         cmd

@@ -41,12 +41,14 @@ impl Inner {
             call.key(self.key(bucket, limit));
         }
         for limit in limits {
-            call.arg(limit.requests).arg(limit.window_us());
+            call.arg(limit.requests)
+                .arg(limit.window_us())
+                .arg(limit.resolution_us().unwrap_or(0));
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
         let mut conn = self.admin_conn()?;
         let reply: Vec<i64> = within(self.timeout, call.invoke_async(&mut conn)).await?;
-        parse_inspect(&reply, limits.len())
+        parse_inspect(&reply, limits)
     }
 
     /// `DEL` of every key of the bucket (one slot: they share the hash tag).
@@ -70,26 +72,44 @@ impl Inner {
 }
 
 /// Decode `lua/inspect.lua`'s reply (documented in its header), checking its shape.
-fn parse_inspect(reply: &[i64], limits: usize) -> Result<WindowView, StoreError> {
+fn parse_inspect(reply: &[i64], limits: &[Limit]) -> Result<WindowView, StoreError> {
     let bad = || {
         StoreError::Backend(format!(
-            "inspect script returned a malformed reply for {limits} limits"
+            "inspect script returned a malformed reply for {} limits",
+            limits.len()
         ))
     };
     let (&now, mut rest) = reply.split_first().ok_or_else(bad)?;
-    let mut views = Vec::with_capacity(limits);
-    for _ in 0..limits {
+    let mut views = Vec::with_capacity(limits.len());
+    for limit in limits {
         let [count, remaining, reset, k, ..] = *rest else {
             return Err(bad());
         };
         let k = usize::try_from(k).map_err(|_| bad())?;
-        let entries = rest.get(4..4 + k).ok_or_else(bad)?;
-        views.push(LimitView {
-            count: count.max(0) as u64,
-            remaining: remaining.clamp(0, i64::from(u32::MAX)) as u32,
-            reset: Duration::from_micros(reset.max(0) as u64),
-            entries_us: entries.iter().map(|&t| t.max(0) as u64).collect(),
-        });
+        let values = rest.get(4..4 + k).ok_or_else(bad)?;
+        let reset = Duration::from_micros(reset.max(0) as u64);
+        let view = if limit.resolution_us().is_some() {
+            // (slot start, counter) pairs.
+            if k % 2 != 0 {
+                return Err(bad());
+            }
+            let slots = values.chunks_exact(2).map(|p| {
+                (
+                    p[0].max(0) as u64,
+                    p[1].clamp(0, i64::from(u32::MAX)) as u32,
+                )
+            });
+            LimitView::from_slots(limit, slots.collect(), reset)
+        } else {
+            LimitView {
+                count: count.max(0) as u64,
+                remaining: remaining.clamp(0, i64::from(u32::MAX)) as u32,
+                reset,
+                entries_us: values.iter().map(|&t| t.max(0) as u64).collect(),
+                slots: Vec::new(),
+            }
+        };
+        views.push(view);
         rest = &rest[4 + k..];
     }
     if !rest.is_empty() {

@@ -1,0 +1,86 @@
+//! Calling `lua/sliding_window.lua` directly, as the store does, and decoding its reply.
+
+use redis::{Connection, Script};
+use slidegate::limiter::redis::SCRIPT_SOURCE;
+
+/// One limit of a direct script call: requests, window in ms, resolution in ms (0: a log).
+pub type ScriptLimit = (u32, i64, i64);
+
+/// One `EVALSHA` of some decisions, each `(its keys, its limits)`, one limit per key.
+pub fn eval_decisions(
+    conn: &mut Connection,
+    decisions: &[(&[&str], &[ScriptLimit])],
+) -> redis::Value {
+    let script = Script::new(SCRIPT_SOURCE);
+    let mut call = script.prepare_invoke();
+    for (keys, limits) in decisions {
+        assert_eq!(keys.len(), limits.len());
+        for key in keys.iter() {
+            call.key(*key);
+        }
+    }
+    for (_, limits) in decisions {
+        call.arg(limits.len());
+        for (requests, window_ms, resolution_ms) in limits.iter() {
+            call.arg(*requests)
+                .arg(window_ms * 1000)
+                .arg(resolution_ms * 1000);
+        }
+    }
+    call.invoke(conn).expect("script call")
+}
+
+/// The integers of a script reply (big-endian doubles, 8 bytes each), which must be a bare
+/// string: an array would carry the messages of failed decisions.
+pub fn integers(reply: redis::Value) -> Vec<i64> {
+    let redis::Value::BulkString(packed) = reply else {
+        panic!("reply shape (failed decisions?): {reply:?}");
+    };
+    packed_integers(&packed)
+}
+
+/// The integers of the script's packed reply string.
+pub fn packed_integers(packed: &[u8]) -> Vec<i64> {
+    assert_eq!(packed.len() % 8, 0, "packed length {}", packed.len());
+    packed
+        .chunks_exact(8)
+        .map(|b| {
+            let v = f64::from_be_bytes(b.try_into().unwrap());
+            assert_eq!(v.fract(), 0.0, "not an integer: {v}");
+            v as i64
+        })
+        .collect()
+}
+
+/// Redis's clock, in µs.
+pub fn redis_time(conn: &mut Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1_000_000 + us
+}
+
+/// A slotted limit's stored value (see SLOTS in the script): its first slot index and
+/// counters; `None` when the key does not exist.
+pub fn slot_counters(conn: &mut Connection, key: &str) -> Option<(i64, Vec<u32>)> {
+    let raw: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
+    let raw = raw?;
+    assert!(
+        raw.len() >= 12 && (raw.len() - 8) % 4 == 0,
+        "slot string of {} bytes",
+        raw.len()
+    );
+    let first = f64::from_be_bytes(raw[..8].try_into().unwrap());
+    let counts = raw[8..]
+        .chunks_exact(4)
+        .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+        .collect();
+    Some((first as i64, counts))
+}
+
+/// The packed value of slot counters starting at slot `first`.
+pub fn pack_slots(first: i64, counts: &[u32]) -> Vec<u8> {
+    let mut out = (first as f64).to_be_bytes().to_vec();
+    for c in counts {
+        out.extend_from_slice(&c.to_be_bytes());
+    }
+    out
+}
