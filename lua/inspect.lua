@@ -47,9 +47,11 @@ for i = 1, n do
     if res > 0 then
         local s = call('GET', KEYS[i])
         local v = {}
-        if s and #s >= 12 and (#s - 8) % 4 == 0 then
-            v = { struct.unpack('>d' .. string.rep('I4', (#s - 8) / 4), s) }
-            local newest = (v[1] + (#s - 8) / 4 - 1) * res
+        if s and #s >= 14 and (#s - 8) % 6 == 0 then
+            local k = (#s - 8) / 6
+            v = { struct.unpack('>d' .. string.rep('HI4', k), s) }
+            v.k = k
+            local newest = (v[1] + v[2 * k]) * res
             if newest > now then
                 now = newest
             end
@@ -73,17 +75,14 @@ for i = 1, n do
     local r, w, res = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
     if res > 0 then
         -- The counters of slots cur - n ..= cur (the deciding script's SLOTS rules).
-        local first, kk = c[1], #c - 2
-        local from = 0
-        if kk > 0 then
-            from = math.max(0, floor(now / res) - w / res - first)
-        end
+        local oldest = floor(now / res) - w / res
         local count, pairs_ = 0, {}
-        for x = from + 2, kk + 1 do
-            if c[x] > 0 then
-                count = count + c[x]
-                pairs_[#pairs_ + 1] = (first + x - 2) * res
-                pairs_[#pairs_ + 1] = c[x]
+        for p = 1, c.k or 0 do
+            local slot = c[1] + c[2 * p]
+            if slot >= oldest then
+                count = count + c[2 * p + 1]
+                pairs_[#pairs_ + 1] = slot * res
+                pairs_[#pairs_ + 1] = c[2 * p + 1]
             end
         end
         local reset = w

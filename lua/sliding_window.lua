@@ -80,12 +80,14 @@ DENIAL
   trimmed); the next admitted call evicts them, or the key's TTL does.
 
 SLOTS  (a limit with a resolution: bounded memory whatever the rate)
-  One Redis STRING per limit, packed with struct.pack('>d' .. ('I4' x k)): the index `first`
-  of its oldest slot (slot s holds the admissions of [s res, (s+1) res) on the script's clock;
-  8 bytes, exact below 2^53), then the k >= 1 counters of slots first .. first + k - 1, 4 bytes
-  each, big endian; the first counter is never 0. With n = window / resolution, the slots that
-  overlap (now - window, now] are cur - n ..= cur (cur = floor(now / res)): k <= n + 1, so a
-  client costs 8 + 4 (n + 1) bytes of value however fast it sends (52 B at 1 s / 100 ms).
+  One Redis STRING per limit, packed with struct.pack('>d' .. ('HI4' x k)): the index `first`
+  of its oldest non-empty slot (slot s holds the admissions of [s res, (s+1) res) on the
+  script's clock; 8 bytes, exact below 2^53), then k >= 1 pairs, oldest first, of a slot's
+  offset from `first` (2 bytes) and its counter (> 0, 4 bytes), big endian: only non-empty
+  slots are stored. With n = window / resolution, the slots that overlap (now - window, now]
+  are cur - n ..= cur (cur = floor(now / res)): k <= n + 1 and offsets <= n <= 1000, so a
+  client costs at most 8 + 6 (n + 1) bytes of value however fast it sends (74 B at 1 s /
+  100 ms), and no more than 6 bytes per admission when it sends slowly.
   A decision admits only if the sum over those slots is below `requests`. Every admission in
   any window (a, a + window] is counted by the last of them, so no window ever holds more than
   `requests`; the oldest slot may hold admissions that already left the window, so a limit may
@@ -184,9 +186,9 @@ end
 -- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, resolution)
 -- triples at ARGV[a0+1 .. a0+3n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n]. A log keeps
 -- its scratch in st as described above; a slotted limit keeps there:
---   st[6i-5] its counters as unpacked (false: no key)   st[6i-2] window (µs)
---   st[6i-4] k, the number of counters                 st[6i-1] sum over the window
---   st[6i-3] offset of the window's oldest slot in them  st[6i]   requests
+--   st[6i-5] its pairs as unpacked (false: no key)   st[6i-2] window (µs)
+--   st[6i-4] k, the number of pairs                 st[6i-1] sum over the window
+--   st[6i-3] the first pair in the window           st[6i]   requests
 local k0, a0, r0 = 0, 1, 0
 while a0 <= na do
     local n = argv[a0] + 0
@@ -210,13 +212,13 @@ while a0 <= na do
             end
             local v, kk = false, 0
             if s then
-                if #s < 12 or (#s - 8) % 4 ~= 0 then
+                if #s < 14 or (#s - 8) % 6 ~= 0 then
                     failed = 'sliding_window: ' .. key .. ' holds no slot counters'
                     break
                 end
-                kk = (#s - 8) / 4
-                v = { struct.unpack('>d' .. string.rep('I4', kk), s) }
-                local newest = (v[1] + kk - 1) * res
+                kk = (#s - 8) / 6
+                v = { struct.unpack('>d' .. string.rep('HI4', kk), s) }
+                local newest = (v[1] + v[2 * kk]) * res
                 if newest > now then
                     -- Formatted when a log limit of this decision needs it (pass 3).
                     now, now_s = newest, nil
@@ -268,15 +270,15 @@ while a0 <= na do
             local j = 6 * i
             local r, res = argv[a0 + 3 * i - 2] + 0, argv[a0 + 3 * i] + 0
             if res > 0 then
-                -- SLOTS: the counters of cur - n ..= cur, i.e. from offset `from` on.
-                local v, kk, sum, from = st[j - 5], st[j - 4], 0, 0
+                -- SLOTS: the counters of cur - n ..= cur, i.e. from pair `from` on.
+                local v, kk, sum, from = st[j - 5], st[j - 4], 0, 1
                 if v then
-                    from = floor(now / res) - st[j - 2] / res - v[1]
-                    if from < 0 then
-                        from = 0
+                    local oldest = floor(now / res) - st[j - 2] / res
+                    while from <= kk and v[1] + v[2 * from] < oldest do
+                        from = from + 1
                     end
-                    for x = from + 2, kk + 1 do
-                        sum = sum + v[x]
+                    for p = from, kk do
+                        sum = sum + v[2 * p + 1]
                     end
                 end
                 st[j - 3], st[j - 1], st[j] = from, sum, r
@@ -439,30 +441,24 @@ while a0 <= na do
                 local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
                 local sum, r, cur = st[j - 1], st[j], floor(now / res)
                 if admitted then
-                    -- The window's counters without leading zeros, then up to `cur`, plus one.
-                    local o, first = {}, cur
+                    -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
+                    -- slots as offsets from the first.
+                    local o = {}
                     if v then
-                        local x = from + 2
-                        while x <= kk + 1 and v[x] == 0 do
-                            x = x + 1
-                        end
-                        if x <= kk + 1 then
-                            first = v[1] + x - 2
-                            for y = x, kk + 1 do
-                                o[#o + 1] = v[y]
-                            end
+                        for p = from, kk do
+                            o[#o + 1], o[#o + 2] = v[1] + v[2 * p], v[2 * p + 1]
                         end
                     end
-                    local last = first + #o - 1
-                    if #o > 0 and last == cur then
+                    if #o > 0 and o[#o - 1] == cur then
                         o[#o] = o[#o] + 1
                     else
-                        for _ = last + 1, cur - 1 do
-                            o[#o + 1] = 0
-                        end
-                        o[#o + 1] = 1
+                        o[#o + 1], o[#o + 2] = cur, 1
                     end
-                    local packed = struct.pack('>d' .. string.rep('I4', #o), first, unpack(o))
+                    local first = o[1]
+                    for q = 1, #o, 2 do
+                        o[q] = o[q] - first
+                    end
+                    local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
                     local ttl = math.ceil((w + res) / 1000) + TTL_MARGIN_MS
                     call('SET', keys[k0 + i], packed, 'PX', ttl)
                     sum = sum + 1
@@ -476,10 +472,10 @@ while a0 <= na do
                         must = 1
                     end
                     if v then
-                        for x = from + 2, kk + 1 do
-                            dropped = dropped + v[x]
+                        for p = from, kk do
+                            dropped = dropped + v[2 * p + 1]
                             if dropped >= must then
-                                at = v[1] + x - 2
+                                at = v[1] + v[2 * p]
                                 break
                             end
                         end

@@ -41,9 +41,10 @@ fn slots_admit_exactly_and_a_denial_writes_nothing() {
         // Not full: when the oldest slot leaves, at most window + resolution away.
         assert!(reset > 59_000_000 && reset <= 61_000_000, "reset {reset}");
     }
-    let (first, counts) = slot_counters(&mut conn, key).expect("written");
-    assert_eq!(counts.iter().sum::<u32>(), 5, "{counts:?}");
-    assert!(counts.len() <= 2 && counts[0] > 0, "{counts:?}");
+    let slots = slot_counters(&mut conn, key).expect("written");
+    assert_eq!(slots.iter().map(|s| s.1).sum::<u32>(), 5, "{slots:?}");
+    assert!(slots.len() <= 2, "{slots:?}");
+    let first = slots[0].0;
     let slot_now = redis_time(&mut conn) / 1_000_000;
     assert!(
         (first - slot_now).abs() <= 1,
@@ -73,7 +74,7 @@ fn a_client_at_full_rate_keeps_at_most_n_plus_one_counters() {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let key = "s:{r:fast}:200@20";
-    // 200 per 200 ms in slots of 20 ms: 11 counters at most, however many decisions run.
+    // 200 per 200 ms in slots of 20 ms: 11 pairs at most, however many decisions run.
     let limit = (200, 200, 20);
     let sha = redis::Script::new(slidegate::limiter::redis::SCRIPT_SOURCE)
         .load(&mut conn)
@@ -102,7 +103,7 @@ fn a_client_at_full_rate_keeps_at_most_n_plus_one_counters() {
     }
     assert!(calls > 1000, "only {calls} decisions");
     assert!(admitted > 0 && admitted < calls, "{admitted} of {calls}");
-    assert!(longest <= 8 + 4 * 11, "value of {longest} bytes");
+    assert!(longest <= 8 + 6 * 11, "value of {longest} bytes");
     let bytes: i64 = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(key)
@@ -123,14 +124,14 @@ fn the_clock_guard_records_into_a_slot_ahead_of_time() {
     let ahead = redis_time(&mut conn) / 100_000 + 50;
     let _: () = redis::cmd("SET")
         .arg(slots)
-        .arg(pack_slots(ahead, &[1]))
+        .arg(pack_slots(&[(ahead, 1)]))
         .query(&mut conn)
         .unwrap();
     let limits: [ScriptLimit; 2] = [(3, 10_000, 100), (10, 10_000, 0)];
     let r = integers(eval_decisions(&mut conn, &[(&[slots, log], &limits)]));
     assert_eq!(r[0], 1, "{r:?}");
     // The decision's clock is the slot's start: recorded in that slot, not in an older one.
-    assert_eq!(slot_counters(&mut conn, slots), Some((ahead, vec![2])));
+    assert_eq!(slot_counters(&mut conn, slots), Some(vec![(ahead, 2)]));
     let entries: Vec<i64> = redis::cmd("LRANGE")
         .arg(log)
         .arg(0)
@@ -186,7 +187,7 @@ fn a_key_of_another_shape_fails_only_its_decision() {
         messages.contains("WRONGTYPE") && messages.contains("no slot counters"),
         "{messages}"
     );
-    assert_eq!(slot_counters(&mut conn, "s:{c}:1000@100").unwrap().1, [1]);
+    assert_eq!(slot_counters(&mut conn, "s:{c}:1000@100").unwrap().len(), 1);
 }
 
 #[test]
@@ -232,4 +233,28 @@ fn a_slot_client_costs_a_hundredth_of_the_log_at_the_same_rate() {
         usage[0],
         usage[1]
     );
+}
+
+#[test]
+fn only_non_empty_slots_in_the_window_are_kept() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let key = "s:{r:slow}:1000@100";
+    let cur = redis_time(&mut conn) / 100_000;
+    // A slow client: one request 1.5 s ago (left the window), one 0.8 s and one 0.4 s ago.
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(pack_slots(&[(cur - 15, 1), (cur - 8, 1), (cur - 4, 2)]))
+        .query(&mut conn)
+        .unwrap();
+    let (status, remaining, reset) = decide(&mut conn, key, (10, 1_000, 100));
+    assert_eq!((status, remaining), (1, 10 - 4));
+    let kept = slot_counters(&mut conn, key).unwrap();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert_eq!((kept[0], kept[1]), ((cur - 8, 1), (cur - 4, 2)), "{kept:?}");
+    assert!(kept[2].0 >= cur && kept[2].1 == 1, "{kept:?}");
+    // 8 + 6 bytes per non-empty slot: the value does not grow with the slots between them.
+    assert_eq!(raw(&mut conn, key).unwrap().len(), 8 + 6 * 3);
+    // Not full: the oldest kept slot leaves at (cur - 8 + 1) × 100 ms + 1 s.
+    assert!(reset > 0 && reset <= 300_000, "reset {reset}");
 }

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::admin::window;
 use common::fetch::{fetch, url};
 use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
@@ -60,6 +61,26 @@ async fn exercise(proxy: &Proxy, ca: &TestCa) {
     let n = Protocol::ALL.len() as u64;
     assert_eq!(proxy.decisions("mixed", "allowed"), 3 * n);
     assert_eq!(proxy.decisions("mixed", "denied"), n);
+
+    // The inspector shows the slots: 3 admissions in at most 2 of them, and the log's 3.
+    let view = window(proxy, "mixed", "H1").await;
+    let (slotted, log) = (&view["limits"][0], &view["limits"][1]);
+    assert_eq!(
+        (slotted["resolution_ms"].as_u64(), slotted["count"].as_u64()),
+        (Some(500), Some(3)),
+        "{view}"
+    );
+    let slots = slotted["slots"].as_array().unwrap();
+    let counted: u64 = slots.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert!(
+        !slots.is_empty() && slots.len() <= 2 && counted == 3,
+        "{view}"
+    );
+    assert_eq!(
+        (log["count"].as_u64(), log["slots"].as_array().map(Vec::len)),
+        (Some(3), Some(0)),
+        "{view}"
+    );
 }
 
 #[tokio::test]

@@ -58,29 +58,37 @@ pub fn redis_time(conn: &mut Connection) -> i64 {
     s * 1_000_000 + us
 }
 
-/// A slotted limit's stored value (see SLOTS in the script): its first slot index and
-/// counters; `None` when the key does not exist.
-pub fn slot_counters(conn: &mut Connection, key: &str) -> Option<(i64, Vec<u32>)> {
+/// A slotted limit's stored value (see SLOTS in the script): its non-empty slots, (slot index,
+/// counter) oldest first; `None` when the key does not exist.
+pub fn slot_counters(conn: &mut Connection, key: &str) -> Option<Vec<(i64, u32)>> {
     let raw: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
     let raw = raw?;
     assert!(
-        raw.len() >= 12 && (raw.len() - 8) % 4 == 0,
+        raw.len() >= 14 && (raw.len() - 8) % 6 == 0,
         "slot string of {} bytes",
         raw.len()
     );
-    let first = f64::from_be_bytes(raw[..8].try_into().unwrap());
-    let counts = raw[8..]
-        .chunks_exact(4)
-        .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+    let first = f64::from_be_bytes(raw[..8].try_into().unwrap()) as i64;
+    let pairs = raw[8..]
+        .chunks_exact(6)
+        .map(|b| {
+            let offset = u16::from_be_bytes([b[0], b[1]]);
+            (
+                first + i64::from(offset),
+                u32::from_be_bytes(b[2..].try_into().unwrap()),
+            )
+        })
         .collect();
-    Some((first as i64, counts))
+    Some(pairs)
 }
 
-/// The packed value of slot counters starting at slot `first`.
-pub fn pack_slots(first: i64, counts: &[u32]) -> Vec<u8> {
+/// The packed value of non-empty slots, (slot index, counter) oldest first.
+pub fn pack_slots(slots: &[(i64, u32)]) -> Vec<u8> {
+    let first = slots[0].0;
     let mut out = (first as f64).to_be_bytes().to_vec();
-    for c in counts {
-        out.extend_from_slice(&c.to_be_bytes());
+    for &(slot, count) in slots {
+        out.extend_from_slice(&u16::try_from(slot - first).unwrap().to_be_bytes());
+        out.extend_from_slice(&count.to_be_bytes());
     }
     out
 }
