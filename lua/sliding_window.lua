@@ -36,9 +36,11 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
        array of RESP integers: the client parses one value instead of 3 per limit (redis-rs
        spends ~1.5k instructions per value), and packing Lua's numbers as doubles needs no
        decimal formatting in Redis. The integers are, per decision d, in order, 1 + 2 n_d:
-  status        1 = admitted (recorded in every list of d), 0 = denied (recorded in none),
-                -1 = this decision failed (e.g. a key of another type; its message follows the
-                string) and the rest are 0. Other decisions of the call are unaffected.
+  status        > 0: admitted (recorded in every limit of d), and the value is the decision's
+                `now` in µs, the time every entry of it carries (what a refund names: see
+                lua/refund.lua); 0 = denied (recorded in none); -1 = this decision failed
+                (e.g. a key of another type; its message follows the string) and the rest
+                are 0. Other decisions of the call are unaffected.
   then per limit i of d:
     remaining   requests it would still admit right now, after this decision (0 when full)
     reset       in MICROseconds from the decision's `now`:
@@ -355,7 +357,7 @@ while a0 <= na do
 
         -- Pass 3: record in every list (admitted) or in none (denied), and build the reply.
         if admitted then
-            reply[r0 + 1] = 1
+            reply[r0 + 1] = now
             if now_s == nil and now > time then
                 -- A slot ahead of TIME moved the clock (see SLOTS).
                 now_s = string.format('%.0f', now)

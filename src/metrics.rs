@@ -46,6 +46,9 @@ pub struct Metrics {
     /// `slidegate_memory_overflow_total{route}`: decisions the memory store made in a route's
     /// overflow bucket because the route's room was full of clients at their limit.
     pub memory_overflow: IntCounterVec,
+    /// `slidegate_refunds_total{route,result}`: admissions given back under `count_status`
+    /// (`result="ok"`), or whose refund failed and kept the slot (`"error"`).
+    pub refunds: IntCounterVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -205,6 +208,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route"]
     )
     .expect("register slidegate_memory_overflow_total"),
+    refunds: register_int_counter_vec!(
+        "slidegate_refunds_total",
+        "Admissions given back because the upstream status is not in the route's count_status",
+        &["route", "result"]
+    )
+    .expect("register slidegate_refunds_total"),
 }
 });
 

@@ -367,6 +367,35 @@ async fn slotted_and_log_all_or_nothing(store: Arc<dyn Store>) {
     );
 }
 
+/// `count_status`: a refund removes that admission's own entries from a log and a slotted
+/// limit alike, so exactly one more request is admitted; a refund naming no admission changes
+/// nothing.
+async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
+    let w = Duration::from_secs(60);
+    let limits = [limit(3, w), Limit::slotted(3, w, Duration::from_secs(1))];
+    let (route, b) = ("refund", "refund:client");
+    let mut at = Vec::new();
+    for _ in 0..3 {
+        let v = store
+            .check_in(route, b, &limits)
+            .await
+            .expect("check failed");
+        assert!(v.admitted);
+        at.push(v.recorded_at.expect("an admission has a time"));
+    }
+    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+    // Nothing was recorded two windows after the last admission: no slot comes back.
+    let never = at[2] + 2 * w.as_micros() as u64;
+    store.refund(route, b, &limits, never).await.unwrap();
+    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+    // The second admission's entries go: one more is admitted, then the limit is full again.
+    store.refund(route, b, &limits, at[1]).await.unwrap();
+    let again = store.check_in(route, b, &limits).await.unwrap();
+    assert!(again.admitted, "{again:?}");
+    assert_eq!(remaining(&again), [0, 0]);
+    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Instantiation: every case for every backend.
 
@@ -397,6 +426,7 @@ macro_rules! conformance {
                 slotted_exact_under_concurrency,
                 slotted_burst_and_reset,
                 slotted_and_log_all_or_nothing,
+                refund_gives_back_its_own_entry,
             ]
         );
     };

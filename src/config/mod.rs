@@ -218,6 +218,9 @@ pub struct RouteSpec {
     pub exempt: Vec<IpNet>,
     /// What a denied request gets.
     pub deny: DenyAnswer,
+    /// `count_status`: the upstream statuses an admission keeps its slot for; after any other
+    /// answer the slot is given back. `None`: every admission counts.
+    pub count_status: Option<Vec<http::StatusCode>>,
 }
 
 /// What a request the limits deny gets (`deny_status`, `deny_body_file`, `deny_content_type`).

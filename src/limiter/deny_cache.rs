@@ -182,6 +182,21 @@ impl Store for DenyCache {
         Ok(())
     }
 
+    async fn refund(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .refund(route, bucket, limits, recorded_at)
+            .await?;
+        // A slot came back: a denial cached before it is too pessimistic now.
+        self.denied.remove(bucket);
+        Ok(())
+    }
+
     fn rules_changed(&self) {
         // New limits may admit what the old ones denied.
         self.denied.clear();

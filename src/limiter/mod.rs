@@ -49,6 +49,10 @@ pub struct Verdict {
     pub admitted: bool,
     /// One state per limit, in the order the limits were given.
     pub states: Vec<LimitState>,
+    /// For an admitted request: when the store recorded it, in µs on the store's clock (every
+    /// entry of this admission carries that time). [`Store::refund`] names the admission by it.
+    /// `None` for a denial, and for an admission with no limits.
+    pub recorded_at: Option<u64>,
 }
 
 impl Verdict {
@@ -82,6 +86,7 @@ impl Verdict {
         Verdict {
             admitted: self.admitted,
             states,
+            recorded_at: self.recorded_at,
         }
     }
 
@@ -225,6 +230,23 @@ pub trait Store: Send + Sync + 'static {
         )))
     }
 
+    /// Give back the admission of `bucket` recorded at `recorded_at` ([`Verdict::recorded_at`])
+    /// under `limits`: remove that request's own entry from every log (one counted in its slot
+    /// for a slotted limit), so it no longer counts (`count_status`). A no-op for an entry
+    /// that has already left its window, or a bucket that is gone.
+    async fn refund(
+        &self,
+        _route: &str,
+        _bucket: &str,
+        _limits: &[Limit],
+        _recorded_at: u64,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Backend(format!(
+            "the {} store cannot refund",
+            self.backend()
+        )))
+    }
+
     /// Called after a reload swapped in new rules: drop anything derived from the old limits.
     fn rules_changed(&self) {}
 
@@ -246,6 +268,7 @@ pub(crate) mod fixtures {
     pub(crate) fn denied_by_the_first_of_two() -> Verdict {
         Verdict {
             admitted: false,
+            recorded_at: None,
             states: vec![
                 LimitState {
                     remaining: 0,

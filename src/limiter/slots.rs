@@ -90,6 +90,22 @@ impl SlotCounts {
         }
     }
 
+    /// Take back one request recorded at `at` from its slot, if that slot is still kept and
+    /// counts any (a refund). Leading empty slots are dropped, as [`SlotCounts::evict`] does.
+    pub fn refund(&mut self, shape: SlotShape, at: u64) {
+        let s = shape.slot_of(at);
+        let Some(i) = s.checked_sub(self.first) else {
+            return;
+        };
+        if let Some(c) = self.counts.get_mut(i as usize) {
+            *c = c.saturating_sub(1);
+        }
+        while self.counts.front() == Some(&0) {
+            self.counts.pop_front();
+            self.first += 1;
+        }
+    }
+
     /// Time until this limit admits again when full, else until its oldest slot leaves; the
     /// window when nothing is counted. Between `1` and `window + resolution` µs.
     pub fn reset_us(&self, shape: SlotShape, requests: u32, now: u64) -> u64 {

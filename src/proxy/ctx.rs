@@ -70,6 +70,9 @@ pub struct RequestCtx {
     /// The forwarding values of this connection's own hop: built at its first proxied request,
     /// carried to the next requests of an HTTP/1 connection by `persist_connection_context`.
     pub(super) own_hop: Option<Arc<OwnHop>>,
+    /// An admission on a `count_status` route, until the upstream's status says whether it
+    /// counts.
+    pub(super) ticket: Option<super::refund::Ticket>,
 }
 
 impl RequestCtx {

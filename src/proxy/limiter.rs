@@ -14,7 +14,7 @@ use crate::routes::Route;
 
 /// The stores a request's decision may come from, and their metric handles.
 pub(super) struct Limiter {
-    store: Arc<dyn Store>,
+    pub(super) store: Arc<dyn Store>,
     /// This proxy's own log for `on_error = "local"` (present with a shared store).
     pub(super) local: Option<Arc<dyn Store>>,
     duration: Histogram,

@@ -106,6 +106,15 @@ impl SlideGate {
             }
             (Outcome::Allowed(verdict) | Outcome::LocalAllowed(verdict), Some(route)) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
+                if let (Some(_), Some(recorded_at)) =
+                    (&route.spec.count_status, verdict.recorded_at)
+                {
+                    let by = match outcome {
+                        Outcome::LocalAllowed(_) => DecidedBy::Local,
+                        _ => DecidedBy::Store,
+                    };
+                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by));
+                }
             }
             _ => {}
         }
@@ -123,13 +132,15 @@ fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
 mod ctx;
 mod limiter;
 mod outcome;
+mod refund;
 mod respond;
 #[cfg(test)]
 mod tests;
 
 pub use ctx::{RequestCtx, Timing};
 use limiter::Limiter;
-use outcome::{outcome, Checked, Outcome, Policy};
+use outcome::{outcome, Checked, DecidedBy, Outcome, Policy};
+use refund::Settle;
 use respond::{close_delimit_for_http10, insert_ratelimit_fields};
 
 #[async_trait]
@@ -301,10 +312,22 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         let status = upstream_response.status;
         crate::upgrade::check_switch(session.req_header(), upstream_response)?;
+        // Taken before the route is borrowed; put back when this status is not the final one.
+        let ticket = ctx.ticket.take();
         let Some(route) = ctx.route() else {
             return Ok(());
         };
         route.metrics.upstream_status(status.as_u16());
+        // The slot is given back once the response has gone out whole (`logging`): a client
+        // that leaves before it keeps its slot taken.
+        let mut held = None;
+        if let (Some(count_status), Some(ticket)) = (&route.spec.count_status, ticket) {
+            match refund::settle(count_status, status) {
+                Settle::GiveBack => held = Some(ticket.due()),
+                Settle::Keep => {}
+                Settle::Wait => held = Some(ticket),
+            }
+        }
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head =
             !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
@@ -316,6 +339,7 @@ impl ProxyHttp for SlideGate {
             }
             ctx.timing.upstream_head = Some(now);
         }
+        ctx.ticket = held;
         Ok(())
     }
 
@@ -342,6 +366,11 @@ impl ProxyHttp for SlideGate {
         histogram.observe(duration.as_secs_f64());
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
+        if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
+            if ticket.due {
+                self.limiter.refund(route, &ctx.key, ticket);
+            }
+        }
         let Some(log) = &self.access_log else {
             return;
         };

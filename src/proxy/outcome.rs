@@ -161,6 +161,7 @@ mod tests {
     fn verdict(admitted: bool) -> Verdict {
         Verdict {
             admitted,
+            recorded_at: admitted.then_some(1),
             states: vec![LimitState {
                 remaining: u32::from(admitted),
                 reset: Duration::from_secs(1),

@@ -47,6 +47,10 @@ pub const SIZE_HEADER: &str = "x-upstream-size";
 /// request body in the background, keeping the connection, as nginx's `return` does.
 pub const DISCARD_HEADER: &str = "x-upstream-discard-body";
 
+/// Request header asking for this status (200..=599; default 200), e.g. `401` for a failed
+/// login.
+pub const STATUS_HEADER: &str = "x-upstream-status";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -259,8 +263,14 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
             .body(full(b""));
         return Ok(response.expect("static response"));
     }
+    let status = req
+        .headers()
+        .get(STATUS_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<u16>().ok())
+        .filter(|s| (200..=599).contains(s))
+        .unwrap_or(200);
     let response = Response::builder()
-        .status(200)
+        .status(status)
         .header("content-type", "text/plain");
     let response = if req.headers().contains_key(GATED_HEADER) {
         let pieces = futures::stream::unfold(0u8, move |step| {

@@ -274,6 +274,8 @@ pub(super) struct RawRoute {
     pub deny_status: Option<Spanned<u16>>,
     pub deny_body_file: Option<Spanned<PathBuf>>,
     pub deny_content_type: Option<Spanned<String>>,
+    /// Upstream statuses that keep their slot; any other gives it back.
+    pub count_status: Option<Spanned<Vec<Spanned<u16>>>>,
 }
 
 fn default_path_prefix() -> Spanned<String> {

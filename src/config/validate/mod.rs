@@ -277,6 +277,7 @@ impl Validator<'_> {
             limits,
             exempt: self.exempt(&r.exempt),
             deny,
+            count_status: self.count_status(i, r.count_status.as_ref())?,
         })
     }
 }

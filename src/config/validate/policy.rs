@@ -83,6 +83,38 @@ impl Validator<'_> {
         Ok(file.get_ref().clone())
     }
 
+    /// The route's `count_status`: a non-empty list of distinct statuses from 100 to 599.
+    pub(super) fn count_status(
+        &self,
+        i: usize,
+        raw: Option<&Spanned<Vec<Spanned<u16>>>>,
+    ) -> Result<Option<Vec<StatusCode>>, ConfigError> {
+        let Some(list) = raw else {
+            return Ok(None);
+        };
+        let key = format!("routes[{i}].count_status");
+        if list.get_ref().is_empty() {
+            return self.err(
+                Some(list.span()),
+                key,
+                "an empty list would give every slot back (no limit at all); remove the key \
+                 to count every admission",
+            );
+        }
+        let mut statuses: Vec<StatusCode> = Vec::with_capacity(list.get_ref().len());
+        for code in list.get_ref() {
+            let status = match StatusCode::from_u16(*code.get_ref()) {
+                Ok(s) if (100..=599).contains(code.get_ref()) => s,
+                _ => return self.err(Some(code.span()), key, "a status from 100 to 599"),
+            };
+            if statuses.contains(&status) {
+                return self.err(Some(code.span()), key, format!("{status} is listed twice"));
+            }
+            statuses.push(status);
+        }
+        Ok(Some(statuses))
+    }
+
     /// The route's `exempt` networks, as the proxy compares them.
     pub(super) fn exempt(&self, raw: &[IpNet]) -> Vec<IpNet> {
         raw.iter()

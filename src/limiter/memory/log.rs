@@ -110,6 +110,20 @@ impl WindowLog {
         }
     }
 
+    /// Remove one entry recorded at `at` (a log: the newest such entry, searched from the
+    /// newest end, where a refund's entry is; slots: one count from `at`'s slot), if any.
+    pub(super) fn refund(&mut self, at: u64) {
+        let shape = self.shape();
+        match &mut self.record {
+            Record::Log(entries) => {
+                if let Some(i) = entries.iter().rposition(|&t| t == at) {
+                    entries.remove(i);
+                }
+            }
+            Record::Slots(slots) => slots.refund(shape, at),
+        }
+    }
+
     /// The newest recorded time (a slot's start), so a decision's `now` never goes back.
     pub(super) fn newest(&self) -> Option<u64> {
         match &self.record {

@@ -310,6 +310,19 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn refund(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError> {
+        if let Some(room) = self.rooms.load().get(route) {
+            room.refund(self.hash(bucket), limits, recorded_at);
+        }
+        Ok(())
+    }
+
     async fn reset(&self, bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
         let key = self.hash(bucket);
         self.each_room(|room| {

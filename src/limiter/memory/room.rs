@@ -144,12 +144,23 @@ impl Room {
         (verdict, Placed::Own, evicted)
     }
 
+    /// Give back the admission of bucket `key` recorded at `at` (see [`Bucket::refund`]).
+    pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64) {
+        let mut shard = self.lock(shard_of(key));
+        if let Some(&slot) = shard.index.get(&key) {
+            shard.slots[slot as usize].refund(limits, at);
+        }
+    }
+
     /// Decide in the overflow bucket, counted and logged.
     fn overflow(&self, limits: &[Limit], now: u64) -> Verdict {
         let verdict = {
             let mut b = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
             let now = now.max(b.newest());
-            b.decide(limits, now)
+            let mut verdict = b.decide(limits, now);
+            // Shared by every overflowing client: no admission there is any one's to give back.
+            verdict.recorded_at = None;
+            verdict
         };
         self.overflows.fetch_add(1, Ordering::Relaxed);
         self.overflow_counter

@@ -51,7 +51,22 @@ impl Bucket {
                 }
             })
             .collect();
-        Verdict { admitted, states }
+        Verdict {
+            admitted,
+            states,
+            recorded_at: admitted.then_some(now),
+        }
+    }
+
+    /// Remove the entry recorded at `at` from the log of every limit in `limits` (the counted
+    /// one of its slot for a slotted limit). Memory stays accounted as it was: capacity is
+    /// kept, so the next push needs no room.
+    pub(super) fn refund(&mut self, limits: &[Limit], at: u64) {
+        for limit in limits {
+            if let Some(log) = self.logs.iter_mut().find(|l| l.id == limit.id()) {
+                log.refund(at);
+            }
+        }
     }
 
     /// Evict expired entries of every limit and tell whether all of them have room (recording

@@ -21,7 +21,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "EVALSHA",
     "SCRIPT|LOAD",
     "PING",
-    // Inside lua/sliding_window.lua and lua/inspect.lua.
+    // Inside lua/sliding_window.lua, lua/inspect.lua and lua/refund.lua.
     "TIME",
     "LLEN",
     "LINDEX",
@@ -29,6 +29,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "RPUSH",
     "LPOP",
     "LTRIM",
+    "LREM",
     "PTTL",
     "PEXPIRE",
     // Slotted limits' counters (SLOTS in lua/sliding_window.lua).
@@ -57,6 +58,7 @@ fn probes(key: &str) -> redis::Pipeline {
     pipe.cmd("RPUSH").arg(key).arg(0);
     pipe.cmd("LPOP").arg(key);
     pipe.cmd("LTRIM").arg(key).arg(0).arg(-1);
+    pipe.cmd("LREM").arg(key).arg(-1).arg(0);
     pipe.cmd("PTTL").arg(key);
     pipe.cmd("PEXPIRE").arg(key).arg(1000);
     pipe.cmd("GET").arg(key);

@@ -61,6 +61,7 @@ mod io;
 mod lane;
 mod maintain;
 mod patience;
+mod refund;
 mod reply;
 mod sentinel;
 
@@ -187,6 +188,7 @@ impl Inner {
             return Ok(Verdict {
                 admitted: true,
                 states: Vec::new(),
+                recorded_at: None,
             });
         }
         self.live_conn()?;
@@ -228,6 +230,18 @@ impl Store for RedisStore {
         let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
         let read = async move { inner.inspect_window(&bucket, &limits).await };
         self.inner.io.run(read).await
+    }
+
+    async fn refund(
+        &self,
+        _route: &str,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError> {
+        let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
+        let refund = async move { inner.refund_entry(&bucket, &limits, recorded_at).await };
+        self.inner.io.run(refund).await
     }
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {

@@ -62,9 +62,10 @@ impl ScriptReply {
             )));
         };
         self.at += len;
-        let admitted = match slot[0] {
-            1 => true,
-            0 => false,
+        // The status is the decision's `now` when admitted.
+        let (admitted, recorded_at) = match slot[0] {
+            at if at > 0 => (true, Some(at as u64)),
+            0 => (false, None),
             // This decision failed inside the script (a key of another type, say).
             _ => {
                 let message = match self.errors.next() {
@@ -83,7 +84,11 @@ impl ScriptReply {
                 reset: Duration::from_micros(pair[1].max(0) as u64),
             })
             .collect();
-        Ok(Verdict { admitted, states })
+        Ok(Verdict {
+            admitted,
+            states,
+            recorded_at,
+        })
     }
 }
 

@@ -8,6 +8,7 @@ const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 fn denial() -> Verdict {
     Verdict {
         admitted: false,
+        recorded_at: None,
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(30),
@@ -64,6 +65,7 @@ fn an_admission_teaches_nothing() {
     let mut lane = Lane::default();
     let admitted = Verdict {
         admitted: true,
+        recorded_at: Some(1),
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(60),

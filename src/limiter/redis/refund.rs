@@ -1,0 +1,42 @@
+//! Giving an admission back on Redis (`lua/refund.lua`), for a route's `count_status`.
+
+use std::sync::LazyLock;
+
+use super::conn::within;
+use super::Inner;
+use crate::limiter::{Limit, StoreError};
+
+/// Source of the refund script (`lua/refund.lua`).
+pub const REFUND_SOURCE: &str = include_str!("../../../lua/refund.lua");
+
+/// The refund script with its SHA1 computed once.
+static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REFUND_SOURCE));
+
+impl Inner {
+    /// One `EVALSHA` of `lua/refund.lua` for the admission of `bucket` recorded at
+    /// `recorded_at`. Like the inspector's calls, it stays out of the gate's health
+    /// bookkeeping: a refund that fails leaves the slot taken, which only errs on the safe side.
+    pub(super) async fn refund_entry(
+        &self,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError> {
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let mut call = REFUND.prepare_invoke();
+        for limit in limits {
+            call.key(self.key(bucket, limit));
+        }
+        call.arg(recorded_at);
+        for limit in limits {
+            call.arg(limit.resolution_us().unwrap_or(0));
+        }
+        let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
+        let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
+        // A known denial of this bucket is too pessimistic now.
+        self.lanes.get(self.target.lane_of(bucket)).forget(bucket);
+        Ok(())
+    }
+}

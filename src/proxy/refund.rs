@@ -1,0 +1,118 @@
+//! `count_status`: an admission holds its slot while the request is in flight, and gives it
+//! back when the upstream answers with a status the route does not count (failed logins count,
+//! successful ones do not) and that response has gone out whole. A client that leaves before
+//! its answer keeps the slot taken. The pure part ([`settle`]) decides; [`Limiter::refund`]
+//! sends the refund to the store that recorded the admission, off the response path.
+
+use http::StatusCode;
+
+use super::limiter::Limiter;
+use super::outcome::DecidedBy;
+use crate::metrics::METRICS;
+use crate::routes::Route;
+
+/// An admission that may be given back: when its entries were recorded, and by which store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket {
+    /// [`Verdict::recorded_at`](crate::limiter::Verdict::recorded_at).
+    pub recorded_at: u64,
+    /// The store that recorded it (the local log after a shared-store failure).
+    pub by: DecidedBy,
+    /// The upstream's status gave the slot back: refunded when the response has gone out.
+    pub due: bool,
+}
+
+impl Ticket {
+    /// An admission that counts until its upstream answers.
+    pub fn new(recorded_at: u64, by: DecidedBy) -> Ticket {
+        Ticket {
+            recorded_at,
+            by,
+            due: false,
+        }
+    }
+
+    /// This ticket, to be refunded once the response is complete.
+    pub fn due(self) -> Ticket {
+        Ticket { due: true, ..self }
+    }
+}
+
+/// What an upstream answer does to an admission's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settle {
+    /// A final status not in `count_status`: the slot is given back.
+    GiveBack,
+    /// A final status in `count_status`: the admission counts.
+    Keep,
+    /// An interim `1xx` (e.g. `100 Continue`): the real status follows.
+    Wait,
+}
+
+/// What an upstream answer of `status` does under `count_status`; `101` is final.
+pub(super) fn settle(count_status: &[StatusCode], status: StatusCode) -> Settle {
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        Settle::Wait
+    } else if count_status.contains(&status) {
+        Settle::Keep
+    } else {
+        Settle::GiveBack
+    }
+}
+
+impl Limiter {
+    /// Give `ticket`'s admission of `bucket` back, in a task of its own: the response does
+    /// not wait for the store, and until the store has removed the entry the slot stays taken
+    /// (the bound errs on the safe side). A failed refund keeps the slot, and is counted.
+    pub(super) fn refund(&self, route: &Route, bucket: &str, ticket: Ticket) {
+        let store = match ticket.by {
+            DecidedBy::Store => self.store.clone(),
+            DecidedBy::Local => match &self.local {
+                Some(local) => local.clone(),
+                None => return,
+            },
+        };
+        let (name, bucket, limits) = (
+            route.spec.name.clone(),
+            bucket.to_owned(),
+            route.spec.limits.clone(),
+        );
+        tokio::spawn(async move {
+            let result = store
+                .refund(&name, &bucket, &limits, ticket.recorded_at)
+                .await;
+            let outcome = if result.is_ok() { "ok" } else { "error" };
+            if let Err(e) = result {
+                log::debug!("route {name}: refund failed, the slot stays taken: {e}");
+            }
+            METRICS
+                .refunds
+                .with_label_values(&[name.as_str(), outcome])
+                .inc();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_status_not_listed_gives_the_slot_back() {
+        let failures = [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN];
+        let cases = [
+            (200, Settle::GiveBack),
+            (302, Settle::GiveBack),
+            (401, Settle::Keep),
+            (403, Settle::Keep),
+            (500, Settle::GiveBack),
+            (101, Settle::GiveBack),
+            (100, Settle::Wait),
+            (103, Settle::Wait),
+        ];
+        for (code, want) in cases {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert_eq!(settle(&failures, status), want, "{code}");
+        }
+    }
+}
