@@ -57,6 +57,8 @@ pub struct Metrics {
     pub delay: HistogramVec,
     /// `slidegate_requests_in_flight`: requests between their first hook and their end.
     pub in_flight: IntGauge,
+    /// `slidegate_requests_waiting`: requests waiting for a slot now (`max_delay`).
+    pub waiting: IntGauge,
     /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
     /// Prometheus can alert on readiness without probing `/readyz`.
     pub store_ready: IntGauge,
@@ -169,6 +171,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Requests being processed by the proxy"
     )
     .expect("register slidegate_requests_in_flight"),
+    waiting: register_int_gauge!(
+        "slidegate_requests_waiting",
+        "Requests waiting for a slot (max_delay) now"
+    )
+    .expect("register slidegate_requests_waiting"),
     store_ready: register_int_gauge!(
         "slidegate_store_ready",
         "1 while the limit store answers (as /readyz), 0 otherwise"

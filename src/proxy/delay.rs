@@ -20,6 +20,7 @@ use pingora::proxy::Session;
 
 use super::outcome::Policy;
 use crate::limiter::{StoreError, Verdict};
+use crate::metrics::METRICS;
 
 /// Decisions one request may take while it waits, the first included. Waiters of one bucket
 /// wake together when a slot frees and only one takes it; the others wait for the next slot
@@ -67,6 +68,7 @@ impl Queues {
             }
             Entry::Occupied(_) | Entry::Vacant(_) => return None,
         }
+        METRICS.waiting.inc();
         Some(Place {
             queues: self,
             bucket: bucket.into(),
@@ -86,7 +88,8 @@ impl Queues {
     }
 }
 
-/// One request's place in its bucket's queue, given back when dropped.
+/// One request's place in its bucket's queue (and in `slidegate_requests_waiting`), given
+/// back when dropped.
 pub(super) struct Place<'a> {
     queues: &'a Queues,
     bucket: Box<str>,
@@ -94,6 +97,7 @@ pub(super) struct Place<'a> {
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
+        METRICS.waiting.dec();
         // The last waiter removes the entry: many buckets that once waited leave nothing behind.
         self.queues.waiting.remove_if_mut(&self.bucket, |_, n| {
             *n -= 1;
