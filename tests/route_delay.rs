@@ -273,7 +273,9 @@ fn an_h2_burst_queues_max_queue_and_denies_the_rest_at_once() {
             "{store}: 1000 h2c streams in {took:?}: 4 x 200 (2 after waiting), 996 x 429, \
              8 waited; slowest {:?}; tightest 3 arrivals {span:?}; arrivals after the start {:?}",
             r.max_latency,
-            seen.iter().map(|t| t.duration_since(started)).collect::<Vec<_>>()
+            seen.iter()
+                .map(|t| t.duration_since(started))
+                .collect::<Vec<_>>()
         );
     }
 }

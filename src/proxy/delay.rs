@@ -219,6 +219,51 @@ mod tests {
         );
     }
 
+    /// A known denial (the deny cache's answer, its resets aged to now) waits until the cache's
+    /// deadline, so the decision after the wait goes to the store: the cache never answers a
+    /// waiter past the slot, and never makes it wait longer than the slot.
+    #[tokio::test]
+    async fn a_known_denial_waits_until_the_store_decides_again() {
+        use crate::limiter::deny_cache::DenyCache;
+        use crate::limiter::memory::MemoryStore;
+        use crate::limiter::{Limit, Store};
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        let cache = DenyCache::new(Arc::new(MemoryStore::new()));
+        let limits = [Limit::log(1, Duration::from_millis(200))];
+        let started = Instant::now();
+        assert!(cache.check("b", &limits).await.unwrap().admitted);
+        assert!(!cache.check("b", &limits).await.unwrap().admitted);
+        let mut result = cache.check("b", &limits).await;
+        assert_eq!(cache.hits(), 1, "the third answer is the cache's");
+        let p = policy(Some(SECOND), false);
+        let waiting = Instant::now();
+        let mut decisions = 1;
+        while let Some(wait) = wait_for(p, &result, waiting.elapsed(), decisions) {
+            tokio::time::sleep(wait).await;
+            result = cache.check("b", &limits).await;
+            decisions += 1;
+        }
+        assert!(
+            result.unwrap().admitted,
+            "admitted after {decisions} decisions"
+        );
+        assert_eq!(
+            cache.hits(),
+            1,
+            "no decision after a wait came from the cache"
+        );
+        // A wake a few microseconds before the eviction costs one more decision at most.
+        assert!(decisions <= 3, "{decisions} decisions");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(200),
+            "admitted before the slot freed"
+        );
+        assert!(took < Duration::from_millis(300), "{took:?}");
+    }
+
     #[test]
     fn a_request_takes_at_most_max_decisions() {
         let soon = verdict(false, Duration::from_millis(1), roomy());
