@@ -55,8 +55,13 @@ pub struct Metrics {
     /// `slidegate_upstream_duration_seconds{route}`: from choosing the upstream (connect
     /// included) until its final response head (a `100 Continue` is not one).
     pub upstream_duration: HistogramVec,
+    /// `slidegate_delay_seconds{route}`: how long each request that waited for a slot
+    /// (`max_delay`) waited, whatever it got after.
+    pub delay: HistogramVec,
     /// `slidegate_requests_in_flight`: requests between their first hook and their end.
     pub in_flight: IntGauge,
+    /// `slidegate_requests_waiting`: requests waiting for a slot now (`max_delay`).
+    pub waiting: IntGauge,
     /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
     /// Prometheus can alert on readiness without probing `/readyz`.
     pub store_ready: IntGauge,
@@ -67,6 +72,11 @@ pub struct Metrics {
 const REQUEST_BUCKETS: &[f64] = &[
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
+];
+
+/// Buckets of the delay histogram: 1 ms to 60 s (the largest `max_delay`).
+const DELAY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Create every series that has no labels, so `/metrics` shows them (at zero) from the start.
@@ -152,11 +162,23 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         REQUEST_BUCKETS.to_vec()
     )
     .expect("register slidegate_upstream_duration_seconds"),
+    delay: register_histogram_vec!(
+        "slidegate_delay_seconds",
+        "Time requests waited for a slot (max_delay) before their final decision, by route",
+        &["route"],
+        DELAY_BUCKETS.to_vec()
+    )
+    .expect("register slidegate_delay_seconds"),
     in_flight: register_int_gauge!(
         "slidegate_requests_in_flight",
         "Requests being processed by the proxy"
     )
     .expect("register slidegate_requests_in_flight"),
+    waiting: register_int_gauge!(
+        "slidegate_requests_waiting",
+        "Requests waiting for a slot (max_delay) now"
+    )
+    .expect("register slidegate_requests_waiting"),
     store_ready: register_int_gauge!(
         "slidegate_store_ready",
         "1 while the limit store answers (as /readyz), 0 otherwise"
@@ -240,11 +262,13 @@ pub enum Decision {
     LocalDenied,
     /// The client is in the route's `exempt` networks: forwarded, the store not asked.
     Exempt,
+    /// Denied at first, then admitted by the store after waiting for a slot (`max_delay`).
+    Delayed,
 }
 
 impl Decision {
     /// Every decision, in the order of their metric handles.
-    pub const ALL: [Decision; 8] = [
+    pub const ALL: [Decision; 9] = [
         Decision::Allowed,
         Decision::Denied,
         Decision::ShadowDenied,
@@ -253,6 +277,7 @@ impl Decision {
         Decision::LocalAllowed,
         Decision::LocalDenied,
         Decision::Exempt,
+        Decision::Delayed,
     ];
 
     /// The label value.
@@ -266,6 +291,7 @@ impl Decision {
             Decision::LocalAllowed => "local_allowed",
             Decision::LocalDenied => "local_denied",
             Decision::Exempt => "exempt",
+            Decision::Delayed => "delayed",
         }
     }
 }
@@ -280,6 +306,8 @@ pub struct RouteMetrics {
     pub request_duration: Histogram,
     /// `slidegate_upstream_duration_seconds{route}`.
     pub upstream_duration: Histogram,
+    /// `slidegate_delay_seconds{route}`.
+    pub delay: Histogram,
 }
 
 impl RouteMetrics {
@@ -293,6 +321,7 @@ impl RouteMetrics {
             upstream: [u("1xx"), u("2xx"), u("3xx"), u("4xx"), u("5xx")],
             request_duration: m.request_duration.with_label_values(&[route]),
             upstream_duration: m.upstream_duration.with_label_values(&[route]),
+            delay: m.delay.with_label_values(&[route]),
         }
     }
 

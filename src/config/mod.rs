@@ -221,6 +221,30 @@ pub struct RouteSpec {
     /// `count_status`: the upstream statuses an admission keeps its slot for; after any other
     /// answer the slot is given back. `None`: every admission counts.
     pub count_status: Option<Vec<http::StatusCode>>,
+    /// `max_delay` and `max_queue`: denials whose slot frees soon wait for it (`None`: every
+    /// denial answers at once).
+    pub smoothing: Option<Smoothing>,
+}
+
+/// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, whose
+/// slot frees within `max_delay`, waits for it and is decided again instead of being denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Smoothing {
+    /// The longest a request waits, from its first denial (more than zero, at most 60 s).
+    pub max_delay: Duration,
+    /// Requests of one bucket waiting at once (1 to [`Smoothing::MAX_QUEUE`]); further
+    /// denials of that bucket answer at once.
+    pub max_queue: u32,
+}
+
+impl Smoothing {
+    /// `max_queue` when not configured: 8. A waiter costs a timer and its client's connection
+    /// (or HTTP/2 stream) for up to `max_delay`, and the queue is per bucket (per client on a
+    /// `client_ip` route): 8 covers the 6 parallel connections a browser opens to one host,
+    /// while one client cannot park more than 8 requests on the proxy.
+    pub const DEFAULT_QUEUE: u32 = 8;
+    /// The largest `max_queue`: beyond it a client parks more requests than any smoothing needs.
+    pub const MAX_QUEUE: u32 = 1000;
 }
 
 /// What a request the limits deny gets (`deny_status`, `deny_body_file`, `deny_content_type`).

@@ -1,12 +1,15 @@
-//! The limiter side of the proxy: ask the route's store, time and count the answer, and fall
-//! back to this proxy's own log when the shared store cannot decide (`on_error = "local"`).
+//! The limiter side of the proxy: ask the route's store, time and count the answer, fall
+//! back to this proxy's own log when the shared store cannot decide (`on_error = "local"`), and
+//! let a denial wait for its slot when the route smooths bursts (`max_delay`, see [`super::delay`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use pingora::proxy::Session;
 use prometheus::Histogram;
 
-use super::outcome::{DecidedBy, Policy};
+use super::delay::{self, Queues};
+use super::outcome::{Checked, DecidedBy, Policy};
 use crate::config::OnError;
 use crate::limiter::{Store, StoreError, Verdict};
 use crate::metrics::{StoreErrorMetrics, METRICS};
@@ -19,6 +22,8 @@ pub(super) struct Limiter {
     pub(super) local: Option<Arc<dyn Store>>,
     duration: Histogram,
     errors: StoreErrorMetrics,
+    /// Requests waiting for a slot, per bucket (`max_queue`).
+    queues: Queues,
 }
 
 impl Limiter {
@@ -33,6 +38,7 @@ impl Limiter {
             local: None,
             duration,
             errors: StoreErrorMetrics::default(),
+            queues: Queues::default(),
         }
     }
 
@@ -42,8 +48,64 @@ impl Limiter {
         &self.store
     }
 
+    /// What the limits say of a request for `bucket` on `route`. A denial whose slot frees
+    /// within the route's `max_delay` waits for it, with a place in the bucket's queue (none
+    /// left: answered at once), and is decided again until admitted or out of budget (see
+    /// [`delay::wait_for`]); a client that leaves meanwhile ends it with [`Checked::ClientGone`].
+    pub(super) async fn check(
+        &self,
+        session: &mut Session,
+        bucket: &str,
+        route: &Route,
+    ) -> Checked {
+        let policy = Policy::of(route);
+        let (mut result, mut by) = self.decide(bucket, route, policy).await;
+        let first = delay::wait_for(policy, &result, Duration::ZERO, 1);
+        let (Some(mut wait), Some(smoothing)) = (first, policy.smoothing) else {
+            return Checked::Decided {
+                policy,
+                result,
+                by,
+                delayed: false,
+            };
+        };
+        let Some(_place) = self.queues.join(bucket, smoothing.max_queue) else {
+            return Checked::Decided {
+                policy,
+                result,
+                by,
+                delayed: false,
+            };
+        };
+        let started = Instant::now();
+        let mut decisions = 1;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                gone = delay::client_gone(session) => {
+                    log::debug!("route {}: {bucket}: {gone}", route.spec.name);
+                    route.metrics.delay.observe(started.elapsed().as_secs_f64());
+                    return Checked::ClientGone;
+                }
+            }
+            (result, by) = self.decide(bucket, route, policy).await;
+            decisions += 1;
+            match delay::wait_for(policy, &result, started.elapsed(), decisions) {
+                Some(next) => wait = next,
+                None => break,
+            }
+        }
+        route.metrics.delay.observe(started.elapsed().as_secs_f64());
+        Checked::Decided {
+            policy,
+            result,
+            by,
+            delayed: true,
+        }
+    }
+
     /// The verdict for `bucket` on `route`, and who gave it.
-    pub(super) async fn decide(
+    async fn decide(
         &self,
         bucket: &str,
         route: &Route,

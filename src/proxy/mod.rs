@@ -82,9 +82,7 @@ impl SlideGate {
             &req.headers,
             rules.client_ip.key_address(client),
         );
-        let policy = Policy::of(route);
-        let (result, by) = self.limiter.decide(&ctx.key, route, policy).await;
-        Checked::Decided { policy, result, by }
+        self.limiter.check(session, &ctx.key, route).await
     }
 
     /// Count an outcome and keep what the later hooks need of it.
@@ -104,7 +102,12 @@ impl SlideGate {
             (Outcome::Shadow { denied: true }, Some(route)) => {
                 log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
             }
-            (Outcome::Allowed(verdict) | Outcome::LocalAllowed(verdict), Some(route)) => {
+            (
+                Outcome::Allowed(verdict)
+                | Outcome::Delayed(verdict)
+                | Outcome::LocalAllowed(verdict),
+                Some(route),
+            ) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.count_status, verdict.recorded_at)
@@ -130,6 +133,7 @@ fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
 }
 
 mod ctx;
+mod delay;
 mod limiter;
 mod outcome;
 mod refund;
@@ -139,7 +143,7 @@ mod tests;
 
 pub use ctx::{RequestCtx, Timing};
 use limiter::Limiter;
-use outcome::{outcome, Checked, DecidedBy, Outcome, Policy};
+use outcome::{outcome, Checked, DecidedBy, Outcome};
 use refund::Settle;
 use respond::{close_delimit_for_http10, insert_ratelimit_fields};
 

@@ -5,7 +5,7 @@
 //! decide (a local fallback for `on_error`, an exempt client) is one more variant here and one
 //! more arm in [`outcome`].
 
-use crate::config::OnError;
+use crate::config::{OnError, Smoothing};
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::Decision;
 use crate::request_form::BadRequest;
@@ -19,6 +19,8 @@ pub(super) struct Policy {
     pub shadow: bool,
     /// What a store error means for the request.
     pub on_error: OnError,
+    /// `max_delay` and `max_queue`: how long a denial may wait for its slot.
+    pub smoothing: Option<Smoothing>,
 }
 
 impl Policy {
@@ -27,6 +29,7 @@ impl Policy {
         Policy {
             shadow: route.spec.shadow,
             on_error: route.spec.on_error,
+            smoothing: route.spec.smoothing,
         }
     }
 }
@@ -52,7 +55,12 @@ pub(super) enum Checked {
         /// Who decided: the shared store, or (`on_error = "local"`, the store failed) this
         /// proxy's local log.
         by: DecidedBy,
+        /// The request was denied at first and waited for a slot (`max_delay`): `result` is
+        /// the decision taken after the wait.
+        delayed: bool,
     },
+    /// The client went away while its request waited for a slot: nothing is sent.
+    ClientGone,
 }
 
 /// Who gave a [`Checked::Decided`] its verdict.
@@ -86,6 +94,11 @@ pub(super) enum Outcome<'a> {
     },
     /// Forwarded, with the verdict's `RateLimit` fields on the response.
     Allowed(&'a Verdict),
+    /// Forwarded after waiting for a slot (`max_delay`), with the verdict's fields.
+    Delayed(&'a Verdict),
+    /// The client left while its request waited: no response, the request ends (counted as a
+    /// denial: it was refused a slot and never took one).
+    ClientGone,
     /// `429` with the verdict's fields and problem body.
     Denied(&'a Verdict),
     /// Forwarded on the local log's verdict (the shared store failed), with its fields.
@@ -96,12 +109,18 @@ pub(super) enum Outcome<'a> {
 
 /// Decide what happens to a request from what was found out about it.
 pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
-    let (policy, result, by) = match checked {
+    let (policy, result, by, delayed) = match checked {
         Checked::BadForm(why) => return Outcome::BadRequest(*why),
         Checked::NoRoute => return Outcome::NoRoute,
         Checked::Unlimited => return Outcome::Unlimited,
         Checked::Exempt => return Outcome::Exempt,
-        Checked::Decided { policy, result, by } => (policy, result, by),
+        Checked::ClientGone => return Outcome::ClientGone,
+        Checked::Decided {
+            policy,
+            result,
+            by,
+            delayed,
+        } => (policy, result, by, *delayed),
     };
     match (result, by) {
         // A shadow route never answers for the store either.
@@ -110,6 +129,7 @@ pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
         (Ok(v), _) if policy.shadow => Outcome::Shadow {
             denied: !v.admitted,
         },
+        (Ok(v), DecidedBy::Store) if v.admitted && delayed => Outcome::Delayed(v),
         (Ok(v), DecidedBy::Store) if v.admitted => Outcome::Allowed(v),
         (Ok(v), DecidedBy::Store) => Outcome::Denied(v),
         (Ok(v), DecidedBy::Local) if v.admitted => Outcome::LocalAllowed(v),
@@ -129,7 +149,8 @@ impl Outcome<'_> {
             Outcome::Exempt => Decision::Exempt,
             Outcome::ErrorAllowed => Decision::ErrorAllowed,
             Outcome::ErrorDenied => Decision::ErrorDenied,
-            Outcome::Denied(_) => Decision::Denied,
+            Outcome::Delayed(_) => Decision::Delayed,
+            Outcome::Denied(_) | Outcome::ClientGone => Decision::Denied,
             Outcome::LocalAllowed(_) => Decision::LocalAllowed,
             Outcome::LocalDenied(_) => Decision::LocalDenied,
         })
@@ -144,9 +165,11 @@ impl Outcome<'_> {
             Outcome::ErrorAllowed => LimiterState::FailOpen,
             Outcome::ErrorDenied => LimiterState::FailClosed,
             Outcome::LocalAllowed(_) | Outcome::LocalDenied(_) => LimiterState::Local,
-            Outcome::Shadow { .. } | Outcome::Allowed(_) | Outcome::Denied(_) => {
-                LimiterState::Normal
-            }
+            Outcome::Shadow { .. }
+            | Outcome::Allowed(_)
+            | Outcome::Delayed(_)
+            | Outcome::Denied(_)
+            | Outcome::ClientGone => LimiterState::Normal,
         })
     }
 }
@@ -171,9 +194,14 @@ mod tests {
 
     fn decided(shadow: bool, on_error: OnError, result: Result<Verdict, StoreError>) -> Checked {
         Checked::Decided {
-            policy: Policy { shadow, on_error },
+            policy: Policy {
+                shadow,
+                on_error,
+                smoothing: None,
+            },
             result,
             by: DecidedBy::Store,
+            delayed: false,
         }
     }
 
@@ -182,9 +210,11 @@ mod tests {
             policy: Policy {
                 shadow,
                 on_error: OnError::Local,
+                smoothing: None,
             },
             result,
             by: DecidedBy::Local,
+            delayed: false,
         }
     }
 
@@ -315,5 +345,37 @@ mod tests {
             assert_eq!(outcome(&checked).limiter_state(), Some(state));
         }
         assert_eq!(outcome(&Checked::NoRoute).limiter_state(), None);
+    }
+
+    #[test]
+    fn admitted_after_a_wait_is_delayed_and_a_client_gone_is_a_denial() {
+        let yes = verdict(true);
+        let waited = |by, result| Checked::Decided {
+            policy: Policy {
+                shadow: false,
+                on_error: OnError::Local,
+                smoothing: None,
+            },
+            result,
+            by,
+            delayed: true,
+        };
+        let admitted = waited(DecidedBy::Store, Ok(yes.clone()));
+        let out = outcome(&admitted);
+        assert_eq!(out, Outcome::Delayed(&yes));
+        assert_eq!(out.decision(), Some(Decision::Delayed));
+        assert_eq!(out.limiter_state(), Some(LimiterState::Normal));
+        // Still denied after the wait: a denial like any other.
+        let no = verdict(false);
+        let refused = waited(DecidedBy::Store, Ok(no.clone()));
+        let out = outcome(&refused);
+        assert_eq!(out, Outcome::Denied(&no));
+        // The local log's admission keeps its own label: the outage is what matters there.
+        let local = waited(DecidedBy::Local, Ok(yes.clone()));
+        let out = outcome(&local);
+        assert_eq!(out, Outcome::LocalAllowed(&yes));
+        let gone = outcome(&Checked::ClientGone);
+        assert_eq!(gone, Outcome::ClientGone);
+        assert_eq!(gone.decision(), Some(Decision::Denied));
     }
 }

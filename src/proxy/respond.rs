@@ -80,11 +80,17 @@ pub(super) async fn write_early(
             };
             too_many_requests(route, verdict)?
         }
+        // The client is gone: nothing to send, the request ends as a client abort (499).
+        Outcome::ClientGone => {
+            return Error::e_explain(ErrorType::ConnectionClosed, "client left while delayed")
+                .map_err(|e| e.into_down())
+        }
         Outcome::Unlimited
         | Outcome::Exempt
         | Outcome::ErrorAllowed
         | Outcome::Shadow { .. }
         | Outcome::Allowed(_)
+        | Outcome::Delayed(_)
         | Outcome::LocalAllowed(_) => return Ok(false),
     };
     respond(session, header, body).await?;

@@ -5,6 +5,7 @@
 use std::process::Command;
 
 pub mod admin;
+pub mod arrivals;
 pub mod browser;
 pub mod cli;
 pub mod config;

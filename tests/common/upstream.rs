@@ -58,6 +58,8 @@ pub struct SeenRequest {
     pub version: http::Version,
     /// Its headers.
     pub headers: http::HeaderMap,
+    /// When it arrived.
+    pub arrived: std::time::Instant,
 }
 
 /// What the upstream has seen.
@@ -168,6 +170,11 @@ impl Upstream {
         self.seen.heads.lock().unwrap().clone()
     }
 
+    /// Version, headers and arrival time of every request received, in arrival order.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.requests.lock().unwrap().clone()
+    }
+
     /// Version and headers of the most recent request.
     pub fn last_request(&self) -> Option<SeenRequest> {
         self.seen.requests.lock().unwrap().last().cloned()
@@ -227,6 +234,7 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
     seen.requests.lock().unwrap().push(SeenRequest {
         version: req.version(),
         headers: req.headers().clone(),
+        arrived: std::time::Instant::now(),
     });
     seen.hits.fetch_add(1, Ordering::SeqCst);
     let delay = req

@@ -68,6 +68,11 @@ pub(in crate::config) type UpstreamTimeout = BoundedDuration<1, 3_600_000>;
 /// the store again.
 pub(in crate::config) type DenyCacheMaxAge = BoundedDuration<1, 3_600_000>;
 
+/// `max_delay` (route and `[store]` default): 0 (no waiting, today's behaviour) ..= 60 s. A
+/// waiting request holds its client's connection (or HTTP/2 stream) and a timer; a client that
+/// would wait longer is better told `Retry-After` and left to come back.
+pub(in crate::config) type MaxDelay = BoundedDuration<0, 60_000>;
+
 /// A size in bytes written as `"32MB"`, `"1GB"`, `"512KB"` or plain bytes (`"1048576"`).
 ///
 /// Units are binary, as in nginx (`32m` is 32 × 2^20): `KB`/`KiB` = 2^10, `MB`/`MiB` = 2^20,

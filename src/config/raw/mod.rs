@@ -139,6 +139,10 @@ pub(super) struct RawStore {
     pub deny_cache_max_age: DenyCacheMaxAge,
     /// The routes' default status for a denial (429).
     pub deny_status: Option<Spanned<u16>>,
+    /// The routes' default `max_delay` (none: denials answer at once).
+    pub max_delay: Option<MaxDelay>,
+    /// The routes' default `max_queue`.
+    pub max_queue: Option<Spanned<u32>>,
 }
 
 impl Default for RawStore {
@@ -162,6 +166,8 @@ impl Default for RawStore {
             max_memory: default_max_memory(),
             deny_cache_max_age: default_deny_cache_max_age(),
             deny_status: None,
+            max_delay: None,
+            max_queue: None,
         }
     }
 }
@@ -276,6 +282,10 @@ pub(super) struct RawRoute {
     pub deny_content_type: Option<Spanned<String>>,
     /// Upstream statuses that keep their slot; any other gives it back.
     pub count_status: Option<Spanned<Vec<Spanned<u16>>>>,
+    /// A denial whose slot frees within this long waits for it instead.
+    pub max_delay: Option<MaxDelay>,
+    /// Waiters per bucket for `max_delay`.
+    pub max_queue: Option<Spanned<u32>>,
 }
 
 fn default_path_prefix() -> Spanned<String> {

@@ -100,6 +100,7 @@ impl Validator<'_> {
             on_error: value,
             shared,
             deny_status,
+            smoothing: self.smoothing_default(store)?,
         })
     }
 
@@ -261,6 +262,7 @@ impl Validator<'_> {
             limits.push(limit);
         }
         let deny = self.deny_answer(i, &r, defaults.deny_status)?;
+        let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             host,
@@ -276,6 +278,7 @@ impl Validator<'_> {
             },
             limits,
             exempt: self.exempt(&r.exempt),
+            smoothing,
             deny,
             count_status: self.count_status(i, r.count_status.as_ref())?,
         })
@@ -283,12 +286,13 @@ impl Validator<'_> {
 }
 
 /// What routes inherit from `[store]`: `on_error` (and whether the store is shared, so that
-/// `local` is allowed) and `deny_status`.
+/// `local` is allowed), `deny_status`, `max_delay` and `max_queue`.
 #[derive(Clone, Copy)]
 struct RouteDefaults {
     on_error: OnError,
     shared: bool,
     deny_status: http::StatusCode,
+    smoothing: policy::SmoothingDefault,
 }
 
 #[cfg(test)]

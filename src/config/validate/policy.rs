@@ -1,13 +1,16 @@
-//! A route's policy keys beyond its limits: who is exempt, and what a denial answers.
+//! A route's policy keys beyond its limits: who is exempt, what a denial answers, and how long
+//! a denial may wait for its slot (`max_delay`, `max_queue`).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use http::{HeaderValue, StatusCode};
 use ipnet::IpNet;
 use toml::Spanned;
 
 use super::super::raw::RawRoute;
-use super::super::{ConfigError, DenyAnswer, DenyBody};
+use super::super::raw::RawStore;
+use super::super::{ConfigError, DenyAnswer, DenyBody, Smoothing};
 use super::Validator;
 
 /// Statuses a denial may use: nginx's `limit_req_status` range.
@@ -122,4 +125,68 @@ impl Validator<'_> {
             .map(crate::keys::canonical_net)
             .collect()
     }
+
+    /// `[store]`'s `max_delay` and `max_queue`, the routes' defaults.
+    pub(super) fn smoothing_default(
+        &self,
+        store: &RawStore,
+    ) -> Result<SmoothingDefault, ConfigError> {
+        Ok(SmoothingDefault {
+            max_delay: store.max_delay.map(|d| d.0),
+            max_queue: match &store.max_queue {
+                Some(q) => self.max_queue(q, "store.max_queue".into())?,
+                None => Smoothing::DEFAULT_QUEUE,
+            },
+        })
+    }
+
+    /// The route's smoothing: its own `max_delay` or the store's (`"0s"` turns a store default
+    /// off), with its own `max_queue` or the store's. A `max_queue` without any `max_delay`
+    /// would silently do nothing, so it is an error.
+    pub(super) fn smoothing(
+        &self,
+        i: usize,
+        r: &RawRoute,
+        default: SmoothingDefault,
+    ) -> Result<Option<Smoothing>, ConfigError> {
+        let max_delay = r.max_delay.map(|d| d.0).or(default.max_delay);
+        let max_queue = match &r.max_queue {
+            Some(q) => self.max_queue(q, format!("routes[{i}].max_queue"))?,
+            None => default.max_queue,
+        };
+        match (max_delay, &r.max_queue) {
+            (Some(max_delay), _) if !max_delay.is_zero() => Ok(Some(Smoothing {
+                max_delay,
+                max_queue,
+            })),
+            (_, Some(q)) => self.err(
+                Some(q.span()),
+                format!("routes[{i}].max_queue"),
+                "is the queue of `max_delay`, which is not set (or \"0s\") on this route",
+            ),
+            _ => Ok(None),
+        }
+    }
+
+    fn max_queue(&self, raw: &Spanned<u32>, key: String) -> Result<u32, ConfigError> {
+        let q = *raw.get_ref();
+        if (1..=Smoothing::MAX_QUEUE).contains(&q) {
+            return Ok(q);
+        }
+        let message = format!(
+            "a number of waiting requests from 1 to {} (default {})",
+            Smoothing::MAX_QUEUE,
+            Smoothing::DEFAULT_QUEUE
+        );
+        self.err(Some(raw.span()), key, message)
+    }
+}
+
+/// What routes inherit from `[store]` for smoothing.
+#[derive(Clone, Copy)]
+pub(super) struct SmoothingDefault {
+    /// `store.max_delay` (`None` or zero: routes do not wait unless they say so).
+    max_delay: Option<Duration>,
+    /// `store.max_queue`, or [`Smoothing::DEFAULT_QUEUE`].
+    max_queue: u32,
 }

@@ -1,0 +1,303 @@
+//! Smoothing bursts (`max_delay`, `max_queue`; nginx `limit_req burst=.. delay=..`): a denial
+//! whose slot frees soon waits for it and is decided again.
+//!
+//! Three parts: [`wait_for`], the pure decision (should this answer wait, and how long); the
+//! per-bucket [`Queues`] of waiters, whose [`Place`] is given back on drop (a client that
+//! leaves mid-wait frees its place whatever path drops the request); and [`client_gone`], which
+//! notices such a client during the wait. The waiting loop itself is
+//! [`super::limiter::Limiter::check`].
+//!
+//! A waiter holds no store resources: no connection, no lane slot, only a timer and its place.
+//! The promise stays the store's: a request is admitted only by a store decision, so never more
+//! than `requests` are admitted in any window, however many waited.
+
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use pingora::prelude::*;
+use pingora::proxy::Session;
+
+use super::outcome::Policy;
+use crate::limiter::{StoreError, Verdict};
+use crate::metrics::METRICS;
+
+/// Decisions one request may take while it waits, the first included. Waiters of one bucket
+/// wake together when a slot frees and only one takes it; the others wait for the next slot
+/// within their `max_delay`, but each at most this many times, so a long `max_delay` on a busy
+/// bucket costs the store a bounded number of calls per request.
+pub(super) const MAX_DECISIONS: u32 = 8;
+
+/// How long a request should wait before it is decided again, or `None` when its answer is
+/// final: it was admitted; the store could not decide (`on_error` answers, waiting would not
+/// help); the route has no `max_delay` or is a shadow route (which never delays); the slot
+/// frees after `max_delay` from the first denial (`waited` is the time since then); or the
+/// request already took [`MAX_DECISIONS`] decisions.
+///
+/// Waiting until `max_delay` is used up, not once: a waiter that loses a freed slot to another
+/// waiter, or that woke on a known denial's deadline just before Redis evicted the entry, is
+/// still served if the next slot frees within its budget.
+pub(super) fn wait_for(
+    policy: Policy,
+    result: &Result<Verdict, StoreError>,
+    waited: Duration,
+    decisions: u32,
+) -> Option<Duration> {
+    let smoothing = policy.smoothing.filter(|_| !policy.shadow)?;
+    // The time until every full limit has a slot again: before it, no decision can admit.
+    let reset = result.as_ref().ok()?.retry_after()?;
+    let fits = waited.checked_add(reset)? <= smoothing.max_delay;
+    (fits && decisions < MAX_DECISIONS).then_some(reset)
+}
+
+/// The waiters of every bucket. Only denials that may wait touch it: admitted requests and
+/// routes without `max_delay` never do. An entry lives while its bucket has a waiter, so the
+/// map holds at most the buckets with requests waiting now.
+#[derive(Default)]
+pub(super) struct Queues {
+    waiting: DashMap<Box<str>, u32>,
+}
+
+impl Queues {
+    /// A place in `bucket`'s queue, or `None` when `max_queue` requests already wait there.
+    pub(super) fn join(&self, bucket: &str, max_queue: u32) -> Option<Place<'_>> {
+        match self.waiting.entry(bucket.into()) {
+            Entry::Occupied(mut n) if *n.get() < max_queue => *n.get_mut() += 1,
+            Entry::Vacant(slot) if max_queue > 0 => {
+                slot.insert(1);
+            }
+            Entry::Occupied(_) | Entry::Vacant(_) => return None,
+        }
+        METRICS.waiting.inc();
+        Some(Place {
+            queues: self,
+            bucket: bucket.into(),
+        })
+    }
+
+    /// Requests waiting on `bucket` now.
+    #[cfg(test)]
+    pub(super) fn waiting(&self, bucket: &str) -> u32 {
+        self.waiting.get(bucket).map_or(0, |n| *n)
+    }
+
+    /// Buckets with a waiter now.
+    #[cfg(test)]
+    pub(super) fn buckets(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// One request's place in its bucket's queue (and in `slidegate_requests_waiting`), given
+/// back when dropped.
+pub(super) struct Place<'a> {
+    queues: &'a Queues,
+    bucket: Box<str>,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        METRICS.waiting.dec();
+        // The last waiter removes the entry: many buckets that once waited leave nothing behind.
+        self.queues.waiting.remove_if_mut(&self.bucket, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+}
+
+/// Resolves when the client of a waiting request is gone, with the error to end it with: an
+/// HTTP/2 stream the client reset (or whose connection closed), an HTTP/1 connection the client
+/// closed. An HTTP/1 request whose body is not read yet is not watched (reading it here would
+/// take the body from the upstream): it keeps its place until its wait ends, `max_delay` at most.
+pub(super) async fn client_gone(session: &mut Session) -> Box<Error> {
+    if let Some(closed) = session.downstream_session.watch_h2_stream_close() {
+        let why = match closed.await {
+            Ok(reason) => format!("client closed the stream ({reason}) while it waited"),
+            Err(e) => format!("client stream failed while it waited: {e}"),
+        };
+        return Error::explain(ErrorType::H2Error, why).into_down();
+    }
+    if session.downstream_session.is_body_done() {
+        // Body done: this only probes the connection. A FIN is an error; bytes of a pipelined
+        // next request are kept for it by Pingora and the probe stays pending.
+        if let Err(e) = session.downstream_session.read_body_or_idle(true).await {
+            return e.into_down();
+        }
+    }
+    std::future::pending().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{OnError, Smoothing};
+    use crate::limiter::LimitState;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn policy(max_delay: Option<Duration>, shadow: bool) -> Policy {
+        Policy {
+            shadow,
+            on_error: OnError::Allow,
+            smoothing: max_delay.map(|max_delay| Smoothing {
+                max_delay,
+                max_queue: 8,
+            }),
+        }
+    }
+
+    /// A verdict of two limits: the first full for `reset`, the second as given.
+    fn verdict(admitted: bool, reset: Duration, second: LimitState) -> Result<Verdict, StoreError> {
+        Ok(Verdict {
+            admitted,
+            recorded_at: admitted.then_some(1),
+            states: vec![
+                LimitState {
+                    remaining: u32::from(admitted),
+                    reset,
+                },
+                second,
+            ],
+        })
+    }
+
+    fn roomy() -> LimitState {
+        LimitState {
+            remaining: 5,
+            reset: Duration::from_secs(50),
+        }
+    }
+
+    #[test]
+    fn a_denial_whose_slot_frees_in_time_waits_exactly_until_then() {
+        let denied = verdict(false, Duration::from_millis(300), roomy());
+        let p = policy(Some(SECOND), false);
+        assert_eq!(
+            wait_for(p, &denied, Duration::ZERO, 1),
+            Some(Duration::from_millis(300))
+        );
+        // The budget counts from the first denial: 700 ms used leaves exactly 300 ms.
+        assert_eq!(
+            wait_for(p, &denied, Duration::from_millis(700), 2),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(wait_for(p, &denied, Duration::from_millis(701), 2), None);
+    }
+
+    #[test]
+    fn the_wait_is_for_the_latest_full_limit() {
+        // Both limits full: the request cannot be admitted before the later one frees.
+        let full = LimitState {
+            remaining: 0,
+            reset: Duration::from_millis(900),
+        };
+        let denied = verdict(false, Duration::from_millis(100), full);
+        let p = policy(Some(SECOND), false);
+        assert_eq!(
+            wait_for(p, &denied, Duration::ZERO, 1),
+            Some(Duration::from_millis(900))
+        );
+        let p = policy(Some(Duration::from_millis(500)), false);
+        assert_eq!(wait_for(p, &denied, Duration::ZERO, 1), None);
+    }
+
+    #[test]
+    fn admitted_errors_shadow_and_routes_without_max_delay_never_wait() {
+        let soon = verdict(false, Duration::from_millis(10), roomy());
+        let admitted = verdict(true, Duration::from_millis(10), roomy());
+        let failed = Err(StoreError::Timeout(Duration::from_millis(50)));
+        let on = policy(Some(SECOND), false);
+        assert_eq!(wait_for(on, &admitted, Duration::ZERO, 1), None);
+        assert_eq!(wait_for(on, &failed, Duration::ZERO, 1), None);
+        assert_eq!(
+            wait_for(policy(Some(SECOND), true), &soon, Duration::ZERO, 1),
+            None
+        );
+        assert_eq!(
+            wait_for(policy(None, false), &soon, Duration::ZERO, 1),
+            None
+        );
+    }
+
+    /// A known denial (the deny cache's answer, its resets aged to now) waits until the cache's
+    /// deadline, so the decision after the wait goes to the store: the cache never answers a
+    /// waiter past the slot, and never makes it wait longer than the slot.
+    #[tokio::test]
+    async fn a_known_denial_waits_until_the_store_decides_again() {
+        use crate::limiter::deny_cache::DenyCache;
+        use crate::limiter::memory::MemoryStore;
+        use crate::limiter::{Limit, Store};
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        let cache = DenyCache::new(Arc::new(MemoryStore::new()));
+        let limits = [Limit::log(1, Duration::from_millis(200))];
+        let started = Instant::now();
+        assert!(cache.check("b", &limits).await.unwrap().admitted);
+        assert!(!cache.check("b", &limits).await.unwrap().admitted);
+        let mut result = cache.check("b", &limits).await;
+        assert_eq!(cache.hits(), 1, "the third answer is the cache's");
+        let p = policy(Some(SECOND), false);
+        let waiting = Instant::now();
+        let mut decisions = 1;
+        while let Some(wait) = wait_for(p, &result, waiting.elapsed(), decisions) {
+            tokio::time::sleep(wait).await;
+            result = cache.check("b", &limits).await;
+            decisions += 1;
+        }
+        assert!(
+            result.unwrap().admitted,
+            "admitted after {decisions} decisions"
+        );
+        assert_eq!(
+            cache.hits(),
+            1,
+            "no decision after a wait came from the cache"
+        );
+        // A wake a few microseconds before the eviction costs one more decision at most.
+        assert!(decisions <= 3, "{decisions} decisions");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(200),
+            "admitted before the slot freed"
+        );
+        assert!(took < Duration::from_millis(300), "{took:?}");
+    }
+
+    #[test]
+    fn a_request_takes_at_most_max_decisions() {
+        let soon = verdict(false, Duration::from_millis(1), roomy());
+        let p = policy(Some(SECOND), false);
+        assert!(wait_for(p, &soon, Duration::ZERO, MAX_DECISIONS - 1).is_some());
+        assert_eq!(wait_for(p, &soon, Duration::ZERO, MAX_DECISIONS), None);
+    }
+
+    #[test]
+    fn a_queue_is_bounded_and_forgets_its_bucket_when_the_last_waiter_leaves() {
+        let queues = Queues::default();
+        let a = queues.join("b", 2).expect("first place");
+        let b = queues.join("b", 2).expect("second place");
+        assert!(queues.join("b", 2).is_none(), "max_queue 2 reached");
+        assert_eq!(queues.waiting("b"), 2);
+        let other = queues
+            .join("c", 2)
+            .expect("another bucket has its own queue");
+        drop(a);
+        let c = queues.join("b", 2).expect("a dropped place is free again");
+        drop((b, c, other));
+        assert_eq!(queues.buckets(), 0, "no entry left behind");
+        assert!(queues.join("b", 0).is_none());
+        assert_eq!(queues.buckets(), 0, "a refused join leaves nothing");
+    }
+
+    #[test]
+    fn many_buckets_that_waited_leave_an_empty_map() {
+        let queues = Queues::default();
+        for i in 0..10_000 {
+            let place = queues.join(&format!("route:client-{i}"), 8);
+            assert!(place.is_some());
+        }
+        assert_eq!(queues.buckets(), 0);
+    }
+}
