@@ -405,7 +405,7 @@ fn bad_keys_name_file_line_and_key() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("p.toml:9") && e.contains("routes"), "{e}");
-    let nine = vec!["\"method\""; 9].join(", ");
+    let nine = ["\"method\""; 9].join(", ");
     let text = format!("{base}key = [{nine}]\n");
     let e = Config::from_toml(Path::new("p.toml"), &text)
         .unwrap_err()

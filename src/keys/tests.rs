@@ -107,7 +107,7 @@ fn key_text_round_trips_and_header_names_are_lower_cased() {
     ] {
         assert_eq!(text.parse::<KeySpec>(), Err(want), "{text}");
     }
-    let nine = format!("[{}]", vec!["\"method\""; 9].join(","));
+    let nine = format!("[{}]", ["\"method\""; 9].join(","));
     assert_eq!(nine.parse::<KeySpec>(), Err(KeySpecError::TooMany(9)));
 }
 
