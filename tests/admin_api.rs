@@ -460,6 +460,12 @@ async fn boundary_test_script_on_memory_and_redis() {
                 "dry",
                 "path_prefix = \"/dry\"\nshadow = true\nlimits = [{ requests = 1, window = \"1m\" }]",
             )
+            .route(
+                "combo",
+                "path_prefix = \"/combo\"\n\
+                 key = [\"header:X-Api-Key\", \"query:t\", \"cookie:sid\", \"method\", \"client_ip\"]\n\
+                 limits = [{ requests = 3, window = \"30s\" }]",
+            )
             .build();
         let proxy = Proxy::start(&toml);
         wait_readyz(&proxy, 200, Duration::from_secs(20));
@@ -481,6 +487,20 @@ async fn boundary_test_script_on_memory_and_redis() {
         assert!(ok, "{store}:\n{out}");
         assert_eq!(
             window(&proxy, "api", "tenant-7").await["limits"][0]["count"],
+            3
+        );
+        // A composite client: one entry per part, each sent where its part reads it.
+        let combo = r#"["k9", "t 1", "s1", "POST", "127.0.0.1"]"#;
+        let (ok, out) = boundary_test(
+            &proxy,
+            &["--route", "combo", "--path", "/combo/x", "--client", combo],
+        );
+        assert!(
+            ok && out.contains("3 requests: 3 passed"),
+            "{store}:\n{out}"
+        );
+        assert_eq!(
+            window(&proxy, "combo", combo).await["limits"][0]["count"],
             3
         );
         let (ok, out) = boundary_test(&proxy, &["--route", "dry", "--path", "/dry"]);

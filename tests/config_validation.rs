@@ -315,10 +315,10 @@ fn bad_configs_are_refused_with_file_key_and_line() {
         },
         Case {
             what: "unknown key spec",
-            toml: edit("key = \"client_ip\"", "key = \"cookie:session\""),
+            toml: edit("key = \"client_ip\"", "key = \"body:session\""),
             key: "routes[0].key",
-            line_of: Some("cookie:session"),
-            message: "unknown key \"cookie:session\"",
+            line_of: Some("body:session"),
+            message: "unknown key \"body:session\"",
         },
         Case {
             what: "bad header key spec",

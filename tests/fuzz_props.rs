@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use slidegate::config::{Config, ConfigError, KeySpec};
-use slidegate::keys::{bucket_key, ClientIpResolver, MAX_PLAIN_KEY_LEN};
+use slidegate::keys::{ClientIpResolver, KeyInput, Part, MAX_PLAIN_KEY_LEN};
 use slidegate::request_form::host_of;
 use slidegate::routes::Rules;
 
@@ -487,9 +487,10 @@ proptest! {
     fn bucket_keys_are_bounded_and_tag_free(
         route in "[A-Za-z0-9._-]{1,40}",
         spec in prop_oneof![
-            Just(KeySpec::ClientIp),
+            Just(KeySpec::One(Part::ClientIp)),
             Just(KeySpec::Global),
-            Just(KeySpec::Header(HeaderName::from_static("x-api-key"))),
+            Just(KeySpec::One(Part::Header(HeaderName::from_static("x-api-key")))),
+            Just("[\"header:x-api-key\", \"client_ip\", \"path\"]".parse().unwrap()),
         ],
         value in prop::option::of(prop_oneof![
             header_bytes(3000),
@@ -500,7 +501,7 @@ proptest! {
     ) {
         let headers = header_map("x-api-key", value.as_slice());
         let mut key = String::from("left over from the previous request");
-        bucket_key(&mut key, &route, &spec, &headers, client);
+        spec.write_request_key(&mut key, &route, &KeyInput::headers(&headers, client));
         prop_assert!(key.starts_with(&format!("{route}:")), "{}", key);
         prop_assert!(
             key.len() <= route.len() + ":h:".len() + MAX_PLAIN_KEY_LEN,
@@ -512,18 +513,21 @@ proptest! {
         let rest = &key[route.len() + 1..];
         match (&spec, &value) {
             (KeySpec::Global, _) => prop_assert_eq!(rest, "global"),
-            (KeySpec::ClientIp, _) => prop_assert_eq!(rest, format!("ip:{client}")),
-            (KeySpec::Header(_), Some(v)) if !v.is_empty() => {
+            (KeySpec::One(Part::ClientIp), _) => prop_assert_eq!(rest, format!("ip:{client}")),
+            (KeySpec::One(_), Some(v)) if !v.is_empty() => {
                 prop_assert!(rest.starts_with("h:"), "{}", key);
                 prop_assert!(rest.len() <= 2 + MAX_PLAIN_KEY_LEN.max(33), "{}", key);
                 // Distinct values, distinct buckets.
                 if other != *v && !other.is_empty() {
                     let mut k2 = String::new();
-                    bucket_key(&mut k2, &route, &spec, &header_map("x-api-key", std::slice::from_ref(&other)), client);
+                    let h2 = header_map("x-api-key", std::slice::from_ref(&other));
+                    spec.write_request_key(&mut k2, &route, &KeyInput::headers(&h2, client));
                     prop_assert_ne!(&key, &k2);
                 }
             }
-            (KeySpec::Header(_), _) => prop_assert_eq!(rest, format!("ip:{client}")),
+            (KeySpec::One(_), _) => prop_assert_eq!(rest, format!("ip:{client}")),
+            // A composite: `k:` and its text or hash, within the same bound (checked above).
+            (KeySpec::Composite(_), _) => prop_assert!(rest.starts_with("k:"), "{}", key),
         }
     }
 

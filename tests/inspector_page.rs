@@ -139,3 +139,104 @@ async fn the_page_shows_routes_ring_countdown_and_resets() {
     );
     assert_eq!(get(proxy.addr(), "/login").await.status, 200);
 }
+
+/// A composite route: the page shows one field per part, sends their JSON list, and shows the
+/// bucket the proxy counted (the one the API names for that list); a deep link fills the fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_inspects_a_composite_key_by_its_parts() {
+    let up = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "tenant",
+            "key = [\"header:X-Api-Key\", \"client_ip\"]\n\
+             limits = [{ requests = 2, window = \"20s\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&toml);
+    let key = [("x-api-key", "k1")];
+    for want in [200, 200, 429] {
+        let reply = common::proxy::send(proxy.addr(), "GET", "/", &key).await;
+        assert_eq!(reply.status, want);
+    }
+    // Another key from the same address: its own bucket.
+    let other = [("x-api-key", "k2")];
+    let reply = common::proxy::send(proxy.addr(), "GET", "/", &other).await;
+    assert_eq!(reply.status, 200);
+
+    let browser = Browser::start().await;
+    browser
+        .goto(&format!("http://{}/?route=tenant", proxy.admin_addr()))
+        .await;
+    let fields = browser
+        .wait_for(
+            "one field per part",
+            "const f = [...document.querySelectorAll('#parts input')];
+             return f.length ? { parts: f.map(i => i.dataset.part),
+                 single: document.querySelector('#client').hidden } : null;",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(
+        fields,
+        serde_json::json!({"parts": ["header:x-api-key", "client_ip"], "single": true})
+    );
+    browser
+        .eval(
+            "document.querySelector('#part-0').value = 'k1';
+             document.querySelector('#part-1').value = '127.0.0.1';
+             document.querySelector('#bucket-form button[type=submit]').click();
+             return true;",
+        )
+        .await;
+    let card = "const c = document.querySelector('[data-limit=\"tenant-20s\"]');
+        if (!c || !c.querySelector('.countdown').dataset.ms) return null;
+        return { remaining: c.querySelector('.remaining').textContent,
+                 entries: c.querySelectorAll('.axis rect.entry').length,
+                 url: location.search };";
+    let seen = browser
+        .wait_for("the composite bucket", card, Duration::from_secs(10))
+        .await;
+    assert!(
+        seen["remaining"].as_str().unwrap().starts_with("0 of 2"),
+        "{seen}"
+    );
+    assert_eq!(seen["entries"], 2, "{seen}");
+    let client = r#"["k1","127.0.0.1"]"#;
+    assert_eq!(
+        seen["url"],
+        format!("?route=tenant&client={}", common::admin::enc(client)),
+        "{seen}"
+    );
+    assert_eq!(
+        window(&proxy, "tenant", client).await["limits"][0]["count"],
+        2
+    );
+    let shot = proxy.dir().join("inspector-composite.png");
+    browser.screenshot(&shot).await;
+    println!("composite: {seen}; screenshot: {}", shot.display());
+    if let Ok(copy) = std::env::var("SLIDEGATE_SCREENSHOT_COMPOSITE") {
+        std::fs::copy(&shot, copy).expect("copy screenshot");
+    }
+
+    // A deep link to k2's bucket fills the fields and shows its one entry.
+    let k2 = r#"["k2", "127.0.0.1"]"#;
+    browser
+        .goto(&format!(
+            "http://{}/?route=tenant&client={}",
+            proxy.admin_addr(),
+            common::admin::enc(k2)
+        ))
+        .await;
+    let filled = browser
+        .wait_for(
+            "fields filled and one entry shown",
+            "const c = document.querySelector('[data-limit=\"tenant-20s\"]');
+             const r = c && c.querySelector('.remaining').textContent;
+             if (!r || !r.startsWith('1 of 2')) return null;
+             return [...document.querySelectorAll('#parts input')].map(i => i.value);",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(filled, serde_json::json!(["k2", "127.0.0.1"]));
+}

@@ -1,7 +1,9 @@
 //! The inspector's JSON API (the page uses it; so can scripts):
 //!
 //! - `GET /api/v1/routes`: every route in file order with its limits and decision counters.
-//! - `GET /api/v1/window?route=R&client=C`: one bucket, read without recording anything.
+//! - `GET /api/v1/window?route=R&client=C`: one bucket, read without recording anything. `C`
+//!   is what the route keys by: an address, a value, nothing for `global`, and for a composite
+//!   key a JSON list with one entry per part (see [`crate::keys::KeySpec::write_query_key`]).
 //! - `POST /api/v1/reset?route=R&client=C`: forget one bucket (and its local deny-cache entry).
 //!
 //! Times are milliseconds with microsecond fractions; timestamps are on the store's clock (Redis
@@ -12,7 +14,6 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::keys::{write_bucket_key, BucketClient};
 use crate::limiter::Store;
 use crate::problem::Problem;
 use crate::routes::{Route, Rules};
@@ -133,18 +134,15 @@ fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
         return Err(Rejection::NoRoute(format!("no route named {name:?}")));
     };
     let client = client.unwrap_or_default();
-    let who = route
+    let mut bucket = String::new();
+    // The bucket of an address is its network's when `[client_ip]` keys by prefix.
+    route
         .spec
         .key
-        .client_of_query(&client)
+        .write_query_key(&mut bucket, &route.spec.name, &client, |ip| {
+            rules.client_ip.key_address(ip)
+        })
         .map_err(|e| Rejection::Bad(format!("route {name:?} {e}")))?;
-    // The bucket of an address is its network's when `[client_ip]` keys by prefix.
-    let who = match who {
-        BucketClient::Ip(ip) => BucketClient::Ip(rules.client_ip.key_address(ip)),
-        other => other,
-    };
-    let mut bucket = String::new();
-    write_bucket_key(&mut bucket, &route.spec.name, who);
     Ok(Target {
         route,
         client,

@@ -13,7 +13,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::access_log::{AccessLog, Record};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
-use crate::keys::bucket_key;
+use crate::keys::KeyInput;
 use crate::limiter::Store;
 use crate::metrics::{InFlight, METRICS, NO_ROUTE_DURATION};
 use crate::request_form::{self, BadRequest};
@@ -75,13 +75,14 @@ impl SlideGate {
         if route.spec.key.repeats_header(&req.headers) {
             return Checked::BadForm(BadRequest::RepeatedKeyHeader);
         }
-        bucket_key(
-            &mut ctx.key,
-            &route.spec.name,
-            &route.spec.key,
-            &req.headers,
-            rules.client_ip.key_address(client),
-        );
+        let input = KeyInput {
+            headers: &req.headers,
+            query: req.uri.query(),
+            method: &req.method,
+            path: &path,
+            ip: rules.client_ip.key_address(client),
+        };
+        (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
         self.limiter.check(session, &ctx.key, route).await
     }
 

@@ -90,7 +90,7 @@ function renderRoutes(rates) {
       ev.preventDefault();
       $("#route").value = r.name;
       updateHint();
-      $("#client").focus();
+      (partInputs()[0] || $("#client")).focus();
     });
     const td = el("td");
     td.append(link);
@@ -108,20 +108,81 @@ function fillRouteSelect() {
   updateHint();
 }
 
-// What the client field takes, by the kind of the route's key (sent as JSON, never parsed here).
+// What a client field takes, by the kind of the key or part (sent as JSON, never parsed here).
 function keyHint(key) {
   switch (key.kind) {
     case "client_ip": return "(an IP address)";
     case "global": return "(leave empty: one bucket for everyone)";
     case "header": return `(the value of ${key.name})`;
+    case "query": return `(the decoded value of ?${key.name}=)`;
+    case "cookie": return `(the value of cookie ${key.name})`;
+    case "method": return "(a method, e.g. GET)";
+    case "path": return "(a path, e.g. /login)";
     default: return "";
   }
 }
 
-function updateHint() {
+function partText(part) {
+  return part.name === undefined ? part.kind : `${part.kind}:${part.name}`;
+}
+
+// A composite key has one field per part; the client sent to the API is their JSON list. A part
+// a request may lack (header, query, cookie) takes {"ip": "<addr>"} for the bucket the proxy
+// counted such a request under.
+function partInputs() {
+  return [...document.querySelectorAll("#parts input")];
+}
+
+function routeKey() {
   const r = routes.find((x) => x.name === $("#route").value);
-  const hint = !r ? "" : keyHint(r.key_spec);
-  $("#client-hint").textContent = hint;
+  return r ? r.key_spec : null;
+}
+
+function updateHint() {
+  const key = routeKey();
+  const composite = !!key && key.kind === "composite";
+  $("#client").hidden = composite;
+  $("#client-label").hidden = composite;
+  $("#client-hint").textContent = key && !composite ? keyHint(key) : "";
+  const box = $("#parts");
+  box.replaceChildren();
+  if (!composite) return;
+  key.parts.forEach((part, i) => {
+    const may = ["header", "query", "cookie"].includes(part.kind);
+    const hint = keyHint(part).replace(/\)$/, may ? ', or {"ip": "…"} if the request lacked it)' : ")");
+    const label = el("label", { for: `part-${i}` }, partText(part) + " ");
+    label.append(el("span", { class: "hint" }, hint));
+    box.append(label, el("input", { id: `part-${i}`, "data-part": partText(part),
+      autocomplete: "off", spellcheck: "false" }));
+  });
+}
+
+// The client text of the form: the field, or the parts' JSON list.
+function formClient() {
+  const inputs = partInputs();
+  if (!inputs.length) return $("#client").value.trim();
+  return JSON.stringify(inputs.map((input) => {
+    const v = input.value.trim();
+    if (v.startsWith("{")) {
+      try { return JSON.parse(v); } catch (_) { /* sent as text: the API says what is wrong */ }
+    }
+    return v;
+  }));
+}
+
+// Fill the fields from a client text (a deep link).
+function fillClient(client) {
+  const inputs = partInputs();
+  if (!inputs.length) {
+    $("#client").value = client;
+    return;
+  }
+  let list = [];
+  try { list = JSON.parse(client); } catch (_) { list = []; }
+  inputs.forEach((input, i) => {
+    const v = Array.isArray(list) ? list[i] : undefined;
+    input.value = v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v);
+  });
 }
 
 async function pollRoutes() {
@@ -284,7 +345,7 @@ async function resetBucket() {
 async function main() {
   $("#bucket-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    select($("#route").value, $("#client").value.trim(), true);
+    select($("#route").value, formClient(), true);
   });
   $("#route").addEventListener("change", updateHint);
   $("#reset").addEventListener("click", resetBucket);
@@ -292,8 +353,8 @@ async function main() {
   const params = new URLSearchParams(location.search);
   if (params.get("route")) {
     $("#route").value = params.get("route");
-    $("#client").value = params.get("client") || "";
     updateHint();
+    fillClient(params.get("client") || "");
     select(params.get("route"), params.get("client") || "", false);
   }
   setInterval(pollRoutes, ROUTES_EVERY_MS);

@@ -23,8 +23,10 @@ use super::secrets::{EnvPath, EnvText};
 use super::OnError;
 
 mod bounded;
+mod key;
 pub use bounded::MAX_WINDOW;
 pub(super) use bounded::*;
+pub(super) use key::RawKey;
 
 /// The whole file.
 #[derive(Deserialize)]
@@ -265,8 +267,9 @@ pub(super) struct RawRoute {
     #[serde(default)]
     pub methods: Vec<Spanned<String>>,
     pub upstream: Spanned<String>,
+    /// One part, or a list of parts (a composite key).
     #[serde(default = "default_key")]
-    pub key: Spanned<String>,
+    pub key: Spanned<RawKey>,
     #[serde(default)]
     pub path_case_insensitive: bool,
     #[serde(default)]
@@ -291,8 +294,8 @@ pub(super) struct RawRoute {
 fn default_path_prefix() -> Spanned<String> {
     Spanned::new(0..0, "/".into())
 }
-fn default_key() -> Spanned<String> {
-    Spanned::new(0..0, "client_ip".into())
+fn default_key() -> Spanned<RawKey> {
+    Spanned::new(0..0, RawKey::One("client_ip".into()))
 }
 
 /// One entry of a route's `limits`.

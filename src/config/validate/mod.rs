@@ -13,12 +13,12 @@ use toml::Spanned;
 
 use super::raw::{RawBackend, RawClientIp, RawConfig, RawRoute, RawStore};
 use super::{
-    ClientIpSettings, Config, ConfigError, HostMatch, KeySpec, OnError, RouteSpec, RoutingSpec,
-    UpstreamSpec,
+    ClientIpSettings, Config, ConfigError, HostMatch, OnError, RouteSpec, RoutingSpec, UpstreamSpec,
 };
 use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
+mod key;
 mod policy;
 mod redis_nodes;
 mod secrets;
@@ -228,10 +228,7 @@ impl Validator<'_> {
                 format!("no [upstreams.{}] is defined", r.upstream.get_ref()),
             );
         };
-        let key: KeySpec = match r.key.get_ref().parse() {
-            Ok(key) => key,
-            Err(e) => return self.err(Some(r.key.span()), at("key"), e.to_string()),
-        };
+        let key = self.key(&r.key, &at("key"))?;
         let mut limits = Vec::with_capacity(r.limits.len());
         for (j, l) in r.limits.iter().enumerate() {
             let window = l.window.get_ref().0;

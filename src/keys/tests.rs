@@ -1,0 +1,283 @@
+//! Key texts, bucket keys and admin queries.
+
+use std::net::IpAddr;
+
+use http::{HeaderMap, Method};
+
+use super::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn spec(text: &str) -> KeySpec {
+    text.parse().unwrap()
+}
+
+fn key_of(spec: &KeySpec, req: &KeyInput<'_>) -> String {
+    let mut out = String::from("left over");
+    spec.write_request_key(&mut out, "api", req);
+    out
+}
+
+fn query_key(spec: &KeySpec, client: &str) -> Result<String, ClientQueryError> {
+    let mut out = String::new();
+    spec.write_query_key(&mut out, "api", client, |ip| ip)
+        .map(|()| out)
+}
+
+#[test]
+fn only_a_repeated_key_header_repeats() {
+    let mut h = HeaderMap::new();
+    h.append("x-api-key", "a".parse().unwrap());
+    h.append("x-other", "1".parse().unwrap());
+    h.append("x-other", "2".parse().unwrap());
+    h.append("cookie", "a=1".parse().unwrap());
+    h.append("cookie", "b=2".parse().unwrap());
+    let key = spec("header:X-Api-Key");
+    assert!(!key.repeats_header(&h));
+    assert!(!spec("client_ip").repeats_header(&h));
+    assert!(!spec("cookie:a").repeats_header(&h));
+    assert!(!spec("header:x-other").repeats_header(&HeaderMap::new()));
+    assert!(spec("header:x-other").repeats_header(&h));
+    assert!(spec(r#"["client_ip", "header:x-other"]"#).repeats_header(&h));
+    h.append("x-api-key", "b".parse().unwrap());
+    assert!(key.repeats_header(&h));
+}
+
+#[test]
+fn long_values_are_hashed_and_bounded() {
+    let key = spec("header:x-api-key");
+    let mut h = HeaderMap::new();
+    h.insert("x-api-key", "a".repeat(10_000).parse().unwrap());
+    let out = key_of(&key, &KeyInput::headers(&h, ip("127.0.0.1")));
+    assert!(
+        out.starts_with("api:h:#") && out.len() == "api:h:#".len() + 32,
+        "{out}"
+    );
+    h.insert("x-api-key", "{tag}".parse().unwrap());
+    let out = key_of(&key, &KeyInput::headers(&h, ip("127.0.0.1")));
+    assert!(!out.contains('{'), "{out}");
+    // A composite of long values: hashed as a whole, the same bound.
+    let both = spec(r#"["header:x-api-key", "client_ip", "path"]"#);
+    h.insert("x-api-key", "b".repeat(10_000).parse().unwrap());
+    let out = key_of(&both, &KeyInput::headers(&h, ip("2001:db8::1")));
+    assert!(
+        out.starts_with("api:k:#") && out.len() == "api:k:#".len() + 32,
+        "{out}"
+    );
+}
+
+#[test]
+fn key_text_round_trips_and_header_names_are_lower_cased() {
+    for text in [
+        "client_ip",
+        "global",
+        "header:x-api-key",
+        "query:page",
+        "cookie:session",
+        "method",
+        "path",
+        r#"["header:x-api-key", "client_ip"]"#,
+        r#"["method", "path", "cookie:Sid", "query:a b"]"#,
+    ] {
+        assert_eq!(spec(text).to_string(), text);
+    }
+    assert_eq!(spec("header:X-Api-Key").to_string(), "header:x-api-key");
+    // One part in a list is that part alone: the same bucket as the plain text.
+    assert_eq!(spec(r#"["client_ip"]"#), KeySpec::One(Part::ClientIp));
+    for (text, want) in [
+        ("nope", KeySpecError::Unknown("nope".into())),
+        (
+            "header:X Api Key",
+            KeySpecError::HeaderName("X Api Key".into()),
+        ),
+        ("cookie:a;b", KeySpecError::CookieName("a;b".into())),
+        ("query:", KeySpecError::EmptyName("query:".into())),
+        ("[]", KeySpecError::Empty),
+        (r#"["global", "client_ip"]"#, KeySpecError::GlobalInList),
+        (
+            r#"["method", "method"]"#,
+            KeySpecError::Duplicate("method".into()),
+        ),
+        (
+            r#"["header:A", "header:a"]"#,
+            KeySpecError::Duplicate("header:a".into()),
+        ),
+    ] {
+        assert_eq!(text.parse::<KeySpec>(), Err(want), "{text}");
+    }
+    let nine = format!("[{}]", ["\"method\""; 9].join(","));
+    assert_eq!(nine.parse::<KeySpec>(), Err(KeySpecError::TooMany(9)));
+}
+
+#[test]
+fn key_json_names_the_kind() {
+    let json = |text: &str| serde_json::to_string(&spec(text)).unwrap();
+    assert_eq!(json("client_ip"), r#"{"kind":"client_ip"}"#);
+    assert_eq!(json("global"), r#"{"kind":"global"}"#);
+    assert_eq!(
+        json("header:X-Api-Key"),
+        r#"{"kind":"header","name":"x-api-key"}"#
+    );
+    assert_eq!(json("query:page"), r#"{"kind":"query","name":"page"}"#);
+    assert_eq!(json("method"), r#"{"kind":"method"}"#);
+    assert_eq!(
+        json(r#"["cookie:sid", "path"]"#),
+        r#"{"kind":"composite","parts":[{"kind":"cookie","name":"sid"},{"kind":"path"}]}"#
+    );
+}
+
+#[test]
+fn each_part_reads_its_value() {
+    let mut h = HeaderMap::new();
+    h.insert("x-api-key", "k1".parse().unwrap());
+    // HTTP/2 may split cookies over several fields; the first of the name wins.
+    h.append("cookie", "theme=dark; sid=s1".parse().unwrap());
+    h.append("cookie", "sid=later".parse().unwrap());
+    let req = KeyInput {
+        headers: &h,
+        query: Some("page=2&who=a%62+c&who=other&empty="),
+        method: &Method::POST,
+        path: "/login",
+        ip: ip("192.0.2.7"),
+    };
+    for (text, want) in [
+        ("client_ip", "api:ip:192.0.2.7"),
+        ("header:x-api-key", "api:h:k1"),
+        ("query:who", "api:q:#"), // "ab c": a space is not plain
+        ("query:page", "api:q:2"),
+        ("cookie:sid", "api:c:s1"),
+        ("cookie:theme", "api:c:dark"),
+        ("method", "api:m:POST"),
+        ("path", "api:p:/login"),
+        ("global", "api:global"),
+        (
+            r#"["header:x-api-key", "client_ip"]"#,
+            "api:k:h=k1,ip=192.0.2.7",
+        ),
+        (
+            r#"["method", "path", "query:page"]"#,
+            "api:k:m=POST,p=/login,q=2",
+        ),
+        // Missing or empty: the client address, in its place.
+        ("query:empty", "api:ip:192.0.2.7"),
+        ("query:absent", "api:ip:192.0.2.7"),
+        ("cookie:absent", "api:ip:192.0.2.7"),
+        ("header:x-absent", "api:ip:192.0.2.7"),
+        (
+            r#"["header:x-absent", "method"]"#,
+            "api:k:ip=192.0.2.7,m=POST",
+        ),
+    ] {
+        let got = key_of(&spec(text), &req);
+        assert!(got.starts_with(want), "{text}: {got}");
+    }
+    // Decoded: `a%62+c` is `ab c`, the same client as a request that sent it another way.
+    let other = KeyInput {
+        query: Some("who=ab%20c"),
+        ..req
+    };
+    assert_eq!(
+        key_of(&spec("query:who"), &req),
+        key_of(&spec("query:who"), &other)
+    );
+}
+
+#[test]
+fn composite_parts_cannot_be_confused() {
+    let h = HeaderMap::new();
+    let req = KeyInput::headers(&h, ip("192.0.2.7"));
+    let mut with_value = HeaderMap::new();
+    with_value.insert("x-k", "192.0.2.7".parse().unwrap());
+    let sent = KeyInput::headers(&with_value, ip("192.0.2.7"));
+    let both = spec(r#"["header:x-k", "client_ip"]"#);
+    // A header whose value is the address is not the missing header.
+    assert_ne!(key_of(&both, &req), key_of(&both, &sent));
+    // Hashed inputs are length-prefixed: ("ab", "c") and ("a", "bc") differ.
+    let long = |a: &str, b: &str| {
+        let mut h = HeaderMap::new();
+        h.insert("x-a", format!("{a}{}", "#".repeat(70)).parse().unwrap());
+        h.insert("x-b", b.parse().unwrap());
+        let pair = spec(r#"["header:x-a", "header:x-b"]"#);
+        key_of(&pair, &KeyInput::headers(&h, ip("192.0.2.7")))
+    };
+    assert_ne!(long("ab", "c"), long("a", "bc"));
+    assert_eq!(long("ab", "c"), long("ab", "c"));
+}
+
+#[test]
+fn admin_queries_name_the_bucket_the_proxy_counts() {
+    let mut h = HeaderMap::new();
+    h.insert("x-api-key", "k1".parse().unwrap());
+    let req = KeyInput {
+        headers: &h,
+        query: Some("page=2"),
+        method: &Method::GET,
+        path: "/a/b",
+        ip: ip("192.0.2.7"),
+    };
+    for (text, client) in [
+        ("global", ""),
+        ("client_ip", " 192.0.2.7 "),
+        ("header:x-api-key", "k1"),
+        ("query:page", "2"),
+        ("method", "GET"),
+        ("path", "/a/./x/../b"),
+        (
+            r#"["header:x-api-key", "client_ip"]"#,
+            r#"["k1", "192.0.2.7"]"#,
+        ),
+        (
+            r#"["header:x-absent", "path"]"#,
+            r#"[{"ip": "192.0.2.7"}, "/a/b"]"#,
+        ),
+    ] {
+        let key = spec(text);
+        assert_eq!(
+            query_key(&key, client).unwrap(),
+            key_of(&key, &req),
+            "{text}"
+        );
+    }
+    let header = spec("header:x-api-key");
+    assert_eq!(
+        query_key(&spec("global"), "x"),
+        Err(ClientQueryError::NotEmpty)
+    );
+    assert_eq!(
+        query_key(&spec("client_ip"), "nope"),
+        Err(ClientQueryError::NotAnIp)
+    );
+    assert!(matches!(
+        query_key(&header, ""),
+        Err(ClientQueryError::NoValue(_))
+    ));
+    let both = spec(r#"["header:x-api-key", "client_ip"]"#);
+    for bad in ["k1", r#"["k1"]"#, r#"["k1", "x", "y"]"#] {
+        assert!(
+            matches!(query_key(&both, bad), Err(ClientQueryError::NotAList(_))),
+            "{bad}"
+        );
+    }
+    for bad in [
+        r#"["k1", "nope"]"#,
+        r#"["k1", {"ip": "192.0.2.7"}]"#,
+        r#"[{"ip": "x"}, "192.0.2.7"]"#,
+    ] {
+        assert!(
+            matches!(query_key(&both, bad), Err(ClientQueryError::Entry { .. })),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn prefixes_apply_to_queried_addresses() {
+    let mut out = String::new();
+    let net = |_: IpAddr| ip("192.0.2.0");
+    spec(r#"["method", "client_ip"]"#)
+        .write_query_key(&mut out, "r", r#"["GET", "192.0.2.77"]"#, net)
+        .unwrap();
+    assert_eq!(out, "r:k:m=GET,ip=192.0.2.0");
+}
