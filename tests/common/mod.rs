@@ -8,6 +8,7 @@ pub mod admin;
 pub mod browser;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod delay_proxy;
 pub mod fetch;
 pub mod http;
