@@ -7,6 +7,7 @@ use std::process::Command;
 pub mod admin;
 pub mod browser;
 pub mod cli;
+pub mod compose;
 pub mod config;
 pub mod control;
 pub mod delay_proxy;
