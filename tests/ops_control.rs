@@ -241,3 +241,26 @@ async fn a_listen_change_on_reload_counts_as_needs_restart() {
     );
     assert_eq!(get(proxy.addr(), "/").await.status, 200);
 }
+
+/// A request to an upstream that refuses connections gets a 502 problem document (like the
+/// 429), `Server: slidegate` instead of Pingora's empty body and `Server: Pingora`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_is_a_problem_document() {
+    let proxy = Proxy::start(&ConfigBuilder::unlimited(common::proxy::closed_addr()));
+    let reply = get(proxy.addr(), "/").await;
+    assert_eq!(reply.status, 502, "{reply:?}");
+    let header = |name: &str| {
+        reply
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(header("content-type"), "application/problem+json");
+    assert_eq!(header("server"), "slidegate");
+    let body: serde_json::Value = serde_json::from_str(&reply.body).expect("JSON body");
+    assert_eq!(body["status"], 502);
+    assert_eq!(body["title"], "Bad Gateway");
+    println!("502 body: {}", reply.body);
+}
