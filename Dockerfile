@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # Build: docker build -t slidegate .
-# Run:   docker run -p 8080:8080 -p 9090:9090 -v $PWD/config:/etc/slidegate:ro slidegate
-# (in the mounted config, set admin_listen = "0.0.0.0:9090" to scrape from outside the container)
+# Run:   docker run -p 8080:8080 -p 9090:9090 -e SLIDEGATE_UPSTREAM=app:3000 \
+#          -e SLIDEGATE_REDIS_URL=redis://redis:6379/0 -e SLIDEGATE_ADMIN_TOKEN=... slidegate
+# (the default config, deploy/image/slidegate.toml, reads those variables; or mount your own
+# over /etc/slidegate/slidegate.toml). The release profile strips the binary (Cargo.toml).
 
 FROM rust:1-bookworm AS builder
 RUN apt-get update \
@@ -22,9 +24,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin slidegate
 COPY --from=builder /src/target/release/slidegate /usr/local/bin/slidegate
-COPY config/slidegate.toml /etc/slidegate/slidegate.toml
+COPY deploy/image/slidegate.toml /etc/slidegate/slidegate.toml
 USER slidegate
 EXPOSE 8080 9090
 STOPSIGNAL SIGTERM
+# No curl in the image: the binary probes its own /healthz over loopback (exit 0 on 200).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["/usr/local/bin/slidegate", "healthcheck", "--config", "/etc/slidegate/slidegate.toml"]
 ENTRYPOINT ["/usr/local/bin/slidegate"]
 CMD ["--config", "/etc/slidegate/slidegate.toml"]

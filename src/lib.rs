@@ -16,6 +16,9 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`reload`]: SIGHUP reload with atomic swap.
 //! - [`server`]: assembling the Pingora server.
+//! - [`pid_file`]: the pid file, and `-s reload|stop|reopen` through it.
+//! - [`drain`]: a graceful stop that exits once the last client connection closes.
+//! - [`healthcheck`]: `slidegate healthcheck`, the probe containers run.
 //! - [`state_log`]: WARN lines when a route's limiter changes state (outage, fallback, overflow).
 //! - [`tls`]: listener certificate (swapped on reload) and upstream TLS peers.
 //! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
@@ -25,13 +28,16 @@
 pub mod access_log;
 pub mod admin;
 pub mod config;
+pub mod drain;
 pub mod edge;
 pub mod forwarding;
+pub mod healthcheck;
 pub mod keys;
 pub mod limiter;
 pub mod limits_os;
 pub mod log_hygiene;
 pub mod metrics;
+pub mod pid_file;
 pub mod problem;
 pub mod proxy;
 pub mod ratelimit_headers;

@@ -1,10 +1,13 @@
-//! The slidegate binary: parse the command line, load the config, run.
+//! The slidegate binary: parse the command line, load the config, run (or test it, print it,
+//! signal the running instance, probe its health).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use slidegate::config::Config;
+use slidegate::pid_file::Command as Signal;
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -15,11 +18,19 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(version, about)]
 struct Cli {
     /// Path to the TOML configuration.
-    #[arg(short, long, default_value = "config/slidegate.toml")]
+    #[arg(short, long, default_value = "config/slidegate.toml", global = true)]
     config: PathBuf,
     /// Validate the configuration and exit (like `nginx -t`).
     #[arg(short = 't', long = "test")]
     test: bool,
+    /// Validate, then print the effective configuration (defaults filled in, secrets
+    /// redacted) and exit (like `nginx -T`).
+    #[arg(short = 'T', long = "test-print")]
+    test_print: bool,
+    /// Signal the instance named by the config's pid file (like `nginx -s`): reload (SIGHUP),
+    /// stop (SIGTERM), reopen the access log (SIGUSR1).
+    #[arg(short = 's', long = "signal", value_enum)]
+    signal: Option<Signal>,
     /// Take over the listening sockets of a running instance (zero-downtime upgrade; then send
     /// SIGQUIT to the old process).
     #[arg(short, long)]
@@ -27,6 +38,55 @@ struct Cli {
     /// Reload the configuration when the file changes (SIGHUP always reloads).
     #[arg(short, long)]
     watch: bool,
+    #[command(subcommand)]
+    command: Option<Tool>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Tool {
+    /// GET /healthz on the config's admin listener over loopback: exit 0 on 200, else 1 (for
+    /// container health checks; the image has no curl).
+    Healthcheck {
+        /// Give up after this long (connect, send and read each).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+}
+
+/// What `-t` checks beyond loading: every upstream server resolves (the one check that needs
+/// DNS, as `nginx -t` does) and the TLS listener's certificate and key load.
+fn check(config: &Config) -> Result<(), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", config.source.display());
+    slidegate::routes::Rules::build(config).map_err(|e| at(&e))?;
+    if let Some(tls) = &config.server.tls {
+        slidegate::tls::load_certified_key(tls).map_err(|e| at(&e))?;
+    }
+    Ok(())
+}
+
+/// Everything but running the proxy; `None` to run it.
+fn one_shot(cli: &Cli, config: &Config) -> Option<Result<(), String>> {
+    if let Some(Tool::Healthcheck { timeout }) = cli.command {
+        let addr = slidegate::healthcheck::probe_addr(config.server.admin_listen);
+        return Some(slidegate::healthcheck::probe(addr, timeout));
+    }
+    if let Some(signal) = cli.signal {
+        let sent = slidegate::pid_file::send(&config.server.pid_file, signal);
+        return Some(sent.map(|_| ()).map_err(|e| e.to_string()));
+    }
+    if cli.test_print {
+        return Some(check(config).and_then(|()| {
+            let text = config.effective_toml().map_err(|e| e.to_string())?;
+            print!("{text}");
+            Ok(())
+        }));
+    }
+    if cli.test {
+        return Some(check(config).map(|()| {
+            println!("slidegate: configuration {} is valid", cli.config.display());
+        }));
+    }
+    None
 }
 
 fn main() -> ExitCode {
@@ -39,20 +99,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if cli.test {
-        // Like `nginx -t`, also resolve every upstream server (the one check that needs DNS).
-        if let Err(e) = slidegate::routes::Rules::build(&config) {
-            eprintln!("slidegate: {}: {e}", cli.config.display());
+    match one_shot(&cli, &config) {
+        Some(Ok(())) => return ExitCode::SUCCESS,
+        Some(Err(e)) => {
+            eprintln!("slidegate: {e}");
             return ExitCode::from(1);
         }
-        if let Some(tls) = &config.server.tls {
-            if let Err(e) = slidegate::tls::load_certified_key(tls) {
-                eprintln!("slidegate: {}: {e}", cli.config.display());
-                return ExitCode::from(1);
-            }
-        }
-        println!("slidegate: configuration {} is valid", cli.config.display());
-        return ExitCode::SUCCESS;
+        None => {}
     }
     let options = slidegate::server::RunOptions {
         upgrade: cli.upgrade,

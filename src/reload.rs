@@ -27,6 +27,19 @@ pub enum ReloadOutcome {
     Refused(String),
 }
 
+impl ReloadOutcome {
+    /// `slidegate_config_reloads_total{result}`: `ok`; `needs_restart` when rules applied but
+    /// a restart-only setting (a `listen` address, `threads`, the store…) differs, so the file
+    /// and the running process disagree until a restart; `error` when refused.
+    pub fn result_label(&self) -> &'static str {
+        match self {
+            ReloadOutcome::Applied { needs_restart } if needs_restart.is_empty() => "ok",
+            ReloadOutcome::Applied { .. } => "needs_restart",
+            ReloadOutcome::Refused(_) => "error",
+        }
+    }
+}
+
 /// Owns the running config and swaps rules in on reload.
 pub struct Reloader {
     current: Mutex<Config>,
@@ -111,11 +124,17 @@ impl Reloader {
                 for key in needs_restart {
                     log::warn!("config reload: {key} changed but needs a restart; still running the old value");
                 }
-                METRICS.config_reloads.with_label_values(&["ok"]).inc();
+                METRICS
+                    .config_reloads
+                    .with_label_values(&[outcome.result_label()])
+                    .inc();
             }
             ReloadOutcome::Refused(message) => {
                 log::error!("config reload refused, keeping the running rules: {message}");
-                METRICS.config_reloads.with_label_values(&["error"]).inc();
+                METRICS
+                    .config_reloads
+                    .with_label_values(&[outcome.result_label()])
+                    .inc();
             }
         }
         outcome
@@ -151,5 +170,20 @@ impl BackgroundService for Reloader {
                 _ = shutdown.changed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReloadOutcome;
+
+    #[test]
+    fn restart_only_changes_are_their_own_result() {
+        let applied = |keys: &[&str]| ReloadOutcome::Applied {
+            needs_restart: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        assert_eq!(applied(&[]).result_label(), "ok");
+        assert_eq!(applied(&["server.listen"]).result_label(), "needs_restart");
+        assert_eq!(ReloadOutcome::Refused("x".into()).result_label(), "error");
     }
 }

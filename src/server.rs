@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
 use pingora::prelude::{background_service, Opt};
 use pingora::server::configuration::ServerConf;
-use pingora::server::{ListenFds, RuntimeOpts, Server, ShutdownWatch};
+use pingora::server::{ListenFds, RunArgs, RuntimeOpts, Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
 use pingora::services::listening::Service as ListeningService;
 use pingora::services::Service;
@@ -108,9 +108,16 @@ impl BackgroundService for StoreSweeper {
 /// next to the requests that use it, keeps every limiter call on the proxy's worker threads; a
 /// connection made on a separate background runtime would cost two cross-thread wake-ups per
 /// request.
+///
+/// It also writes the pid file once the listeners are bound, and ends the process as soon as
+/// the last client connection closes after a graceful shutdown ([`crate::drain`]).
 struct ProxyWithStore<S> {
     proxy: S,
     store: Arc<dyn Store>,
+    /// The listener addresses as given to Pingora (its fd table's keys).
+    listen: Vec<String>,
+    pid_file: std::path::PathBuf,
+    grace_period: Duration,
 }
 
 #[async_trait]
@@ -122,9 +129,19 @@ impl<S: Service> Service for ProxyWithStore<S> {
         listeners_per_fd: usize,
     ) {
         tokio::spawn(maintain_store(self.store.clone(), shutdown.clone()));
+        if let Some(fds) = &fds {
+            let pid = crate::pid_file::write_when_bound(
+                fds.clone(),
+                self.listen.clone(),
+                self.pid_file.clone(),
+            );
+            tokio::spawn(pid);
+        }
+        // Returns once the listeners stopped accepting, after the shutdown broadcast.
         self.proxy
             .start_service(fds, shutdown, listeners_per_fd)
-            .await
+            .await;
+        crate::drain::exit_when_drained(self.grace_period, self.pid_file.clone()).await;
     }
 
     fn name(&self) -> &str {
@@ -169,14 +186,23 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 ///
 /// The TLS listener is a plain one here: its handshakes run in [`EdgeApp`], inside the
 /// connection cap (see `edge::tls_accept`).
-fn add_listeners<A>(proxy: &mut pingora::services::listening::Service<A>, config: &Config) {
+///
+/// Returns the addresses as given to Pingora, the keys of its listening-socket table.
+fn add_listeners<A>(
+    proxy: &mut pingora::services::listening::Service<A>,
+    config: &Config,
+) -> Vec<String> {
     use pingora::listeners::ListenerConfig;
     use pingora::protocols::l4::stream::L4BufferSettings;
     let unbuffered = L4BufferSettings::default().write(0);
-    proxy.add_listener(ListenerConfig::tcp(config.server.listen.to_string()).l4_buffer(unbuffered));
-    if let Some(tls) = &config.server.tls {
-        proxy.add_listener(ListenerConfig::tcp(tls.listen.to_string()).l4_buffer(unbuffered));
+    let addrs: Vec<String> = std::iter::once(config.server.listen)
+        .chain(config.server.tls.as_ref().map(|t| t.listen))
+        .map(|a| a.to_string())
+        .collect();
+    for addr in &addrs {
+        proxy.add_listener(ListenerConfig::tcp(addr.clone()).l4_buffer(unbuffered));
     }
+    addrs
 }
 
 /// The TLS listener's handshakes, if there is one.
@@ -325,12 +351,15 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         "Pingora HTTP Proxy Service".to_string(),
         EdgeApp::new(app, limits).with_tls(tls_port(&config, certs.as_ref())?),
     );
-    add_listeners(&mut proxy, &config);
+    let listen = add_listeners(&mut proxy, &config);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.
     server.add_service(ProxyWithStore {
         proxy,
         store: store.clone(),
+        listen,
+        pid_file: config.server.pid_file.clone(),
+        grace_period: config.server.grace_period,
     });
 
     server.add_service(background_service(
@@ -351,6 +380,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         server.add_service(background_service("access log reopen", reopen));
     }
     log_listeners(&config);
+    let pid_file = config.server.pid_file.clone();
     server.add_service(background_service(
         "config reload",
         Reloader::new(config, rules, store, options.watch).with_certificates(certs),
@@ -358,5 +388,8 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     catch_sighup_from_now_on()?;
     log::info!("slidegate starting");
-    server.run_forever()
+    server.run(RunArgs::default());
+    // Only after a grace period that ran out, or SIGINT: a drain that finished exits earlier.
+    crate::pid_file::remove_if_ours(&pid_file);
+    Ok(())
 }

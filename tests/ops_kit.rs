@@ -338,10 +338,14 @@ fn compose_mounts_existing_files_and_a_valid_slidegate_config() {
     // was validated, is accepted and reported (NOTE below); any other fails the test.
     let config = deploy("slidegate/slidegate.toml");
     assert!(mounts.iter().any(|m| m == "slidegate/slidegate.toml"));
+    // With the variables compose gives the replica (its `${NAME}` values).
+    let env = common::compose::service_env(&text, "slidegate-a");
+    assert!(env.len() >= 3, "slidegate-a environment: {env:?}");
     let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .arg("-c")
         .arg(&config)
         .arg("-t")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -12,6 +12,7 @@
 //! resolution) is swapped in whole on reload. [`Config::restart_only_changes`] diffs the
 //! former field by field, so a new process-level setting is covered without a hand-kept list.
 
+mod effective;
 mod raw;
 mod secrets;
 mod store;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
+pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};

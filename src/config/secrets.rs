@@ -3,9 +3,9 @@
 //! - `${NAME}` in a string value is replaced by the environment variable `NAME` while the file
 //!   is parsed ([`EnvText`]); `$${` writes a literal `${`. A variable that is not set is a
 //!   config error naming its line and key. It applies to the values that carry a secret or an
-//!   address: `store.url`, `store.urls`, `server.admin_token` and every `*_file` path of
-//!   `[store]` and `[server]` (`password_file`, `ca_file`, `client_cert_file`,
-//!   `client_key_file`, `admin_token_file`).
+//!   address: `store.url`, `store.urls`, `upstreams.*.servers`, `server.admin_token` and every
+//!   `*_file` path of `[store]` and `[server]` (`password_file`, `ca_file`,
+//!   `client_cert_file`, `client_key_file`, `admin_token_file`).
 //! - `password_file` / `admin_token_file` are read by the validator ([`read_secret_file`]).
 //! - What is printed or serialized never holds a secret: [`redacted_url`] writes a Redis
 //!   address with `***` for its password, and [`fingerprint`] stands in for a secret where a
@@ -15,7 +15,7 @@ use std::hash::{BuildHasher, Hash};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A string value with `${NAME}` replaced from the environment, once, while parsing: the rest
 /// of the pipeline only sees the plain value.
@@ -31,6 +31,14 @@ impl<'de> Deserialize<'de> for EnvText {
     }
 }
 
+/// The substituted value (`-T` redacts the secret ones by key: `crate::config::effective`).
+impl Serialize for EnvText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Written back so that parsing it again gives this value: a literal `${` is `$${`.
+        s.serialize_str(&self.0.replace("${", "$${"))
+    }
+}
+
 /// A path value, substituted like [`EnvText`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct EnvPath(pub PathBuf);
@@ -38,6 +46,13 @@ pub(super) struct EnvPath(pub PathBuf);
 impl<'de> Deserialize<'de> for EnvPath {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         EnvText::deserialize(d).map(|t| EnvPath(PathBuf::from(t.0)))
+    }
+}
+
+/// Like [`EnvText`].
+impl Serialize for EnvPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        EnvText(self.0.to_string_lossy().into_owned()).serialize(s)
     }
 }
 

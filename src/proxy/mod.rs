@@ -248,7 +248,7 @@ impl ProxyHttp for SlideGate {
     ) -> FailToProxy {
         let code = respond::failure_status(e);
         if code > 0 {
-            if let Err(write) = session.respond_error(code).await {
+            if let Err(write) = respond::write_failure(session, code).await {
                 log::debug!("error response {code} not delivered: {write}");
             }
         }

@@ -1,5 +1,5 @@
-//! Responses slidegate writes itself (400, 404, 429, 503: the early outcomes) and the fields it
-//! adds to upstream responses.
+//! Responses slidegate writes itself (400, 404, 429, 503: the early outcomes; 502, 503, 504
+//! when an upstream fails) and the fields it adds to upstream responses.
 
 use std::sync::LazyLock;
 
@@ -145,6 +145,35 @@ pub(super) fn insert_ratelimit_fields(
     header.insert_header(RATELIMIT, ratelimit)
 }
 
+/// What a failure answer's problem document says, by status (nginx's statuses, see
+/// [`failure_status`]); other codes get their reason phrase.
+fn failure_detail(code: u16) -> &'static str {
+    match code {
+        502 => "the upstream could not be reached or sent an invalid response",
+        503 => "the upstream is unavailable",
+        504 => "the upstream did not answer in time",
+        408 => "the request was not received in time",
+        _ => "the request could not be proxied",
+    }
+}
+
+/// Answer a request Pingora could not proxy with `code` and a problem document, like the 429,
+/// instead of Pingora's empty body and `Server: Pingora`. Nothing is written when a response
+/// has already started (Pingora's `write_error_response` checks), and the connection closes.
+pub(super) async fn write_failure(session: &mut Session, code: u16) -> Result<()> {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
+    let body: Bytes = Problem::new(status, failure_detail(code)).to_json().into();
+    let mut header = ResponseHeader::build(status, Some(5))?;
+    header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
+    header.insert_header("Content-Length", body.len())?;
+    header.insert_header("Cache-Control", "private, no-store")?;
+    header.insert_header("Server", "slidegate")?;
+    session
+        .as_downstream_mut()
+        .write_error_response(header, body)
+        .await
+}
+
 /// Write a complete small problem+json response from the proxy itself.
 async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes) -> Result<()> {
     // A custom deny body brings its own type; everything else is a problem document.
@@ -162,6 +191,17 @@ async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes)
 mod tests {
     use super::failure_status;
     use pingora::{Error, ErrorSource, ErrorType};
+
+    #[test]
+    fn failure_bodies_say_what_failed() {
+        for code in [502, 503, 504] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            let body = crate::problem::Problem::new(status, super::failure_detail(code)).to_json();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["status"], code);
+            assert!(v["detail"].as_str().unwrap().contains("upstream"), "{v}");
+        }
+    }
 
     #[test]
     fn failures_get_the_status_nginx_gives() {

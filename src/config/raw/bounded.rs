@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Parse a humantime duration and check it lies in `min..=max`; messages start with `what`.
 ///
@@ -157,4 +157,54 @@ fn whole_ms(what: &str, text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(dur)
+}
+
+/// Durations print back in the humantime syntax they are read in (`-T`).
+fn humantime_text<S: Serializer>(d: Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(d).to_string())
+}
+
+impl<const MIN_MS: u64, const MAX_MS: u64> Serialize for BoundedDuration<MIN_MS, MAX_MS> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        humantime_text(self.0, s)
+    }
+}
+
+impl Serialize for Window {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        humantime_text(self.0, s)
+    }
+}
+
+impl Serialize for Resolution {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        humantime_text(self.0, s)
+    }
+}
+
+/// The largest whole binary unit, so `-T` prints `"256MB"` for the default.
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (n, unit) = [(30, "GB"), (20, "MB"), (10, "KB")]
+            .into_iter()
+            .find(|(shift, _)| self.0.is_multiple_of(1 << shift))
+            .map_or((self.0, "B"), |(shift, unit)| (self.0 >> shift, unit));
+        s.serialize_str(&format!("{n}{unit}"))
+    }
+}
+
+#[cfg(test)]
+mod print_back {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_print_as_they_parse() {
+        for text in ["256MB", "1GB", "1536KB", "1048577B"] {
+            let size = ByteSize(parse_byte_size(text).unwrap());
+            let printed = serde_json::to_value(size).unwrap();
+            assert_eq!(printed.as_str(), Some(text));
+        }
+        let d: GracePeriod = BoundedDuration(Duration::from_millis(1500));
+        assert_eq!(serde_json::to_value(d).unwrap().as_str(), Some("1s 500ms"));
+    }
 }

@@ -42,3 +42,13 @@ impl<'de> Deserialize<'de> for RawKey {
         d.deserialize_any(KeyVisitor)
     }
 }
+
+/// Written back as it was read (for `slidegate -T`): a string, or a list of strings.
+impl serde::Serialize for RawKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawKey::One(part) => s.serialize_str(part),
+            RawKey::List(parts) => s.collect_seq(parts.iter().map(|p| p.get_ref())),
+        }
+    }
+}

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::secrets::{EnvPath, EnvText};
@@ -24,12 +24,14 @@ use super::OnError;
 
 mod bounded;
 mod key;
+mod threads;
 pub use bounded::MAX_WINDOW;
 pub(super) use bounded::*;
 pub(super) use key::RawKey;
+pub(super) use threads::Threads;
 
 /// The whole file.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub server: RawServer,
@@ -46,13 +48,13 @@ pub(super) struct RawConfig {
 }
 
 /// `[server]`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
     pub listen: Spanned<SocketAddr>,
     pub admin_listen: Spanned<SocketAddr>,
     #[serde(default = "default_threads")]
-    pub threads: Spanned<usize>,
+    pub threads: Spanned<Threads>,
     #[serde(default = "default_grace")]
     pub grace_period: GracePeriod,
     pub pid_file: Option<PathBuf>,
@@ -78,8 +80,8 @@ pub(super) struct RawServer {
     pub h2c: bool,
 }
 
-fn default_threads() -> Spanned<usize> {
-    Spanned::new(0..0, 1)
+fn default_threads() -> Spanned<Threads> {
+    Spanned::new(0..0, Threads::Auto)
 }
 fn default_grace() -> GracePeriod {
     BoundedDuration(Duration::from_secs(5))
@@ -98,7 +100,7 @@ fn default_max_connections() -> Spanned<u32> {
 }
 
 /// `[store].backend`.
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum RawBackend {
     #[default]
@@ -109,7 +111,7 @@ pub(super) enum RawBackend {
 }
 
 /// `[store]`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     #[serde(default = "default_backend")]
@@ -194,7 +196,7 @@ fn default_true() -> bool {
 }
 
 /// `[client_ip]`.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawClientIp {
     #[serde(default)]
@@ -204,10 +206,12 @@ pub(super) struct RawClientIp {
 }
 
 /// `[upstreams.<name>]`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
-    pub servers: Spanned<Vec<String>>,
+    /// `${NAME}` substituted, so a container image's config can take its upstream from the
+    /// environment.
+    pub servers: Spanned<Vec<EnvText>>,
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: UpstreamTimeout,
     #[serde(default = "default_upstream_io_timeout")]
@@ -233,7 +237,7 @@ fn default_upstream_io_timeout() -> UpstreamTimeout {
 }
 
 /// `[log]`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLog {
     /// `"off"`, `"stdout"` or a file path.
@@ -257,7 +261,7 @@ fn default_access() -> Spanned<String> {
 }
 
 /// One `[[routes]]` entry.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
     pub name: Spanned<String>,
@@ -299,7 +303,7 @@ fn default_key() -> Spanned<RawKey> {
 }
 
 /// One entry of a route's `limits`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimit {
     pub requests: NonZeroU32,

@@ -27,7 +27,8 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
 
 impl Validator<'_> {
     pub(super) fn server(&self, raw: RawServer) -> Result<ServerSettings, ConfigError> {
-        let threads = *raw.threads.get_ref();
+        // "auto" is resolved here, once: the model holds the count this host runs.
+        let threads = raw.threads.get_ref().resolve();
         if threads == 0 || threads > 1024 {
             return self.err(
                 Some(raw.threads.span()),
@@ -68,7 +69,7 @@ impl Validator<'_> {
         Ok(ServerSettings {
             listen,
             admin_listen: admin,
-            threads,
+            threads: threads as usize,
             grace_period: raw.grace_period.0,
             pid_file: raw
                 .pid_file
@@ -268,7 +269,7 @@ impl Validator<'_> {
                 return self.err(Some(up.servers.span()), key, "needs at least one server");
             }
             let mut servers = Vec::with_capacity(up.servers.get_ref().len());
-            for (i, s) in up.servers.get_ref().iter().enumerate() {
+            for (i, s) in up.servers.get_ref().iter().map(|s| &s.0).enumerate() {
                 match s.parse::<HostPort>() {
                     Ok(hp) => servers.push(hp),
                     Err(why) => {

@@ -1,0 +1,147 @@
+//! `slidegate -T`: the configuration as this process would run it, printed as TOML that
+//! `slidegate -t` accepts again (like `nginx -T`).
+//!
+//! The file is read into its serde schema again, which fills in every default, and printed
+//! from it; what the validator derives (the pid file and upgrade socket paths, each route's
+//! inherited `on_error` and `deny_status`) is added from the model. Secrets are replaced by
+//! [`REDACTED`]: `server.admin_token`, `store.master_password` and the password of every
+//! `store.url`/`store.urls` entry, whether written in the file or taken from `${ENV}`. Files
+//! (`password_file`, `admin_token_file`) are shown by path; their contents are never read here.
+
+use redis::IntoConnectionInfo;
+use toml::{Table, Value};
+
+use super::{raw, Config, ConfigError};
+
+/// What a secret is printed as. Visible ASCII, so the printed file still passes `-t`.
+pub const REDACTED: &str = "REDACTED";
+
+impl Config {
+    /// The effective configuration as TOML text, secrets redacted (see the module docs).
+    pub fn effective_toml(&self) -> Result<String, ConfigError> {
+        let text = std::fs::read_to_string(&self.source).map_err(|source| ConfigError::Io {
+            file: self.source.clone(),
+            source,
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            file: self.source.clone(),
+            line: None,
+            key: "(top level)".into(),
+            message,
+        };
+        let raw: raw::RawConfig = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut doc = Table::try_from(&raw).map_err(|e| invalid(e.to_string()))?;
+        self.add_derived(&mut doc);
+        redact(&mut doc);
+        let body = toml::to_string(&doc).map_err(|e| invalid(e.to_string()))?;
+        Ok(format!(
+            "# slidegate -T: {} with every default filled in; secrets are {REDACTED:?}.\n\
+             # This process runs {} proxy thread(s).\n{body}",
+            self.source.display(),
+            self.server.threads,
+        ))
+    }
+
+    /// Values the validator derives rather than the schema's defaults.
+    fn add_derived(&self, doc: &mut Table) {
+        let path = |p: &std::path::Path| Value::String(p.to_string_lossy().into_owned());
+        if let Some(Value::Table(server)) = doc.get_mut("server") {
+            server
+                .entry("pid_file")
+                .or_insert_with(|| path(&self.server.pid_file));
+            server
+                .entry("upgrade_sock")
+                .or_insert_with(|| path(&self.server.upgrade_sock));
+        }
+        let Some(Value::Array(routes)) = doc.get_mut("routes") else {
+            return;
+        };
+        for (route, spec) in routes.iter_mut().zip(&self.routing.routes) {
+            let Value::Table(route) = route else { continue };
+            let on_error = serde_json::to_value(spec.on_error)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned));
+            if let Some(on_error) = on_error {
+                route.entry("on_error").or_insert(Value::String(on_error));
+            }
+            route
+                .entry("deny_status")
+                .or_insert(Value::Integer(i64::from(spec.deny.status.as_u16())));
+        }
+    }
+}
+
+/// Replace every secret in `doc` by [`REDACTED`].
+fn redact(doc: &mut Table) {
+    let secret = || Value::String(REDACTED.into());
+    if let Some(Value::Table(server)) = doc.get_mut("server") {
+        if let Some(token) = server.get_mut("admin_token") {
+            *token = secret();
+        }
+    }
+    let Some(Value::Table(store)) = doc.get_mut("store") else {
+        return;
+    };
+    if let Some(password) = store.get_mut("master_password") {
+        *password = secret();
+    }
+    let urls = store
+        .iter_mut()
+        .flat_map(|(key, value)| match (key.as_str(), value) {
+            ("url", url) => vec![url],
+            ("urls", Value::Array(urls)) => urls.iter_mut().collect(),
+            _ => Vec::new(),
+        });
+    for url in urls {
+        if let Value::String(text) = url {
+            *text = redacted_url_text(text);
+        }
+    }
+}
+
+/// A Redis URL with its password replaced by [`REDACTED`] (unchanged without one).
+fn redacted_url_text(url: &str) -> String {
+    let Ok(info) = url.into_connection_info() else {
+        return url.to_owned();
+    };
+    if info.redis_settings().password().is_none() {
+        return url.to_owned();
+    }
+    super::redacted_url(&info).replace(":***@", &format!(":{REDACTED}@"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_replaced_and_the_rest_kept() {
+        assert_eq!(
+            redacted_url_text("rediss://app:hunter2@redis.internal:6380/2"),
+            "rediss://app:REDACTED@redis.internal:6380/2"
+        );
+        assert_eq!(
+            redacted_url_text("redis://:pw@10.0.0.1:6379"),
+            "redis://:REDACTED@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redacted_url_text("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+    }
+
+    #[test]
+    fn tokens_and_master_passwords_are_replaced() {
+        let mut doc: Table = toml::from_str(
+            "[server]\nadmin_token = \"t0k\"\n[store]\nmaster_password = \"m\"\n\
+             urls = [\"redis://:a@h:1\", \"redis://h:2\"]\n",
+        )
+        .unwrap();
+        redact(&mut doc);
+        let text = toml::to_string(&doc).unwrap();
+        for secret in ["t0k", "\"m\"", ":a@"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("redis://h:2"), "{text}");
+    }
+}

@@ -1,0 +1,255 @@
+//! The files an operator deploys with, checked without a container engine or systemd running
+//! it: the Dockerfile and compose file refer to files that exist, the image's default config
+//! passes `slidegate -t` with compose's variables, `slidegate healthcheck` (the HEALTHCHECK)
+//! tells a serving proxy from nothing, the systemd unit passes `systemd-analyze verify`, and the
+//! logrotate snippet's SIGUSR1 really reopens the access log.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::cli::check_config;
+use common::compose::service_env;
+use common::control::{poll_until, slidegate};
+use common::proxy::{closed_addr, free_port, get, ConfigBuilder, Proxy, ProxyOptions};
+use common::require_tool;
+use common::upstream::Upstream;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Every local `COPY` source of the Dockerfile exists and is not excluded by .dockerignore;
+/// the image has a HEALTHCHECK through `slidegate healthcheck`; compose gives every service a
+/// restart policy and the replicas a healthcheck that Prometheus waits for.
+#[test]
+fn dockerfile_and_compose_refer_to_what_exists() {
+    let dockerfile = read("Dockerfile");
+    let ignore = read(".dockerignore");
+    for excluded in ["target/", ".git/"] {
+        assert!(
+            ignore.lines().any(|l| l == excluded),
+            ".dockerignore lacks {excluded}"
+        );
+    }
+    let sources: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--from"))
+        .flat_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            parts[..parts.len() - 1].to_vec()
+        })
+        .collect();
+    assert!(
+        sources.contains(&"deploy/image/slidegate.toml"),
+        "{sources:?}"
+    );
+    for src in &sources {
+        assert!(
+            repo(src).exists(),
+            "Dockerfile copies {src}, which does not exist"
+        );
+        let top = src.split('/').next().unwrap();
+        assert!(
+            !ignore.lines().any(|l| l.trim_end_matches('/') == top),
+            ".dockerignore excludes {src}, which the Dockerfile copies"
+        );
+    }
+    assert!(dockerfile.contains("strip = true") || read("Cargo.toml").contains("strip = true"));
+    let health = dockerfile
+        .lines()
+        .skip_while(|l| !l.starts_with("HEALTHCHECK"))
+        .take(2)
+        .collect::<String>();
+    assert!(health.contains("\"healthcheck\""), "HEALTHCHECK: {health}");
+    assert!(dockerfile.contains("/usr/local/bin/slidegate"));
+
+    let compose = read("deploy/docker-compose.yml");
+    let services = [
+        "redis",
+        "demo",
+        "slidegate-a",
+        "slidegate-b",
+        "prometheus",
+        "grafana",
+    ];
+    for s in services {
+        let block: String = compose
+            .lines()
+            .skip_while(|l| l.trim_end() != format!("  {s}:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("   ") || l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            block.contains("restart: unless-stopped"),
+            "{s} has no restart policy"
+        );
+        if s.starts_with("slidegate-") {
+            assert!(
+                block.contains("healthcheck:") && block.contains("\"healthcheck\""),
+                "{s}"
+            );
+            assert!(
+                block.contains("condition: service_healthy"),
+                "{s} waits for Redis"
+            );
+        }
+    }
+    assert_eq!(compose.matches("condition: service_healthy").count(), 4);
+}
+
+/// The image's default config needs its variables (an unset one names itself) and passes
+/// `-t` with compose's. `-t` then resolves upstream hosts, and compose's `demo` resolves only
+/// inside the compose network: that one failure, naming it, is accepted and reported.
+#[test]
+fn image_config_passes_t_with_compose_variables() {
+    let config = repo("deploy/image/slidegate.toml");
+    let bare = check_config(&config, &[]);
+    assert!(!bare.ok);
+    assert!(bare.stderr.contains("SLIDEGATE_"), "{}", bare.output());
+    assert!(bare.stderr.contains("is not set"), "{}", bare.output());
+
+    let env = service_env(&read("deploy/docker-compose.yml"), "slidegate-a");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(env.len(), 3, "{env:?}");
+    let out = check_config(&config, &env);
+    if !out.ok {
+        assert!(
+            out.stderr.contains("upstreams.app.servers: demo:80") && out.stderr.contains("resolve"),
+            "{}",
+            out.output()
+        );
+        eprintln!(
+            "NOTE: valid; only `demo` does not resolve outside compose: {}",
+            out.stderr.trim()
+        );
+    }
+    // With an upstream that resolves here, nothing else stands in the way.
+    let mut local = env.clone();
+    local.retain(|(k, _)| *k != "SLIDEGATE_UPSTREAM");
+    local.push(("SLIDEGATE_UPSTREAM", "127.0.0.1:3000"));
+    let out = check_config(&config, &local);
+    assert!(out.ok, "{}", out.output());
+}
+
+/// `slidegate healthcheck` exits 0 against a serving proxy (its admin listener on 0.0.0.0,
+/// probed over loopback) and 1, saying why, when nothing listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_exits_0_against_a_running_proxy_and_1_against_nothing() {
+    let up = Upstream::start();
+    let proxy = Proxy::start(&ConfigBuilder::unlimited(up.addr()));
+    let started = Instant::now();
+    let out = slidegate(&["healthcheck"], proxy.config_path(), &[]);
+    let took = started.elapsed();
+    assert!(out.ok, "{}", out.output());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nothing.toml");
+    let nothing = closed_addr();
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"0.0.0.0:{}\"\n\n{}",
+            free_port(),
+            nothing.port(),
+            ConfigBuilder::unlimited(up.addr())
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let down = slidegate(&["healthcheck", "--timeout", "1s"], &config, &[]);
+    let took_down = started.elapsed();
+    assert!(!down.ok);
+    assert!(
+        down.stderr.contains("cannot connect to 127.0.0.1:"),
+        "{}",
+        down.output()
+    );
+    println!("healthcheck: 0 in {took:?} against a proxy, 1 in {took_down:?} against nothing");
+}
+
+/// The unit passes `systemd-analyze verify` (with ExecStart pointed at the built binary, since
+/// the check needs the file to exist), and names the path the Dockerfile installs to.
+#[test]
+fn systemd_unit_passes_systemd_analyze_verify() {
+    require_tool("systemd-analyze", "systemd");
+    let unit = read("deploy/systemd/slidegate.service");
+    for key in [
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "LimitNOFILE=",
+        "NoNewPrivileges=true",
+    ] {
+        assert!(unit.contains(key), "unit lacks {key}");
+    }
+    assert!(unit.contains("ProtectSystem=strict"));
+    assert!(read("Dockerfile").contains("/usr/local/bin/slidegate"));
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("slidegate.service");
+    let bin = env!("CARGO_BIN_EXE_slidegate");
+    std::fs::write(&copy, unit.replace("/usr/local/bin/slidegate", bin)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("systemd-analyze verify: {} {}", out.status, stderr.trim());
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("slidegate.service"),
+        "complaints: {stderr}"
+    );
+}
+
+/// What the logrotate snippet does, done by hand: move the access log, send SIGUSR1 (here via
+/// `slidegate -s reopen`), and the next request's line lands in a new file at the old path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logrotate_snippet_signal_reopens_the_access_log() {
+    let rotate = read("deploy/logrotate/slidegate");
+    let directives: Vec<&str> = rotate
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert!(
+        directives.iter().any(|l| l.contains("--signal=USR1")),
+        "{rotate}"
+    );
+    assert!(!directives.contains(&"copytruncate"), "{rotate}");
+    assert!(rotate.contains("/var/log/slidegate/"));
+    assert!(read("deploy/systemd/slidegate.service").contains("LogsDirectory=slidegate"));
+
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("all", "")
+        .raw(&format!("[log]\naccess = {log:?}\n"))
+        .build();
+    let proxy = Proxy::start_with(&toml, ProxyOptions::default());
+    assert_eq!(get(proxy.addr(), "/before").await.status, 200);
+    let lines = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    poll_until(Duration::from_secs(10), || lines(&log).contains("/before")).expect("first line");
+    let rotated = dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    proxy.wait_signal_handler(libc::SIGUSR1, Duration::from_secs(10));
+    let out = slidegate(&["-s", "reopen"], proxy.config_path(), &[]);
+    assert!(out.ok, "{}", out.output());
+    poll_until(Duration::from_secs(10), || {
+        proxy.log().contains("access log reopened")
+    })
+    .unwrap_or_else(|| panic!("no reopen; log:\n{}", proxy.log()));
+    assert_eq!(get(proxy.addr(), "/after").await.status, 200);
+    poll_until(Duration::from_secs(10), || lines(&log).contains("/after"))
+        .unwrap_or_else(|| panic!("no line in the new file; log:\n{}", proxy.log()));
+    assert!(!lines(&rotated).contains("/after"));
+}
