@@ -1,0 +1,108 @@
+//! Gathering what a request's outcome needs, in the order the hooks learn it: the request
+//! form, the client, the route, the bucket key and the store's answer ([`SlideGate::check`]);
+//! then counting the outcome and keeping what the later hooks need of it
+//! ([`SlideGate::account`]).
+
+use pingora::proxy::Session;
+
+use super::outcome::{Checked, DecidedBy, Outcome};
+use super::{refund, respond, RequestCtx, SlideGate};
+use crate::keys::KeyInput;
+use crate::metrics::METRICS;
+use crate::request_form::{self, BadRequest};
+use crate::routes::{normalize_path, Route, Rules};
+
+impl SlideGate {
+    /// Find out what [`outcome`] needs, in order: the request form, the route, and for a
+    /// limited route the store's answer. Leaves the client, route and key in `ctx`.
+    pub(super) async fn check(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        rules: &Rules,
+    ) -> Checked {
+        ctx.form = match request_form::check(session.req_header_mut()) {
+            Ok(form) => form,
+            Err(why) => return Checked::BadForm(why),
+        };
+        let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let req = session.req_header();
+        let client = rules.client_ip.resolve(peer, &req.headers);
+        ctx.client = Some(client);
+        let host = ctx.form.host.as_deref();
+        let path = normalize_path(request_form::match_path(req));
+        let Some((idx, route)) = rules.find(host, &path, &req.method) else {
+            return Checked::NoRoute;
+        };
+        ctx.route = Some(idx);
+        if route.spec.limits.is_empty() {
+            return Checked::Unlimited;
+        }
+        if route.spec.exempt.iter().any(|net| net.contains(&client)) {
+            return Checked::Exempt;
+        }
+        if route.spec.key.repeats_header(&req.headers) {
+            return Checked::BadForm(BadRequest::RepeatedKeyHeader);
+        }
+        let input = KeyInput {
+            headers: &req.headers,
+            query: req.uri.query(),
+            method: &req.method,
+            path: &path,
+            ip: rules.client_ip.key_address(client),
+        };
+        (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
+        self.limiter.check(session, &ctx.key, route).await
+    }
+
+    /// Count an outcome and keep what the later hooks need of it.
+    pub(super) fn account(
+        &self,
+        ctx: &mut RequestCtx,
+        route: Option<&Route>,
+        outcome: &Outcome<'_>,
+    ) {
+        if let (Some(route), Some(decision)) = (route, outcome.decision()) {
+            ctx.record(route, decision);
+        }
+        if let (Some(route), Some(state)) = (route, outcome.limiter_state()) {
+            route.state_log.note(&route.spec.name, state);
+        }
+        match (outcome, route) {
+            (Outcome::BadRequest(why), _) => {
+                log::debug!("400: {why}");
+                METRICS.bad_requests.inc();
+            }
+            (Outcome::NoRoute, _) => METRICS.no_route.inc(),
+            (Outcome::Shadow { denied: true }, Some(route)) => {
+                log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
+            }
+            (
+                Outcome::Allowed(verdict)
+                | Outcome::Delayed(verdict)
+                | Outcome::LocalAllowed(verdict),
+                Some(route),
+            ) => {
+                ctx.ratelimit = respond::ratelimit_value(route, verdict);
+                if let (Some(_), Some(recorded_at)) =
+                    (&route.spec.count_status, verdict.recorded_at)
+                {
+                    let by = match outcome {
+                        Outcome::LocalAllowed(_) => DecidedBy::Local,
+                        _ => DecidedBy::Store,
+                    };
+                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The socket peer's address. An IPv4 client of a dual-stack listener (`[::]:8080`) arrives as
+/// `::ffff:a.b.c.d`; it is its IPv4 address everywhere (trusted proxies, keys, logs, forwarding
+/// headers), or `trusted_proxies = ["10.0.0.0/8"]` would never match behind a dual-stack bind.
+pub(super) fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
+    let inet = session.client_addr()?.as_inet()?;
+    Some(inet.ip().to_canonical())
+}
