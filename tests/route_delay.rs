@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::arrivals::{arrivals, tightest_span, until_metric};
+use common::config::assert_invalid;
 use common::fetch::{fetch, url};
 use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
@@ -316,18 +317,7 @@ fn bad_smoothing_keys_name_file_line_and_key() {
     ] {
         let text = format!("{base}{extra}");
         let line = 9 + extra.lines().count() - 1;
-        match Config::from_toml(Path::new("d.toml"), &text) {
-            Err(ConfigError::Invalid {
-                line: l,
-                key: k,
-                message: m,
-                ..
-            }) => {
-                assert_eq!((k.as_str(), l), (key, Some(line)), "{extra}: {m}");
-                assert!(m.contains(message), "{extra}: {m}");
-            }
-            other => panic!("{extra}: {other:?}"),
-        }
+        assert_invalid(&text, key, line, message);
     }
     let with_store =
         |store: &str| base.replace("[upstreams", &format!("[store]\n{store}[upstreams"));

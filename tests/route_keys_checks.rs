@@ -8,9 +8,10 @@ use std::path::Path;
 
 use common::admin::{admin, enc};
 use common::cli::check_config;
+use common::config::assert_invalid;
 use common::proxy::{ConfigBuilder, Proxy};
 use common::upstream::Upstream;
-use slidegate::config::{Config, ConfigError};
+use slidegate::config::Config;
 
 const ONE: &str = r#"limits = [{ requests = 1, window = "1m" }]"#;
 
@@ -61,18 +62,7 @@ fn bad_keys_name_file_line_and_key() {
         ),
     ] {
         let text = format!("{base}{extra}");
-        match Config::from_toml(Path::new("p.toml"), &text) {
-            Err(ConfigError::Invalid {
-                line: l,
-                key: k,
-                message: m,
-                ..
-            }) => {
-                assert_eq!((k.as_str(), l), (key, Some(line)), "{extra}: {m}");
-                assert!(m.contains(message), "{extra}: {m}");
-            }
-            other => panic!("{extra}: {other:?}"),
-        }
+        assert_invalid(&text, key, line, message);
     }
     let text = format!("{base}key = [\"client_ip\", 7]\n");
     let e = Config::from_toml(Path::new("p.toml"), &text)

@@ -124,3 +124,21 @@ impl ConfigBuilder {
         out
     }
 }
+
+/// `text` is refused by `Config::from_toml` naming `key` at `line`, with a message that
+/// contains `message` (`text` is shown on failure).
+pub fn assert_invalid(text: &str, key: &str, line: usize, message: &str) {
+    use slidegate::config::{Config, ConfigError};
+    match Config::from_toml(std::path::Path::new("t.toml"), text) {
+        Err(ConfigError::Invalid {
+            line: l,
+            key: k,
+            message: m,
+            ..
+        }) => {
+            assert_eq!((k.as_str(), l), (key, Some(line)), "{text}\n{m}");
+            assert!(m.contains(message), "{text}\n{m}");
+        }
+        other => panic!("{text}\n{other:?}"),
+    }
+}
