@@ -5,7 +5,9 @@
 //! thread (`Server::run` in pingora-core 0.9: an unconditional `thread::sleep`, with no
 //! in-flight tracking) before it drops the runtimes. Nothing in `ServerConf` makes that sleep
 //! end early, so slidegate watches its own connection gauge instead: once the proxy's
-//! listeners have stopped and no client connection is open, the process exits at once. The
+//! listeners have stopped and no client connection has been open for [`QUIET`], the process
+//! exits. Not after a SIGQUIT upgrade (the pid file then names the successor): the old process
+//! waits the whole grace period, as before. The
 //! grace period stays the upper bound: if connections are still open when Pingora's sleep
 //! ends, Pingora cuts them and exits as before.
 
@@ -17,6 +19,12 @@ use crate::metrics::METRICS;
 /// How often the connection gauge is read while draining.
 const POLL: Duration = Duration::from_millis(10);
 
+/// How long the gauge must stay at zero before the process exits: a connection the proxy
+/// accepted just before its listener stopped is counted only when its task first runs, so one
+/// zero reading is not proof that nothing is left. Any connection counted meanwhile starts the
+/// quiet period again.
+const QUIET: Duration = Duration::from_millis(200);
+
 /// The access log's writer thread writes and flushes every 5 ms; this lets it write the lines
 /// of the last requests before the process exits.
 const LOG_SETTLE: Duration = Duration::from_millis(50);
@@ -26,13 +34,37 @@ fn drained(open_connections: i64) -> bool {
     open_connections <= 0
 }
 
+/// Has the proxy been drained for the whole [`QUIET`] period? `quiet_since` is when the gauge
+/// was last seen reaching zero (`None` while connections are open); updated here.
+fn settled(open_connections: i64, quiet_since: &mut Option<Instant>, now: Instant) -> bool {
+    if !drained(open_connections) {
+        *quiet_since = None;
+        return false;
+    }
+    let since = *quiet_since.get_or_insert(now);
+    now.duration_since(since) >= QUIET
+}
+
 /// Call once the proxy service has stopped accepting (its `start_service` returned after the
 /// shutdown broadcast): waits until no client connection is open (at most `grace`, after
 /// which Pingora's own sleep ends first), removes the pid file if it is ours and exits 0.
 pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
+    // After a SIGQUIT upgrade the successor serves the sockets: leave the old process to
+    // Pingora's whole grace period, as nginx's old master waits for its workers. Exiting at
+    // the first moment without a connection there cut one request in a few thousand (the
+    // upgrade test), which a plain SIGTERM stop never showed.
+    if crate::pid_file::names_another(&pid_file) {
+        log::info!("graceful shutdown after an upgrade: waiting the grace period");
+        return;
+    }
     let started = Instant::now();
     let mut tick = tokio::time::interval(POLL);
-    while !drained(METRICS.client_connections.get()) {
+    let mut quiet_since = None;
+    while !settled(
+        METRICS.client_connections.get(),
+        &mut quiet_since,
+        Instant::now(),
+    ) {
         if started.elapsed() > grace {
             return;
         }
@@ -59,5 +91,19 @@ mod tests {
             drained(-1),
             "a gauge that went below zero must not hold the exit"
         );
+    }
+
+    #[test]
+    fn settled_only_after_a_quiet_period_that_a_new_connection_restarts() {
+        let t0 = Instant::now();
+        let mut since = None;
+        assert!(!settled(0, &mut since, t0));
+        assert!(!settled(0, &mut since, t0 + QUIET / 2));
+        // A connection counted late restarts the quiet period.
+        assert!(!settled(1, &mut since, t0 + QUIET / 2));
+        assert!(!settled(0, &mut since, t0 + QUIET));
+        let almost = t0 + 2 * QUIET - Duration::from_millis(1);
+        assert!(!settled(0, &mut since, almost));
+        assert!(settled(0, &mut since, t0 + 2 * QUIET));
     }
 }

@@ -116,6 +116,12 @@ pub fn write(path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Does `path` name another live process? After a SIGQUIT upgrade the successor has written its
+/// own pid there.
+pub fn names_another(path: &Path) -> bool {
+    read(path).is_ok_and(|pid| pid != std::process::id() as i32)
+}
+
 /// Remove `path` if it still holds this process's pid (after an upgrade it holds the
 /// successor's).
 pub fn remove_if_ours(path: &Path) {
