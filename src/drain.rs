@@ -5,7 +5,7 @@
 //! thread (`Server::run` in pingora-core 0.9: an unconditional `thread::sleep`, with no
 //! in-flight tracking) before it drops the runtimes. Nothing in `ServerConf` makes that sleep
 //! end early, so slidegate watches its own connection gauge instead: once the proxy's
-//! listeners have stopped and no client connection has been open for [`QUIET`], the process
+//! listeners have stopped and no client connection has been open for `QUIET` (200 ms), the process
 //! exits. Not after a SIGQUIT upgrade (the pid file then names the successor): the old process
 //! waits the whole grace period, as before. The
 //! grace period stays the upper bound: if connections are still open when Pingora's sleep
