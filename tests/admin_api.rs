@@ -457,6 +457,11 @@ async fn boundary_test_script_on_memory_and_redis() {
                  limits = [{ requests = 3, window = \"30s\" }]",
             )
             .route(
+                "tenant",
+                "host = \"*.example.com\"\npath_prefix = \"/t\"\n\
+                 limits = [{ requests = 2, window = \"30s\" }]",
+            )
+            .route(
                 "dry",
                 "path_prefix = \"/dry\"\nshadow = true\nlimits = [{ requests = 1, window = \"1m\" }]",
             )
@@ -502,6 +507,24 @@ async fn boundary_test_script_on_memory_and_redis() {
         assert_eq!(
             window(&proxy, "combo", combo).await["limits"][0]["count"],
             3
+        );
+        // A route matched by host: only with `--host` do the requests reach it.
+        let (ok, out) = boundary_test(&proxy, &["--route", "tenant", "--path", "/t/x"]);
+        assert!(!ok && out.contains("FAIL"), "without --host: {out}");
+        let (ok, out) = boundary_test(
+            &proxy,
+            &[
+                "--route",
+                "tenant",
+                "--path",
+                "/t/x",
+                "--host",
+                "a.example.com",
+            ],
+        );
+        assert!(
+            ok && out.contains("2 requests: 2 passed"),
+            "{store}:\n{out}"
         );
         let (ok, out) = boundary_test(&proxy, &["--route", "dry", "--path", "/dry"]);
         assert!(
