@@ -24,6 +24,8 @@
 //! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
 //! - [`access_log`]: one line per request, written by a thread of its own.
 //! - [`log_hygiene`]: what Pingora's error log says about a request, and what it leaves out.
+//! - [`log_limit`]: the process log, with client-caused noise at DEBUG and a bound on its rate.
+//! - [`request_id`]: the `X-Request-Id` each request carries, kept or generated.
 
 pub mod access_log;
 pub mod admin;
@@ -36,6 +38,7 @@ pub mod keys;
 pub mod limiter;
 pub mod limits_os;
 pub mod log_hygiene;
+pub mod log_limit;
 pub mod metrics;
 pub mod pid_file;
 pub mod problem;
@@ -43,6 +46,7 @@ pub mod proxy;
 pub mod ratelimit_headers;
 pub mod reload;
 pub mod request_form;
+pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod state_log;

@@ -2,7 +2,9 @@
 //!
 //! Two rules: a client that goes away (closes the tab, cancels a download, resets an h2
 //! stream) is ordinary traffic, counted in `slidegate_client_aborts_total` and logged at debug
-//! level, never an ERROR line per request; and no line written at the default level carries a
+//! level, never an ERROR line per request; an upstream refusing connections is one WARN line
+//! per upstream per 10 s with the count since the last (`slidegate_upstream_connect_failures_total`
+//! counts them all); and no line written at the default level carries a
 //! query string or a header value, so tokens in URLs and credentials stay out of the log.
 
 use pingora::{Error, ErrorSource, ErrorType};
@@ -10,6 +12,10 @@ use prometheus::{register_int_counter, IntCounter};
 use std::sync::LazyLock;
 
 use pingora::proxy::Session;
+use std::fmt::Display;
+
+use crate::log_limit::EVENT_INTERVAL;
+use crate::routes::UpstreamPool;
 
 /// `slidegate_client_aborts_total`.
 pub static CLIENT_ABORTS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -40,8 +46,50 @@ pub fn is_client_abort(error: &Error) -> bool {
         )
 }
 
-/// Pingora's `suppress_error_log`: count a client abort and log it at debug level instead.
-pub fn suppress(session: &Session, error: &Error) -> bool {
+/// Could the proxy not connect to an upstream server? (What `fail_to_connect` sees.)
+pub fn is_connect_failure(error: &Error) -> bool {
+    *error.esource() == ErrorSource::Upstream
+        && matches!(
+            error.etype(),
+            ErrorType::ConnectTimedout
+                | ErrorType::ConnectRefused
+                | ErrorType::ConnectNoRoute
+                | ErrorType::ConnectError
+                | ErrorType::ConnectProxyFailure
+                | ErrorType::TLSHandshakeFailure
+                | ErrorType::TLSHandshakeTimedout
+                | ErrorType::SocketError
+                | ErrorType::BindError
+        )
+}
+
+/// A connect to one of `pool`'s servers failed: count it, and write one WARN line per
+/// upstream per [`EVENT_INTERVAL`] saying how many failed since the last one, instead of a
+/// line per request.
+pub fn connect_failed(pool: &UpstreamPool, server: &impl Display, error: &Error, retry: bool) {
+    pool.connect_failures.inc();
+    let Some(n) = pool.connect_log.note(EVENT_INTERVAL) else {
+        return;
+    };
+    let next = if retry {
+        ", trying the next server"
+    } else {
+        ""
+    };
+    log::warn!(
+        "upstream {}: {n} failed connect(s) since the last line (at most one line per {}s); \
+         last: {server}: {error}{next}",
+        pool.name,
+        EVENT_INTERVAL.as_secs()
+    );
+}
+
+/// Pingora's `suppress_error_log`: count a client abort and log it at debug level instead;
+/// leave out a failed connect `connect_failed` already logged (`connect_logged`).
+pub fn suppress(session: &Session, connect_logged: bool, error: &Error) -> bool {
+    if connect_logged && is_connect_failure(error) {
+        return true;
+    }
     if !is_client_abort(error) {
         return false;
     }

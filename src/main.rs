@@ -90,7 +90,7 @@ fn one_shot(cli: &Cli, config: &Config) -> Option<Result<(), String>> {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    slidegate::log_limit::init();
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,

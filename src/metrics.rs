@@ -62,6 +62,13 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     /// `slidegate_requests_waiting`: requests waiting for a slot now (`max_delay`).
     pub waiting: IntGauge,
+    /// `slidegate_tls_handshake_failures_total{reason}`: client TLS handshakes that failed
+    /// (`reason="error"`: bad or no TLS, unknown SNI name, no shared version) or did not end
+    /// within `client_header_timeout` (`"timeout"`).
+    pub tls_handshake_failures: IntCounterVec,
+    /// `slidegate_upstream_connect_failures_total{upstream}`: connections to an upstream
+    /// server that could not be made (refused, timed out, unreachable).
+    pub upstream_connect_failures: IntCounterVec,
     /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
     /// Prometheus can alert on readiness without probing `/readyz`.
     pub store_ready: IntGauge,
@@ -85,7 +92,9 @@ const DELAY_BUCKETS: &[f64] = &[
 /// prometheus crate's `process` feature, its default registry registers a `ProcessCollector` for
 /// this process when it is first used (Linux only), and `/metrics` gathers that registry.
 pub fn init() {
-    LazyLock::force(&METRICS);
+    for reason in ["error", "timeout"] {
+        METRICS.tls_handshake_failures.with_label_values(&[reason]);
+    }
 }
 
 /// Counts a request in `slidegate_requests_in_flight` for as long as it lives: created with the
@@ -179,6 +188,18 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Requests waiting for a slot (max_delay) now"
     )
     .expect("register slidegate_requests_waiting"),
+    tls_handshake_failures: register_int_counter_vec!(
+        "slidegate_tls_handshake_failures_total",
+        "Client TLS handshakes that failed (error) or did not finish in time (timeout)",
+        &["reason"]
+    )
+    .expect("register slidegate_tls_handshake_failures_total"),
+    upstream_connect_failures: register_int_counter_vec!(
+        "slidegate_upstream_connect_failures_total",
+        "Connections to an upstream server that could not be made, by upstream",
+        &["upstream"]
+    )
+    .expect("register slidegate_upstream_connect_failures_total"),
     store_ready: register_int_gauge!(
         "slidegate_store_ready",
         "1 while the limit store answers (as /readyz), 0 otherwise"

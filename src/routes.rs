@@ -100,6 +100,11 @@ pub struct UpstreamPool {
     pub timeouts: UpstreamTimeouts,
     /// Plain or TLS, HTTP/1.1 or HTTP/2: builds the peer of each server.
     pub transport: UpstreamTransport,
+    /// `slidegate_upstream_connect_failures_total{upstream}` of this upstream.
+    pub connect_failures: prometheus::IntCounter,
+    /// One WARN line per [`EVENT_INTERVAL`](crate::log_limit::EVENT_INTERVAL) about failed
+    /// connects, with their count.
+    pub connect_log: crate::log_limit::Throttled,
 }
 
 /// A complete, immutable rule set.
@@ -198,6 +203,10 @@ impl Rules {
                 only,
                 timeouts: up.timeouts,
                 transport,
+                connect_failures: crate::metrics::METRICS
+                    .upstream_connect_failures
+                    .with_label_values(&[&up.name]),
+                connect_log: Default::default(),
             });
         }
         Ok(Rules {

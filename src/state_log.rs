@@ -7,6 +7,7 @@
 //! The hot path costs one relaxed atomic load while a route stays normal; the bookkeeping,
 //! behind a mutex, only runs while a route is in some other state or changing.
 
+use std::fmt::Display;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -88,6 +89,12 @@ impl Default for StateLog {
 impl StateLog {
     /// One decision of `route` was made in `state`; writes a WARN line when one is due.
     pub fn note(&self, route: &str, state: LimiterState) {
+        self.note_cause(route, state, None);
+    }
+
+    /// [`StateLog::note`] of a decision the store failed (`cause`): a line written for it
+    /// says what the store did ("store timed out after 50ms"), formatted only then.
+    pub fn note_cause(&self, route: &str, state: LimiterState, cause: Option<&dyn Display>) {
         let normal = LimiterState::Normal as u8;
         if state == LimiterState::Normal && self.current.load(Ordering::Relaxed) == normal {
             return;
@@ -108,7 +115,13 @@ impl StateLog {
             } else {
                 format!(" ({} since the last line)", counts.join(", "))
             };
-            log::warn!("route {route}: {}{counts}", line.state.describe());
+            match cause {
+                Some(cause) => log::warn!(
+                    "route {route}: {}{counts}; last error: {cause}",
+                    line.state.describe()
+                ),
+                None => log::warn!("route {route}: {}{counts}", line.state.describe()),
+            }
         }
     }
 }

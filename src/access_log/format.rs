@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
-use super::Entry;
+use super::record::Entry;
 use crate::metrics::Decision;
 
 /// `2026-12-01T08:26:38` of the current second, rebuilt only when the second changes: most
@@ -65,6 +65,14 @@ fn write_ms(out: &mut Vec<u8>, d: Duration) {
     let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
 }
 
+/// Append an optional arena string as a JSON string, or `null`.
+fn json_range(out: &mut Vec<u8>, text: &str, range: &Option<std::ops::Range<usize>>) {
+    match range {
+        Some(r) => json_str(out, &text[r.clone()]),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 /// One JSON object, keys in the documented order. Hand-written: this runs once per request
 /// on the writer thread, and the process's CPU is what the benchmark charges the log with.
 pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut SecondCache) {
@@ -75,17 +83,13 @@ pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut Se
     out.extend_from_slice(b",\"method\":");
     json_str(out, &text[e.method.clone()]);
     out.extend_from_slice(b",\"host\":");
-    match &e.host {
-        Some(r) => json_str(out, &text[r.clone()]),
-        None => out.extend_from_slice(b"null"),
-    }
+    json_range(out, text, &e.host);
     out.extend_from_slice(b",\"path\":");
     json_str(out, &text[e.path.clone()]);
+    let _ = write!(out, ",\"protocol\":\"{:?}\",\"tls_version\":", e.version);
+    json_opt(out, e.tls_version);
     let _ = write!(out, ",\"status\":{},\"route\":", e.status);
-    match &e.route {
-        Some(r) => json_str(out, &text[r.clone()]),
-        None => out.extend_from_slice(b"null"),
-    }
+    json_range(out, text, &e.route);
     out.extend_from_slice(b",\"decision\":");
     json_opt(out, e.decision.map(Decision::as_str));
     out.extend_from_slice(b",\"upstream\":");
@@ -97,37 +101,86 @@ pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut Se
     }
     out.extend_from_slice(b",\"duration_ms\":");
     write_ms(out, e.duration);
-    let _ = writeln!(out, ",\"bytes_sent\":{}}}", e.bytes_sent);
+    let _ = write!(
+        out,
+        ",\"bytes_received\":{},\"bytes_sent\":{},\"request_id\":",
+        e.bytes_received, e.bytes_sent
+    );
+    json_range(out, text, &e.request_id);
+    out.extend_from_slice(b",\"user_agent\":");
+    json_range(out, text, &e.user_agent);
+    out.extend_from_slice(b",\"referer\":");
+    json_range(out, text, &e.referer);
+    out.extend_from_slice(b"}\n");
 }
 
-/// nginx's `combined`: `$remote_addr - $remote_user [$time_local] "$request" $status
-/// $body_bytes_sent "$http_referer" "$http_user_agent"`, with the query string left out of
-/// `$request` and `-` for the user and both header values.
-pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry) {
-    let client = e.client.map(|c| c.to_string());
-    let time = httpdate::fmt_http_date(e.time);
-    // `Tue, 01 Dec 2026 08:26:38 GMT` -> `01/Dec/2026:08:26:38 +0000`
-    let parts: Vec<&str> = time.split([' ', ',']).filter(|s| !s.is_empty()).collect();
-    let time_local = match parts.as_slice() {
+/// `01/Dec/2026:08:26:38 +0000` (nginx's `$time_local`, in UTC) of the current second,
+/// rebuilt only when the second changes.
+#[derive(Default)]
+pub(super) struct LocalTimeCache {
+    second: u64,
+    text: String,
+}
+
+impl LocalTimeCache {
+    fn write(&mut self, out: &mut Vec<u8>, time: SystemTime) {
+        let second = time
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = time_local(SystemTime::UNIX_EPOCH + Duration::from_secs(second));
+        }
+        out.extend_from_slice(self.text.as_bytes());
+    }
+}
+
+/// Pure: `Tue, 01 Dec 2026 08:26:38 GMT` -> `01/Dec/2026:08:26:38 +0000`.
+fn time_local(time: SystemTime) -> String {
+    let http = httpdate::fmt_http_date(time);
+    let parts: Vec<&str> = http.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+    match parts.as_slice() {
         [_, day, mon, year, hms, _] => format!("{day}/{mon}/{year}:{hms} +0000"),
-        _ => time.clone(),
-    };
-    let _ = writeln!(
-        out,
-        "{} - - [{}] \"{} {} {:?}\" {} {} \"-\" \"-\"",
-        client.as_deref().unwrap_or("-"),
-        time_local,
-        &text[e.method.clone()],
-        text[e.path.clone()].escape_default(),
-        e.version,
-        e.status,
-        e.bytes_sent,
-    );
+        _ => http,
+    }
+}
+
+/// Append an optional arena string, or `-` (nginx's empty variable).
+fn dash_or(out: &mut Vec<u8>, text: &str, range: &Option<std::ops::Range<usize>>) {
+    match range {
+        Some(r) if !r.is_empty() => out.extend_from_slice(text[r.clone()].as_bytes()),
+        _ => out.push(b'-'),
+    }
+}
+
+/// nginx's `combined`, byte for byte: `$remote_addr - $remote_user [$time_local] "$request"
+/// $status $body_bytes_sent "$http_referer" "$http_user_agent"`, `$request` being the request
+/// line as sent (method, target with its query, protocol) and every variable escaped as nginx
+/// escapes it; `$remote_user` is always `-` (slidegate does no HTTP authentication).
+pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut LocalTimeCache) {
+    match e.client {
+        Some(c) => {
+            let _ = write!(out, "{c}");
+        }
+        None => out.push(b'-'),
+    }
+    out.extend_from_slice(b" - - [");
+    clock.write(out, e.time);
+    out.extend_from_slice(b"] \"");
+    out.extend_from_slice(text[e.method.clone()].as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(text[e.target.clone()].as_bytes());
+    let _ = write!(out, " {:?}\" {} {} \"", e.version, e.status, e.bytes_sent);
+    dash_or(out, text, &e.referer);
+    out.extend_from_slice(b"\" \"");
+    dash_or(out, text, &e.user_agent);
+    out.extend_from_slice(b"\"\n");
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Batch, Record};
+    use super::super::record::{Batch, Record};
     use super::*;
     use http::Version;
 
@@ -145,7 +198,13 @@ mod tests {
             upstream: Some("127.0.0.1:3000".parse().unwrap()),
             upstream_time: Some(Duration::from_micros(1234)),
             duration: Duration::from_micros(5),
+            bytes_received: 7,
             bytes_sent: 42,
+            target: b"/a?b=\"c\"",
+            tls_version: Some("TLSv1.3"),
+            user_agent: Some(b"curl/8 \"x\" \xc3\xa9"),
+            referer: None,
+            request_id: Some(b"abc"),
         });
     }
 
@@ -178,6 +237,30 @@ mod tests {
         assert_eq!(l["upstream_ms"], 1.234);
         assert_eq!(l["duration_ms"], 0.005);
         assert_eq!(l["bytes_sent"], 42);
+        assert_eq!(l["bytes_received"], 7);
+        assert_eq!(l["protocol"], "HTTP/1.1");
+        assert_eq!(l["tls_version"], "TLSv1.3");
+        assert_eq!(l["request_id"], "abc");
+        assert_eq!(l["user_agent"], r#"curl/8 \x22x\x22 \xC3\xA9"#);
+        assert!(l["referer"].is_null());
         assert_eq!(lines[1]["host"], "example.com");
+    }
+
+    #[test]
+    fn combined_is_nginx_s_line() {
+        let mut batch = Batch::default();
+        entry(&mut batch, "/a", None);
+        let mut out = Vec::new();
+        combined_line(
+            &mut out,
+            &batch.text,
+            &batch.entries[0],
+            &mut LocalTimeCache::default(),
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2001:db8::1 - - [01/Dec/2025:08:26:38 +0000] \"GET /a?b=\\x22c\\x22 HTTP/1.1\" \
+             200 42 \"-\" \"curl/8 \\x22x\\x22 \\xC3\\xA9\"\n"
+        );
     }
 }

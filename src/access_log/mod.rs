@@ -8,32 +8,35 @@
 //! dropped and its records counted in `slidegate_access_log_dropped_total` instead of slowing
 //! requests down.
 //!
-//! Lines never carry a query string or a header value (the host is the routing host, without
-//! port): tokens in URLs and cookies stay out of log files by default.
+//! JSON lines never carry a query string (`path` is the path alone), and the only header
+//! values logged are `User-Agent` and `Referer`, as nginx's `combined` has them, bounded to
+//! [`MAX_HEADER_LOGGED`] bytes and escaped as nginx escapes them (`"`, `\`, control and
+//! non-ASCII bytes as `\xHH`); `request_id` is the request's `X-Request-Id`. `combined` is
+//! nginx's line byte for byte, so its `$request` is the request line as sent, query included.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::net::{IpAddr, SocketAddr};
-use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use http::Version;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::{register_int_counter, IntCounter};
 use std::sync::LazyLock;
 
 use crate::config::{AccessFormat, AccessTarget, LogSettings};
-use crate::metrics::Decision;
-use format::{combined_line, json_line, SecondCache};
+use format::{combined_line, json_line, LocalTimeCache, SecondCache};
 
 mod format;
+mod record;
+
+use record::Batch;
+pub use record::{tls_version_name, Record, MAX_HEADER_LOGGED};
 
 /// Records per batch handed to the writer.
 const BATCH: usize = 128;
@@ -51,94 +54,6 @@ pub static DROPPED: LazyLock<IntCounter> = LazyLock::new(|| {
     )
     .expect("register slidegate_access_log_dropped_total")
 });
-
-/// What is logged about one request, borrowed from the request; [`AccessLog::send`] copies it.
-pub struct Record<'a> {
-    /// When the request finished.
-    pub time: SystemTime,
-    /// The client address (after trusted `X-Forwarded-For` hops).
-    pub client: Option<IpAddr>,
-    /// Request method.
-    pub method: &'a str,
-    /// Request host without port (from the URI or `Host`), if any.
-    pub host: Option<&'a str>,
-    /// Request path, without the query string.
-    pub path: &'a str,
-    /// HTTP version of the client's request.
-    pub version: Version,
-    /// Status sent (499 when the client went away before any response).
-    pub status: u16,
-    /// The matched route's name.
-    pub route: Option<&'a str>,
-    /// The limiter decision.
-    pub decision: Option<Decision>,
-    /// The upstream server used.
-    pub upstream: Option<SocketAddr>,
-    /// From choosing the upstream to its response header.
-    pub upstream_time: Option<Duration>,
-    /// The whole request, from its header being read to the end of the response.
-    pub duration: Duration,
-    /// Response body bytes sent.
-    pub bytes_sent: usize,
-}
-
-/// A [`Record`] whose strings live in its batch's `text`.
-pub(super) struct Entry {
-    pub(super) time: SystemTime,
-    pub(super) client: Option<IpAddr>,
-    pub(super) method: Range<usize>,
-    pub(super) host: Option<Range<usize>>,
-    pub(super) path: Range<usize>,
-    pub(super) version: Version,
-    pub(super) status: u16,
-    pub(super) route: Option<Range<usize>>,
-    pub(super) decision: Option<Decision>,
-    pub(super) upstream: Option<SocketAddr>,
-    pub(super) upstream_time: Option<Duration>,
-    pub(super) duration: Duration,
-    pub(super) bytes_sent: usize,
-}
-
-/// Records on their way to the writer: fixed-size entries plus one text arena for their strings.
-#[derive(Default)]
-pub(super) struct Batch {
-    text: String,
-    entries: Vec<Entry>,
-}
-
-impl Batch {
-    fn with_capacity() -> Batch {
-        Batch {
-            text: String::with_capacity(BATCH * 48),
-            entries: Vec::with_capacity(BATCH),
-        }
-    }
-
-    fn push_str(&mut self, s: &str) -> Range<usize> {
-        let start = self.text.len();
-        self.text.push_str(s);
-        start..self.text.len()
-    }
-
-    fn push(&mut self, r: &Record<'_>) {
-        let entry = Entry {
-            time: r.time,
-            client: r.client,
-            method: self.push_str(r.method),
-            host: r.host.map(|h| self.push_str(h)),
-            path: self.push_str(r.path),
-            version: r.version,
-            status: r.status,
-            route: r.route.map(|n| self.push_str(n)),
-            decision: r.decision,
-            upstream: r.upstream,
-            upstream_time: r.upstream_time,
-            duration: r.duration,
-            bytes_sent: r.bytes_sent,
-        };
-        self.entries.push(entry);
-    }
-}
 
 /// The sending side; cheap to call from every request.
 pub struct AccessLog {
@@ -162,7 +77,7 @@ impl AccessLog {
         LazyLock::force(&DROPPED);
         let (tx, rx) = sync_channel(QUEUE);
         let reopen = Arc::new(AtomicBool::new(false));
-        let pending = Arc::new(Mutex::new(Batch::with_capacity()));
+        let pending = Arc::new(Mutex::new(Batch::with_capacity(BATCH)));
         let writer = Writer {
             rx,
             pending: pending.clone(),
@@ -172,6 +87,7 @@ impl AccessLog {
             failing: false,
             line: Vec::with_capacity(512),
             clock: SecondCache::default(),
+            local_clock: LocalTimeCache::default(),
         };
         std::thread::Builder::new()
             .name("access-log".into())
@@ -194,7 +110,7 @@ impl AccessLog {
         }
         // Queued under the lock, so the writer (which drains the queue under it too) always
         // writes a full batch before the partial one that follows it.
-        let full = std::mem::replace(&mut *batch, Batch::with_capacity());
+        let full = std::mem::replace(&mut *batch, Batch::with_capacity(BATCH));
         if let Err(TrySendError::Full(b) | TrySendError::Disconnected(b)) = self.tx.try_send(full) {
             DROPPED.inc_by(b.entries.len() as u64);
         }
@@ -257,6 +173,7 @@ struct Writer {
     failing: bool,
     line: Vec<u8>,
     clock: SecondCache,
+    local_clock: LocalTimeCache,
 }
 
 impl Writer {
@@ -297,7 +214,9 @@ impl Writer {
                 AccessFormat::Json => {
                     json_line(&mut self.line, &batch.text, entry, &mut self.clock)
                 }
-                AccessFormat::Combined => combined_line(&mut self.line, &batch.text, entry),
+                AccessFormat::Combined => {
+                    combined_line(&mut self.line, &batch.text, entry, &mut self.local_clock)
+                }
             }
         }
         let result = match &mut self.sink {

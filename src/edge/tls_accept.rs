@@ -46,14 +46,18 @@ impl TlsPort {
             log::error!("a TLS-port connection is not a TCP stream; closed");
             return None;
         };
+        let failures = &crate::metrics::METRICS.tls_handshake_failures;
         match tokio::time::timeout(deadline, self.acceptor.tls_handshake(*l4)).await {
             Ok(Ok(tls)) => Some(Box::new(tls)),
             Ok(Err(e)) => {
-                // A client's failed handshake is the client's business, not an error of ours.
+                // A client's failed handshake is the client's business, not an error of ours:
+                // counted, and logged at debug level (a scanner makes one per connection).
+                failures.with_label_values(&["error"]).inc();
                 log::debug!("TLS handshake failed: {e}");
                 None
             }
             Err(_) => {
+                failures.with_label_values(&["timeout"]).inc();
                 crate::metrics::METRICS.client_idle_closed.inc();
                 None
             }

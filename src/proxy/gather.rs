@@ -8,6 +8,7 @@ use pingora::proxy::Session;
 use super::outcome::{Checked, DecidedBy, Outcome};
 use super::{refund, respond, RequestCtx, SlideGate};
 use crate::keys::KeyInput;
+use crate::limiter::StoreError;
 use crate::metrics::METRICS;
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
@@ -55,18 +56,21 @@ impl SlideGate {
         self.limiter.check(session, &ctx.key, route).await
     }
 
-    /// Count an outcome and keep what the later hooks need of it.
+    /// Count an outcome and keep what the later hooks need of it; `store_error` is why the
+    /// store gave no verdict, if it did not (named in the route's state log line).
     pub(super) fn account(
         &self,
         ctx: &mut RequestCtx,
         route: Option<&Route>,
         outcome: &Outcome<'_>,
+        store_error: Option<&StoreError>,
     ) {
         if let (Some(route), Some(decision)) = (route, outcome.decision()) {
             ctx.record(route, decision);
         }
         if let (Some(route), Some(state)) = (route, outcome.limiter_state()) {
-            route.state_log.note(&route.spec.name, state);
+            let cause = store_error.map(|e| e as &dyn std::fmt::Display);
+            route.state_log.note_cause(&route.spec.name, state, cause);
         }
         match (outcome, route) {
             (Outcome::BadRequest(why), _) => {

@@ -9,9 +9,9 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
-use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
-use crate::access_log::{AccessLog, Record};
+use crate::access_log::{tls_version_name, AccessLog, Record};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::limiter::Store;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
@@ -104,12 +104,14 @@ impl ProxyHttp for SlideGate {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        // First: every answer, the 400s of `check` included, carries the id.
+        crate::request_id::assign(session.req_header_mut());
         let rules = self.rules.load_full();
         ctx.rules = Some(rules.clone());
         let checked = self.check(session, ctx, &rules).await;
         let outcome = outcome(&checked);
         let route = ctx.route.map(|i| &rules.routes[i]);
-        self.account(ctx, route, &outcome);
+        self.account(ctx, route, &outcome, checked.store_error());
         respond::write_early(session, &outcome, route).await
     }
 
@@ -187,14 +189,16 @@ impl ProxyHttp for SlideGate {
         // Like nginx's `proxy_next_upstream error`: a server we could not connect to never saw
         // the request, so try the next one, once per other server of the pool.
         ctx.failed_servers.push(peer._address.clone());
-        let servers = ctx
-            .route()
-            .zip(ctx.rules.as_ref())
-            .map_or(1, |(route, rules)| {
-                rules.upstreams[route.spec.upstream].size
-            });
-        if ctx.failed_servers.len() < servers {
-            log::warn!("upstream {peer} unreachable, trying the next server: {e}");
+        let tried = ctx.failed_servers.len();
+        let pool = (ctx.route().zip(ctx.rules.as_ref()))
+            .map(|(route, rules)| &rules.upstreams[route.spec.upstream]);
+        let retry = tried < pool.map_or(1, |p| p.size);
+        if let Some(pool) = pool {
+            // Counted, and one WARN line per upstream per interval instead of Pingora's
+            // ERROR line per request (`suppress_error_log`).
+            crate::log_hygiene::connect_failed(pool, peer, &e, retry);
+        }
+        if retry {
             e.set_retry(true);
         }
         e
@@ -276,7 +280,7 @@ impl ProxyHttp for SlideGate {
             insert_ratelimit_fields(resp, route, r)?;
         }
         close_delimit_for_http10(session, resp);
-        Ok(())
+        crate::request_id::echo(session.req_header(), resp)
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
@@ -298,6 +302,10 @@ impl ProxyHttp for SlideGate {
             return;
         };
         let req = session.req_header();
+        let header = |name| req.headers.get(name).map(http::HeaderValue::as_bytes);
+        let tls_version = (session.digest())
+            .and_then(|d| d.ssl_digest.as_ref())
+            .and_then(|ssl| tls_version_name(&ssl.version));
         let status = match session.response_written() {
             Some(resp) => resp.status.as_u16(),
             // nginx's 499: the client closed the connection before a response was sent.
@@ -310,14 +318,20 @@ impl ProxyHttp for SlideGate {
             method: req.method.as_str(),
             host: ctx.form.host.as_deref(),
             path: req.uri.path(),
+            target: req.raw_path(),
             version: req.version,
+            tls_version,
             status,
             route: ctx.route().map(|r| r.spec.name.as_str()),
             decision: ctx.decision,
             upstream: ctx.upstream,
             upstream_time: ctx.timing.upstream(),
             duration,
+            bytes_received: session.body_bytes_read(),
             bytes_sent: session.body_bytes_sent(),
+            user_agent: header(http::header::USER_AGENT),
+            referer: header(http::header::REFERER),
+            request_id: crate::request_id::of(req).map(http::HeaderValue::as_bytes),
         });
     }
 
@@ -343,8 +357,20 @@ impl ProxyHttp for SlideGate {
         }
     }
 
-    fn suppress_error_log(&self, session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
-        crate::log_hygiene::suppress(session, error)
+    fn suppress_error_log(&self, session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
+        let connect_logged = !ctx.failed_servers.is_empty();
+        crate::log_hygiene::suppress(session, connect_logged, error)
+    }
+
+    fn suppress_proxy_warn_log(
+        &self,
+        _session: &Session,
+        ctx: &RequestCtx,
+        error: &Error,
+        _context: ProxyWarnLogContext,
+    ) -> bool {
+        // A retry after a failed connect: `fail_to_connect` counted and logged it.
+        !ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error)
     }
 
     fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {

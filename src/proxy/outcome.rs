@@ -63,6 +63,16 @@ pub(super) enum Checked {
     ClientGone,
 }
 
+impl Checked {
+    /// The store's error, when it gave no verdict (fail-open or fail-closed).
+    pub(super) fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            Checked::Decided { result: Err(e), .. } => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// Who gave a [`Checked::Decided`] its verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DecidedBy {

@@ -168,6 +168,7 @@ pub(super) async fn write_failure(session: &mut Session, code: u16) -> Result<()
     header.insert_header("Content-Length", body.len())?;
     header.insert_header("Cache-Control", "private, no-store")?;
     header.insert_header("Server", "slidegate")?;
+    crate::request_id::echo(session.req_header(), &mut header)?;
     session
         .as_downstream_mut()
         .write_error_response(header, body)
@@ -181,6 +182,7 @@ async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes)
         header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
     }
     header.insert_header("Content-Length", body.len())?;
+    crate::request_id::echo(session.req_header(), &mut header)?;
     session
         .write_response_header(Box::new(header), false)
         .await?;
