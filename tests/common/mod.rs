@@ -15,6 +15,7 @@ pub mod delay_proxy;
 pub mod fetch;
 pub mod http;
 pub mod load;
+pub mod nginx;
 pub mod ports;
 pub mod proxy;
 pub mod ratelimit;

@@ -240,3 +240,31 @@ pub fn tls_options(ca: &TestCa, server_lines: &str) -> super::proxy::ProxyOption
         ..super::proxy::ProxyOptions::default()
     }
 }
+
+/// A TLS 1.2-style ClientHello record whose SNI extension carries `name` as sent (rustls
+/// refuses an invalid host name, so a client library cannot send one): for tests of what a
+/// server does with an illegal SNI.
+pub fn client_hello_with_sni(name: &[u8]) -> Vec<u8> {
+    let be16 = |n: usize| (n as u16).to_be_bytes();
+    let mut sni = vec![0u8]; // host_name
+    sni.extend_from_slice(&be16(name.len()));
+    sni.extend_from_slice(name);
+    let mut ext = vec![0, 0]; // server_name
+    ext.extend_from_slice(&be16(sni.len() + 2));
+    ext.extend_from_slice(&be16(sni.len()));
+    ext.extend_from_slice(&sni);
+    let mut hello = vec![3, 3];
+    hello.extend_from_slice(&[7u8; 32]); // random
+    hello.push(0); // no session id
+    hello.extend_from_slice(&[0, 2, 0x13, 0x01]); // TLS_AES_128_GCM_SHA256
+    hello.extend_from_slice(&[1, 0]); // null compression
+    hello.extend_from_slice(&be16(ext.len()));
+    hello.extend_from_slice(&ext);
+    let mut handshake = vec![1u8, 0]; // client_hello, 24-bit length
+    handshake.extend_from_slice(&be16(hello.len()));
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![0x16, 3, 1];
+    record.extend_from_slice(&be16(handshake.len()));
+    record.extend_from_slice(&handshake);
+    record
+}
