@@ -7,12 +7,14 @@
 //!   Pingora or rustls gave it: [`demoted`] names those lines by target and text. They are
 //!   counted in metrics by the code that sees them (`slidegate_tls_handshake_failures_total`,
 //!   `slidegate_client_aborts_total`).
-//! - Every other line goes through one token bucket, [`RATE`] lines per second with bursts of
+//! - Every other ERROR, WARN and INFO line goes through one token bucket, [`RATE`] lines per second with bursts of
 //!   [`BURST`], except the startup, reload and shutdown lines of slidegate's own modules
 //!   ([`exempt`]), which no client can cause. A line over the bucket is dropped and counted
 //!   in `slidegate_log_lines_suppressed_total`; at most every [`SUMMARY_INTERVAL`] one WARN
 //!   line says how many were dropped. So whatever a client sends, the log grows by at most
-//!   `BURST + RATE × seconds` lines plus one summary per interval.
+//!   `BURST + RATE × seconds` lines plus one summary per interval. DEBUG and TRACE lines,
+//!   written only when `RUST_LOG` asks for them, are not bounded: whoever turns them on wants
+//!   every one.
 
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -92,6 +94,13 @@ pub fn exempt(target: &str) -> bool {
             .strip_prefix(m)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
     })
+}
+
+/// Pure: does a line (not [`demoted`]) go through the bucket? ERROR, WARN and INFO lines do,
+/// but for slidegate's own lifecycle lines ([`exempt`]). DEBUG and TRACE lines are written
+/// only when an operator asked for them (`RUST_LOG`), to see everything: not bounded.
+pub fn bounded(level: Level, target: &str) -> bool {
+    level <= Level::Info && !exempt(target)
 }
 
 /// env_logger with [`demoted`] and the bucket in front.
@@ -175,7 +184,7 @@ impl Log for Limited {
         if !self.inner.matches(record) {
             return;
         }
-        if exempt(target) || self.admit() {
+        if !bounded(record.level(), target) || self.admit() {
             self.inner.log(record);
         }
     }
@@ -249,6 +258,15 @@ mod tests {
         ));
         assert!(!demoted("slidegate::proxy", "Downstream handshake error"));
         assert!(!demoted("pingora_core::server", "Bootstrap starting"));
+    }
+
+    #[test]
+    fn debug_and_lifecycle_lines_are_not_bounded() {
+        assert!(bounded(Level::Error, "pingora_proxy"));
+        assert!(bounded(Level::Info, "slidegate::proxy"));
+        assert!(!bounded(Level::Warn, "slidegate::reload"));
+        assert!(!bounded(Level::Debug, "pingora_proxy"));
+        assert!(!bounded(Level::Trace, "slidegate::proxy"));
     }
 
     #[test]
