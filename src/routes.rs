@@ -115,6 +115,8 @@ pub struct Rules {
     pub upstreams: Vec<UpstreamPool>,
     /// Client address resolution.
     pub client_ip: ClientIpResolver,
+    /// `server.server_header`: the `Server` field of every response (`None`: none).
+    pub server_header: Option<HeaderValue>,
 }
 
 /// What building rules can fail on: the steps that do I/O.
@@ -218,6 +220,7 @@ impl Rules {
             upstreams,
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())
                 .with_prefixes(config.client_ip.key_prefixes),
+            server_header: config.routing.server_header.clone(),
         })
     }
 

@@ -12,6 +12,7 @@
 //! resolution) is swapped in whole on reload. [`Config::restart_only_changes`] diffs the
 //! former field by field, so a new process-level setting is covered without a hand-kept list.
 
+mod answers;
 mod effective;
 mod raw;
 mod secrets;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
+pub use answers::{refused_response_header, ResponseField, ResponseHeaders};
 pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
 pub use secrets::{fingerprint, redacted_url, Secret};
@@ -226,6 +228,8 @@ pub struct RouteSpec {
     /// `max_delay` and `max_queue`: denials whose slot frees soon wait for it (`None`: every
     /// denial answers at once).
     pub smoothing: Option<Smoothing>,
+    /// `response_headers`: set on every response of the route, proxied or the proxy's own.
+    pub response_headers: ResponseHeaders,
 }
 
 /// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, whose
@@ -278,9 +282,12 @@ impl Default for DenyAnswer {
     }
 }
 
-/// Everything a reload swaps in at once: routes, upstreams, client address resolution.
+/// Everything a reload swaps in at once: routes, upstreams, client address resolution, and
+/// `server.server_header` (a `[server]` key, but one a reload may change).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoutingSpec {
+    /// `server.server_header`: the `Server` field of every response; `None`: none is sent.
+    pub server_header: Option<http::HeaderValue>,
     /// `[client_ip]`.
     pub client_ip: ClientIpSettings,
     /// `[upstreams.*]`, sorted by name.

@@ -51,11 +51,13 @@ impl SlideGate {
 
 mod ctx;
 mod delay;
+mod discard;
 mod gather;
 mod limiter;
 mod outcome;
 mod refund;
 mod respond;
+mod stamp;
 #[cfg(test)]
 mod tests;
 
@@ -112,7 +114,7 @@ impl ProxyHttp for SlideGate {
         let outcome = outcome(&checked);
         let route = ctx.route.map(|i| &rules.routes[i]);
         self.account(ctx, route, &outcome, checked.store_error());
-        respond::write_early(session, &outcome, route).await
+        respond::write_early(session, &outcome, route, &rules).await
     }
 
     async fn upstream_peer(
@@ -164,11 +166,16 @@ impl ProxyHttp for SlideGate {
         &self,
         session: &mut Session,
         e: &Error,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> FailToProxy {
         let code = respond::failure_status(e);
         if code > 0 {
-            if let Err(write) = respond::write_failure(session, code).await {
+            // A failure before `request_filter` has no rules yet: the current ones name the
+            // `Server`.
+            let rules = ctx.rules.clone().unwrap_or_else(|| self.rules.load_full());
+            let fields = ctx.route().map(|r| &r.spec.response_headers);
+            let server = rules.server_header.as_ref();
+            if let Err(write) = respond::write_failure(session, code, server, fields).await {
                 log::debug!("error response {code} not delivered: {write}");
             }
         }
@@ -278,6 +285,10 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         if let (Some(r), Some(route)) = (ctx.ratelimit.take(), ctx.route()) {
             insert_ratelimit_fields(resp, route, r)?;
+        }
+        if let Some(rules) = &ctx.rules {
+            let fields = ctx.route().map(|r| &r.spec.response_headers);
+            stamp::stamp(resp, rules.server_header.as_ref(), fields)?;
         }
         close_delimit_for_http10(session, resp);
         crate::request_id::echo(session.req_header(), resp)

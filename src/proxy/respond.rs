@@ -9,11 +9,14 @@ use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
+use super::discard::{self, Leftover, DISCARD_MAX};
 use super::outcome::Outcome;
+use super::stamp::stamp;
+use crate::config::ResponseHeaders;
 use crate::limiter::Verdict;
 use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs};
-use crate::routes::Route;
+use crate::routes::{Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
 const RATELIMIT_POLICY: &str = "RateLimit-Policy";
@@ -54,12 +57,15 @@ pub(super) fn failure_status(e: &pingora::Error) -> u16 {
 /// Write the response of an outcome slidegate answers itself (400, 404, 429, 503), the one
 /// place that knows which those are; `route` is the matched route, which a `429` needs for its
 /// fields. Returns whether a response was written, which is what `request_filter` returns.
+/// A small unread body is read and dropped after the answer (see [`discard`]), except after a
+/// `400`, which closes.
 pub(super) async fn write_early(
     session: &mut Session,
     outcome: &Outcome<'_>,
     route: Option<&Route>,
+    rules: &Rules,
 ) -> Result<bool> {
-    let (header, body) = match outcome {
+    let (mut header, body) = match outcome {
         Outcome::BadRequest(_) => {
             // Like nginx: 400 and close; nothing of this request reaches a route.
             session.set_keepalive(None);
@@ -93,7 +99,15 @@ pub(super) async fn write_early(
         | Outcome::Delayed(_)
         | Outcome::LocalAllowed(_) => return Ok(false),
     };
+    let fields = route.map(|r| &r.spec.response_headers);
+    stamp(&mut header, rules.server_header.as_ref(), fields)?;
+    let leftover = match outcome {
+        Outcome::BadRequest(_) => Leftover::Close,
+        _ => discard::leftover(discard::framing(session), DISCARD_MAX),
+    };
+    discard::prepare(session, leftover);
     respond(session, header, body).await?;
+    discard::finish(session, leftover).await;
     Ok(true)
 }
 
@@ -158,16 +172,22 @@ fn failure_detail(code: u16) -> &'static str {
 }
 
 /// Answer a request Pingora could not proxy with `code` and a problem document, like the 429,
-/// instead of Pingora's empty body and `Server: Pingora`. Nothing is written when a response
-/// has already started (Pingora's `write_error_response` checks), and the connection closes.
-pub(super) async fn write_failure(session: &mut Session, code: u16) -> Result<()> {
+/// instead of Pingora's empty body and `Server: Pingora`; `server` and the route's `fields`
+/// as on every response. Nothing is written when a response has already started (Pingora's
+/// `write_error_response` checks), and the connection closes.
+pub(super) async fn write_failure(
+    session: &mut Session,
+    code: u16,
+    server: Option<&HeaderValue>,
+    fields: Option<&ResponseHeaders>,
+) -> Result<()> {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
     let body: Bytes = Problem::new(status, failure_detail(code)).to_json().into();
     let mut header = ResponseHeader::build(status, Some(5))?;
     header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
     header.insert_header("Content-Length", body.len())?;
     header.insert_header("Cache-Control", "private, no-store")?;
-    header.insert_header("Server", "slidegate")?;
+    stamp(&mut header, server, fields)?;
     crate::request_id::echo(session.req_header(), &mut header)?;
     session
         .as_downstream_mut()

@@ -8,7 +8,7 @@
 //! body of which the second byte waits for [`Upstream::release`]; [`CHUNKED_HEADER`] sends a
 //! body without a length (chunked on HTTP/1.1). [`Upstream::start_tls`] serves HTTPS with
 //! HTTP/2 and HTTP/1.1 by ALPN. A request with `Upgrade` is answered `101` and the tunnel echoes
-//! what it receives.
+//! what it receives. [`FIELD_HEADER`] adds a response field of the client's choosing.
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
@@ -50,6 +50,10 @@ pub const DISCARD_HEADER: &str = "x-upstream-discard-body";
 /// Request header asking for this status (200..=599; default 200), e.g. `401` for a failed
 /// login.
 pub const STATUS_HEADER: &str = "x-upstream-status";
+
+/// Request header asking for a response field: `Name: value` (repeatable), e.g.
+/// `Server: gunicorn` for an upstream that names itself.
+pub const FIELD_HEADER: &str = "x-upstream-field";
 
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
@@ -277,9 +281,15 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         .and_then(|v| v.to_str().ok()?.parse::<u16>().ok())
         .filter(|s| (200..=599).contains(s))
         .unwrap_or(200);
-    let response = Response::builder()
+    let mut response = Response::builder()
         .status(status)
         .header("content-type", "text/plain");
+    for field in req.headers().get_all(FIELD_HEADER) {
+        let text = String::from_utf8_lossy(field.as_bytes()).into_owned();
+        if let Some((name, value)) = text.split_once(':') {
+            response = response.header(name.trim(), value.trim());
+        }
+    }
     let response = if req.headers().contains_key(GATED_HEADER) {
         let pieces = futures::stream::unfold(0u8, move |step| {
             let seen = seen.clone();

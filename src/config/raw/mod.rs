@@ -78,8 +78,14 @@ pub(super) struct RawServer {
     pub tls_key: Option<Spanned<PathBuf>>,
     #[serde(default)]
     pub h2c: bool,
+    /// `Server` on every response; `""` sends none.
+    #[serde(default = "default_server_header")]
+    pub server_header: Spanned<String>,
 }
 
+fn default_server_header() -> Spanned<String> {
+    Spanned::new(0..0, "slidegate".into())
+}
 fn default_threads() -> Spanned<Threads> {
     Spanned::new(0..0, Threads::Auto)
 }
@@ -293,6 +299,9 @@ pub(super) struct RawRoute {
     pub max_delay: Option<MaxDelay>,
     /// Waiters per bucket for `max_delay`.
     pub max_queue: Option<Spanned<u32>>,
+    /// Fields set on every response of the route (name → value).
+    #[serde(default)]
+    pub response_headers: BTreeMap<String, Spanned<String>>,
 }
 
 fn default_path_prefix() -> Spanned<String> {

@@ -18,6 +18,7 @@ use super::{
 use crate::keys::KeyPrefixes;
 use crate::limiter::Limit;
 
+mod answers;
 mod key;
 mod policy;
 mod redis_nodes;
@@ -124,6 +125,7 @@ impl Validator<'_> {
 
     /// The whole configuration.
     pub fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let server_header = self.server_header(&raw.server.server_header)?;
         let server = self.server(raw.server)?;
         let defaults = self.route_defaults(&raw.store)?;
         let store = self.store(raw.store)?;
@@ -140,6 +142,7 @@ impl Validator<'_> {
             store,
             log,
             routing: RoutingSpec {
+                server_header,
                 client_ip: ClientIpSettings {
                     key_prefixes: self.key_prefixes(&raw.client_ip)?,
                     trusted_proxies: (raw.client_ip.trusted_proxies.into_iter())
@@ -260,6 +263,7 @@ impl Validator<'_> {
         }
         let deny = self.deny_answer(i, &r, defaults.deny_status)?;
         let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
+        let response_headers = self.response_headers(i, &r.response_headers)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             host,
@@ -278,6 +282,7 @@ impl Validator<'_> {
             smoothing,
             deny,
             count_status: self.count_status(i, r.count_status.as_ref())?,
+            response_headers,
         })
     }
 }
