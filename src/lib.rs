@@ -20,7 +20,8 @@
 //! - [`drain`]: a graceful stop that exits once the last client connection closes.
 //! - [`healthcheck`]: `slidegate healthcheck`, the probe containers run.
 //! - [`state_log`]: WARN lines when a route's limiter changes state (outage, fallback, overflow).
-//! - [`tls`]: listener certificate (swapped on reload) and upstream TLS peers.
+//! - [`tls`]: the listener's certificates by SNI and minimum version (swapped whole on reload),
+//!   and upstream TLS peers.
 //! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
 //! - [`access_log`]: one line per request, written by a thread of its own.
 //! - [`log_hygiene`]: what Pingora's error log says about a request, and what it leaves out.

@@ -54,12 +54,12 @@ enum Tool {
 }
 
 /// What `-t` checks beyond loading: every upstream server resolves (the one check that needs
-/// DNS, as `nginx -t` does) and the TLS listener's certificate and key load.
+/// DNS, as `nginx -t` does) and the TLS listener's certificates and keys load.
 fn check(config: &Config) -> Result<(), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", config.source.display());
     slidegate::routes::Rules::build(config).map_err(|e| at(&e))?;
     if let Some(tls) = &config.server.tls {
-        slidegate::tls::load_certified_key(tls).map_err(|e| at(&e))?;
+        slidegate::tls::load_listener(tls).map_err(|e| e.in_config(&config.source).to_string())?;
     }
     Ok(())
 }

@@ -10,10 +10,11 @@ use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::Config;
+use crate::edge::TlsPort;
 use crate::limiter::Store;
 use crate::metrics::METRICS;
 use crate::routes::Rules;
-use crate::tls::{load_certified_key, CertResolver};
+use crate::tls::load_listener;
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,8 +48,8 @@ pub struct Reloader {
     store: Arc<dyn Store>,
     /// Also reload when the file's modification time or size changes (polled once a second).
     watch: bool,
-    /// The TLS listener's certificate, re-read on every reload.
-    certs: Option<Arc<CertResolver>>,
+    /// The TLS listener, whose certificates and versions are loaded again on every reload.
+    tls: Option<Arc<TlsPort>>,
 }
 
 impl Reloader {
@@ -64,14 +65,15 @@ impl Reloader {
             rules,
             store,
             watch,
-            certs: None,
+            tls: None,
         }
     }
 
-    /// Also re-read the TLS listener's certificate and key on every reload; a file that
-    /// cannot be used refuses the whole reload.
-    pub fn with_certificates(mut self, certs: Option<Arc<CertResolver>>) -> Self {
-        self.certs = certs;
+    /// Also load the TLS listener again on every reload (every certificate, its SNI names,
+    /// `tls_min_version`) and swap it in whole; a file that cannot be used refuses the whole
+    /// reload.
+    pub fn with_tls(mut self, tls: Option<Arc<TlsPort>>) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -96,18 +98,20 @@ impl Reloader {
             .and_then(|new| {
                 let in_file = |e: &dyn std::fmt::Display| format!("{}: {e}", new.source.display());
                 let rules = Rules::build(&new).map_err(|e| in_file(&e))?;
-                // Only a running TLS listener takes a new certificate; adding one needs a
+                // Only a running TLS listener takes new certificates; adding one needs a
                 // restart (reported by the diff below).
-                let cert = match (&self.certs, &new.server.tls) {
-                    (Some(_), Some(tls)) => Some(load_certified_key(tls).map_err(|e| in_file(&e))?),
+                let tls = match (&self.tls, &new.server.tls) {
+                    (Some(_), Some(tls)) => {
+                        Some(load_listener(tls).map_err(|e| e.in_config(&new.source).to_string())?)
+                    }
                     _ => None,
                 };
-                Ok((new, rules, cert))
+                Ok((new, rules, tls))
             }) {
-            Ok((new, rules, cert)) => {
+            Ok((new, rules, tls)) => {
                 let needs_restart = current.restart_only_changes(&new);
-                if let (Some(resolver), Some(cert)) = (&self.certs, cert) {
-                    resolver.replace(cert);
+                if let (Some(port), Some(tls)) = (&self.tls, tls) {
+                    port.replace(tls);
                 }
                 self.rules.store(Arc::new(rules));
                 self.store.rules_changed();

@@ -28,7 +28,7 @@ use crate::proxy::SlideGate;
 use crate::ratelimit_headers::ceil_secs;
 use crate::reload::Reloader;
 use crate::routes::Rules;
-use crate::tls::CertResolver;
+use crate::tls::load_listener;
 
 /// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
 /// stores get the exact local deny cache in front unless it is disabled.
@@ -206,15 +206,12 @@ fn add_listeners<A>(
 }
 
 /// The TLS listener's handshakes, if there is one.
-fn tls_port(
-    config: &Config,
-    certs: Option<&Arc<CertResolver>>,
-) -> anyhow::Result<Option<Arc<TlsPort>>> {
-    let (Some(tls), Some(certs)) = (&config.server.tls, certs) else {
+fn tls_port(config: &Config) -> anyhow::Result<Option<Arc<TlsPort>>> {
+    let Some(tls) = &config.server.tls else {
         return Ok(None);
     };
-    let settings = crate::tls::listener_settings(certs.clone())?;
-    Ok(Some(TlsPort::new(tls.listen, settings)))
+    let listener = load_listener(tls).map_err(|e| e.in_config(&config.source))?;
+    Ok(Some(TlsPort::new(tls.listen, listener)))
 }
 
 /// One startup line per listener, so an operator sees at once what is served where.
@@ -223,10 +220,13 @@ fn log_listeners(config: &Config) {
     let h2c = if s.h2c { " and h2c" } else { "" };
     log::info!("listening on http://{} (HTTP/1.1{h2c})", s.listen);
     if let Some(tls) = &s.tls {
+        let min = tls.min_version.as_str();
         log::info!(
-            "listening on https://{} (HTTP/2 and HTTP/1.1 by ALPN; certificate {})",
+            "listening on https://{} (HTTP/2 and HTTP/1.1 by ALPN, TLS {min} and up; default \
+             certificate {}, {} more by SNI)",
             tls.listen,
-            tls.cert.display()
+            tls.default_cert.cert.path.display(),
+            tls.certs.len()
         );
     }
     log::info!(
@@ -298,12 +298,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let store = build_store(&config)?;
     let local = build_local_fallback(&config);
-    let certs = match &config.server.tls {
-        Some(tls) => {
-            Some(CertResolver::load(tls).with_context(|| format!("{}", config.source.display()))?)
-        }
-        None => None,
-    };
+    let tls = tls_port(&config)?;
     let access_log =
         AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
     crate::log_hygiene::init();
@@ -349,7 +344,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     };
     let mut proxy = ListeningService::new(
         "Pingora HTTP Proxy Service".to_string(),
-        EdgeApp::new(app, limits).with_tls(tls_port(&config, certs.as_ref())?),
+        EdgeApp::new(app, limits).with_tls(tls.clone()),
     );
     let listen = add_listeners(&mut proxy, &config);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
@@ -383,7 +378,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let pid_file = config.server.pid_file.clone();
     server.add_service(background_service(
         "config reload",
-        Reloader::new(config, rules, store, options.watch).with_certificates(certs),
+        Reloader::new(config, rules, store, options.watch).with_tls(tls),
     ));
 
     catch_sighup_from_now_on()?;

@@ -2,8 +2,10 @@
 //! `slidegate -t` accepts again (like `nginx -T`).
 //!
 //! The file is read into its serde schema again, which fills in every default, and printed
-//! from it; what the validator derives (the pid file and upgrade socket paths, each route's
-//! inherited `on_error` and `deny_status`) is added from the model. Secrets are replaced by
+//! from it; what the validator derives (the pid file and upgrade socket paths,
+//! `tls_min_version` with a TLS listener, each route's inherited `on_error` and `deny_status`)
+//! is added from the model. A `[[tls.certs]]` entry without `names` is printed without them:
+//! they are read from its certificate. Secrets are replaced by
 //! [`REDACTED`]: `server.admin_token`, `store.master_password` and the password of every
 //! `store.url`/`store.urls` entry, whether written in the file or taken from `${ENV}`. Files
 //! (`password_file`, `admin_token_file`) are shown by path; their contents are never read here.
@@ -52,6 +54,10 @@ impl Config {
             server
                 .entry("upgrade_sock")
                 .or_insert_with(|| path(&self.server.upgrade_sock));
+            if let Some(tls) = &self.server.tls {
+                let min = Value::String(tls.min_version.as_str().into());
+                server.entry("tls_min_version").or_insert(min);
+            }
         }
         let Some(Value::Array(routes)) = doc.get_mut("routes") else {
             return;

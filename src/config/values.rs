@@ -70,7 +70,7 @@ pub struct UpstreamTimeouts {
 }
 
 /// A host match.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum HostMatch {
     /// `example.com`: that host only (case-insensitive, port ignored).
     Exact(String),

@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::listeners::tls::TlsSettings;
+use arc_swap::ArcSwap;
+use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
@@ -19,16 +20,24 @@ use pingora::protocols::Stream;
 /// The TLS listener's address and the acceptor for its handshakes.
 pub struct TlsPort {
     listen: SocketAddr,
-    acceptor: pingora::listeners::tls::Acceptor,
+    /// Swapped whole on reload: certificates, SNI names and versions change together.
+    acceptor: ArcSwap<Acceptor>,
 }
 
 impl TlsPort {
-    /// Handshakes for connections accepted on `listen`, with `settings`.
-    pub fn new(listen: SocketAddr, settings: TlsSettings) -> Arc<Self> {
+    /// Handshakes for connections accepted on `listen`, with `config` (see
+    /// [`crate::tls::load_listener`]).
+    pub fn new(listen: SocketAddr, config: Arc<rustls::ServerConfig>) -> Arc<Self> {
         Arc::new(TlsPort {
             listen,
-            acceptor: settings.build(),
+            acceptor: ArcSwap::from_pointee(Acceptor::from_server_config(config)),
         })
+    }
+
+    /// Handshakes from the next one on use `config`; those under way finish with the old one.
+    pub fn replace(&self, config: Arc<rustls::ServerConfig>) {
+        self.acceptor
+            .store(Arc::new(Acceptor::from_server_config(config)));
     }
 
     /// Was a connection with this local address accepted on the TLS listener?
@@ -47,7 +56,8 @@ impl TlsPort {
             return None;
         };
         let failures = &crate::metrics::METRICS.tls_handshake_failures;
-        match tokio::time::timeout(deadline, self.acceptor.tls_handshake(*l4)).await {
+        let acceptor = self.acceptor.load_full();
+        match tokio::time::timeout(deadline, acceptor.tls_handshake(*l4)).await {
             Ok(Ok(tls)) => Some(Box::new(tls)),
             Ok(Err(e)) => {
                 // A client's failed handshake is the client's business, not an error of ours:

@@ -121,8 +121,18 @@ impl Protocol {
 
     /// A client speaking this protocol, trusting only `ca_pem` for TLS.
     pub fn client(self, ca_pem: &str) -> reqwest::Client {
+        self.client_resolving(ca_pem, &[])
+    }
+
+    /// [`Protocol::client`] that resolves each of `hosts` (host name, address) without DNS and
+    /// keeps the server's certificate of each response (`reqwest::tls::TlsInfo`).
+    pub fn client_resolving(self, ca_pem: &str, hosts: &[(&str, SocketAddr)]) -> reqwest::Client {
         let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA pem");
-        let builder = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder().tls_info(true);
+        for (host, addr) in hosts {
+            builder = builder.resolve(host, *addr);
+        }
+        let builder = builder
             .tls_built_in_root_certs(false)
             .add_root_certificate(ca)
             .use_rustls_tls()
@@ -141,6 +151,35 @@ impl Protocol {
 /// Handshake with `addr` (SNI `localhost`), trusting nothing, and return the leaf certificate
 /// the server presented (DER).
 pub async fn presented_leaf(addr: SocketAddr) -> Vec<u8> {
+    handshake(addr, Some("localhost"), TLS_ANY)
+        .await
+        .expect("TLS handshake")
+        .leaf
+}
+
+/// TLS 1.2 and 1.3, for [`handshake`].
+pub const TLS_ANY: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS12, &rustls::version::TLS13];
+/// TLS 1.2 only, for [`handshake`]: a client the proxy refuses with `tls_min_version = "1.3"`.
+pub const TLS_12_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
+
+/// What a handshake agreed on.
+#[derive(Debug)]
+pub struct Handshake {
+    /// The leaf certificate the server presented (DER).
+    pub leaf: Vec<u8>,
+    /// The protocol version.
+    pub version: rustls::ProtocolVersion,
+}
+
+/// Handshake with `addr` offering `versions`, sending `sni` (`None`: no SNI extension, as a
+/// client connecting by IP address), trusting any certificate: what the server presents, or
+/// why the handshake failed.
+pub async fn handshake(
+    addr: SocketAddr,
+    sni: Option<&str>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<Handshake, String> {
     #[derive(Debug)]
     struct Anything(Arc<rustls::crypto::CryptoProvider>);
     impl rustls::client::danger::ServerCertVerifier for Anything {
@@ -186,7 +225,7 @@ pub async fn presented_leaf(addr: SocketAddr) -> Vec<u8> {
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .expect("protocol versions")
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(Anything(provider)))
@@ -195,19 +234,31 @@ pub async fn presented_leaf(addr: SocketAddr) -> Vec<u8> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect TLS listener");
-    let tls = tokio::time::timeout(
-        Duration::from_secs(10),
-        connector.connect(ServerName::try_from("localhost").unwrap(), tcp),
-    )
-    .await
-    .expect("TLS handshake timed out")
-    .expect("TLS handshake");
-    tls.get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .expect("server presented no certificate")
+    // rustls sends no SNI for an IP address.
+    let name = match sni {
+        Some(n) => ServerName::try_from(n.to_string()).expect("a DNS name"),
+        None => ServerName::IpAddress(addr.ip().into()),
+    };
+    let tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .expect("TLS handshake timed out")
+        .map_err(|e| e.to_string())?;
+    let conn = tls.get_ref().1;
+    Ok(Handshake {
+        leaf: conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec())
+            .expect("server presented no certificate"),
+        version: conn.protocol_version().expect("version after handshake"),
+    })
+}
+
+/// The DNS names of a certificate's subjectAltName (DER), as a client reads them.
+pub fn san_dns_names(der: &[u8]) -> Vec<String> {
+    let der = CertificateDer::from(der);
+    let cert = webpki::EndEntityCert::try_from(&der).expect("a parsable certificate");
+    cert.valid_dns_names().map(str::to_owned).collect()
 }
 
 /// A rustls server config for a test upstream serving `issued`, offering h2 and http/1.1.

@@ -35,6 +35,8 @@ pub(super) use threads::Threads;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub server: RawServer,
+    /// `[tls]`: the listener's certificates chosen by SNI.
+    pub tls: Option<RawTls>,
     #[serde(default)]
     pub store: RawStore,
     #[serde(default)]
@@ -76,6 +78,8 @@ pub(super) struct RawServer {
     pub tls_listen: Option<Spanned<SocketAddr>>,
     pub tls_cert: Option<Spanned<PathBuf>>,
     pub tls_key: Option<Spanned<PathBuf>>,
+    /// Default "1.2" (filled in by `-T` when `tls_listen` is set).
+    pub tls_min_version: Option<Spanned<super::TlsVersion>>,
     #[serde(default)]
     pub h2c: bool,
     /// `Server` on every response; `""` sends none.
@@ -86,6 +90,25 @@ pub(super) struct RawServer {
 fn default_server_header() -> Spanned<String> {
     Spanned::new(0..0, "slidegate".into())
 }
+
+/// `[tls]`.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    #[serde(default)]
+    pub certs: Vec<RawTlsCert>,
+}
+
+/// One `[[tls.certs]]` entry.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsCert {
+    pub cert: Spanned<PathBuf>,
+    pub key: Spanned<PathBuf>,
+    /// Absent: the DNS names of the certificate's subjectAltName.
+    pub names: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
 fn default_threads() -> Spanned<Threads> {
     Spanned::new(0..0, Threads::Auto)
 }

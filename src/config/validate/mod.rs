@@ -25,6 +25,7 @@ mod redis_nodes;
 mod secrets;
 mod sections;
 mod slots;
+mod tls;
 
 /// 1-based line of a byte offset.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
@@ -126,7 +127,7 @@ impl Validator<'_> {
     /// The whole configuration.
     pub fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let server_header = self.server_header(&raw.server.server_header)?;
-        let server = self.server(raw.server)?;
+        let server = self.server(raw.server, raw.tls)?;
         let defaults = self.route_defaults(&raw.store)?;
         let store = self.store(raw.store)?;
         let upstreams = self.upstreams(raw.upstreams)?;

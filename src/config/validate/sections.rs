@@ -1,4 +1,4 @@
-//! The per-section checks: `[server]` (listeners, TLS, client limits), `[log]`, `[store]` and
+//! The per-section checks: `[server]` (listeners, client limits; TLS in `tls`), `[log]`, `[store]` and
 //! `[upstreams.*]`. Routes, which refer to the others, are checked in the parent module.
 
 use std::collections::BTreeMap;
@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use redis::IntoConnectionInfo;
 use toml::Spanned;
 
-use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawUpstream};
+use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawTls, RawUpstream};
 use super::super::{
     AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl, ServerSettings,
-    StoreSettings, TlsListenerSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
+    StoreSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use super::{redis_nodes, Span, Validator};
 
@@ -18,7 +18,7 @@ use super::{redis_nodes, Span, Validator};
 /// fail later, at bind time: an unspecified address (0.0.0.0 / ::) takes the port on every
 /// interface, and `[::ffff:a.b.c.d]` is the same socket as `a.b.c.d`. Port 0 is exempt:
 /// ephemeral binds never collide.
-fn collide(a: SocketAddr, b: SocketAddr) -> bool {
+pub(super) fn collide(a: SocketAddr, b: SocketAddr) -> bool {
     let overlap = a.ip().is_unspecified()
         || b.ip().is_unspecified()
         || a.ip().to_canonical() == b.ip().to_canonical();
@@ -26,7 +26,11 @@ fn collide(a: SocketAddr, b: SocketAddr) -> bool {
 }
 
 impl Validator<'_> {
-    pub(super) fn server(&self, raw: RawServer) -> Result<ServerSettings, ConfigError> {
+    pub(super) fn server(
+        &self,
+        raw: RawServer,
+        tls: Option<RawTls>,
+    ) -> Result<ServerSettings, ConfigError> {
         // "auto" is resolved here, once: the model holds the count this host runs.
         let threads = raw.threads.get_ref().resolve();
         if threads == 0 || threads > 1024 {
@@ -61,7 +65,7 @@ impl Validator<'_> {
         }
         let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
-        let tls = self.tls_listener(&raw, listen, admin)?;
+        let tls = self.tls_listener(&raw, tls, listen, admin)?;
         // Per-instance defaults: two slidegates on one host must not share pingora's fixed
         // /tmp paths, or the second one's upgrade socket would hijack the first's.
         let tag = format!("slidegate-{}", listen.port());
@@ -105,51 +109,6 @@ impl Validator<'_> {
                 ),
             })
             .collect()
-    }
-
-    /// `server.tls_listen` and its certificate: all three keys or none. The files are read
-    /// when the listener is built ([`crate::tls`]), not here.
-    fn tls_listener(
-        &self,
-        raw: &RawServer,
-        listen: SocketAddr,
-        admin: SocketAddr,
-    ) -> Result<Option<TlsListenerSettings>, ConfigError> {
-        let Some(tls_listen) = &raw.tls_listen else {
-            for (field, key) in [
-                (&raw.tls_cert, "server.tls_cert"),
-                (&raw.tls_key, "server.tls_key"),
-            ] {
-                if let Some(v) = field {
-                    return self.err(Some(v.span()), key, "only used with server.tls_listen");
-                }
-            }
-            return Ok(None);
-        };
-        let addr = *tls_listen.get_ref();
-        for (other, name) in [(listen, "server.listen"), (admin, "server.admin_listen")] {
-            if collide(addr, other) {
-                return self.err(
-                    Some(tls_listen.span()),
-                    "server.tls_listen",
-                    format!("{addr} overlaps {name} {other}: use a different port"),
-                );
-            }
-        }
-        let path = |field: &Option<Spanned<std::path::PathBuf>>, key: &str| match field {
-            Some(p) if !p.get_ref().as_os_str().is_empty() => Ok(p.get_ref().clone()),
-            Some(p) => self.err(Some(p.span()), key, "must name a PEM file"),
-            None => self.err(
-                Some(tls_listen.span()),
-                key,
-                "required with server.tls_listen",
-            ),
-        };
-        Ok(Some(TlsListenerSettings {
-            listen: addr,
-            cert: path(&raw.tls_cert, "server.tls_cert")?,
-            key: path(&raw.tls_key, "server.tls_key")?,
-        }))
     }
 
     pub(super) fn log(&self, raw: RawLog) -> Result<LogSettings, ConfigError> {
