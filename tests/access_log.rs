@@ -9,6 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::log_file::wait_lines;
 use common::proxy::{closed_addr, send, ConfigBuilder, Proxy, ProxyOptions};
 use common::upstream::{Upstream, DELAY_HEADER};
 use tokio::io::AsyncWriteExt;
@@ -21,26 +22,6 @@ fn with_log(config: ConfigBuilder, access: &Path, format: &str) -> String {
             "[log]\naccess = {access:?}\nformat = \"{format}\""
         ))
         .build()
-}
-
-/// The log's lines once it has at least `n` (bounded wait: the writer flushes within
-/// milliseconds when idle).
-fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} has {} lines, expected {n}: {text}",
-            path.display(),
-            lines.len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn log_path(proxy_dir: &Path) -> PathBuf {

@@ -8,12 +8,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::fetch::url;
+use common::log_file::wait_lines;
 use common::proxy::{closed_addr, ConfigBuilder, Proxy};
 use common::redis::RedisServer;
 use common::tls::{client_hello_with_sni, tls_options, Protocol, TestCa};
@@ -22,25 +22,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The protocols a request-path feature is checked over.
 const PROTOCOLS: [Protocol; 3] = [Protocol::H1, Protocol::H2c, Protocol::H2Tls];
-
-/// The log's lines once it has at least `n` (bounded wait: the writer flushes within
-/// milliseconds when idle).
-fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} lines, want {n}: {text}",
-            lines.len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// One POST with a body, a user agent with quotes, a referer with a query and an
 /// `X-Request-Id` per protocol: each JSON line names the protocol as nginx's

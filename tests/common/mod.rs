@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod http;
 pub mod kept;
 pub mod load;
+pub mod log_file;
 pub mod nginx;
 pub mod ports;
 pub mod proxy;
