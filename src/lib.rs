@@ -27,9 +27,11 @@
 //! - [`log_hygiene`]: what Pingora's error log says about a request, and what it leaves out.
 //! - [`log_limit`]: the process log, with client-caused noise at DEBUG and a bound on its rate.
 //! - [`request_id`]: the `X-Request-Id` each request carries, kept or generated.
+//! - [`bench_switch`]: layer switches of a benchmark build (constant `true` in any other).
 
 pub mod access_log;
 pub mod admin;
+pub mod bench_switch;
 pub mod config;
 pub mod drain;
 pub mod edge;

@@ -107,6 +107,10 @@ fn main() -> ExitCode {
         }
         None => {}
     }
+    let off = slidegate::bench_switch::describe();
+    if !off.is_empty() {
+        log::warn!("benchmark build: layers switched off: {}", off.join(", "));
+    }
     let options = slidegate::server::RunOptions {
         upgrade: cli.upgrade,
         watch: cli.watch,

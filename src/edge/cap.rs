@@ -62,7 +62,13 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             }
             _ => stream,
         };
-        let mut next = Some(Box::new(EdgeStream::new(stream, self.limits)) as Stream);
+        let mut next = Some(
+            if crate::bench_switch::on(crate::bench_switch::Layer::Edge) {
+                Box::new(EdgeStream::new(stream, self.limits)) as Stream
+            } else {
+                stream
+            },
+        );
         // Run any reuse here, not in Pingora's loop, so the permit is held until the end.
         while let Some(stream) = next {
             next = self.inner.process_new(stream, shutdown).await;

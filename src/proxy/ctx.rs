@@ -82,7 +82,9 @@ impl RequestCtx {
 
     /// Count a decision and remember it for the access log.
     pub(super) fn record(&mut self, route: &Route, decision: Decision) {
-        route.metrics.decision(decision);
+        if crate::bench_switch::on(crate::bench_switch::Layer::Metrics) {
+            route.metrics.decision(decision);
+        }
         self.decision = Some(decision);
     }
 }

@@ -7,6 +7,7 @@ use pingora::proxy::Session;
 
 use super::outcome::{Checked, DecidedBy, Outcome};
 use super::{refund, respond, RequestCtx, SlideGate};
+use crate::bench_switch::{on, Layer};
 use crate::keys::KeyInput;
 use crate::limiter::StoreError;
 use crate::metrics::METRICS;
@@ -22,10 +23,12 @@ impl SlideGate {
         ctx: &mut RequestCtx,
         rules: &Rules,
     ) -> Checked {
-        ctx.form = match request_form::check(session.req_header_mut()) {
-            Ok(form) => form,
-            Err(why) => return Checked::BadForm(why),
-        };
+        if on(Layer::RequestForm) {
+            ctx.form = match request_form::check(session.req_header_mut()) {
+                Ok(form) => form,
+                Err(why) => return Checked::BadForm(why),
+            };
+        }
         let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
         let client = rules.client_ip.resolve(peer, &req.headers);
