@@ -24,6 +24,8 @@ use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::{ErrorType, OrErr, Result};
 
+use crate::config::ForwardedHeader::{Forwarded, XForwardedFor, XForwardedProto, XRealIp};
+use crate::config::ForwardedHeaders;
 use crate::keys::IpText;
 
 /// How the client reached this listener.
@@ -67,6 +69,8 @@ pub struct Hop {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`, as a map key.
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Real-IP`, as a map key.
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// Headers that rebuild the client's URL, believed only from `trusted_proxies` (see the table).
 const TRUSTED_ONLY: [HeaderName; 6] = [
@@ -110,15 +114,21 @@ impl OwnHop {
     }
 }
 
-/// Rewrite the forwarding headers of a request about to go upstream; `own` are the values of
-/// its connection's hop if the connection keeps them (see [`OwnHop`]).
+/// Rewrite the forwarding headers of a request about to go upstream: those in `set`
+/// (`server.forwarded_headers`) are set, the others removed; `own` are the values of its
+/// connection's hop if the connection keeps them (see [`OwnHop`]).
 ///
 /// Runs on every proxied request, so a value that is not `own`'s is built in a `Vec` of
 /// exactly its length, which becomes the [`HeaderValue`] without a copy (from a `Vec` whose
 /// length is not its capacity, `Bytes` allocates a second block), and addresses are written
 /// with [`IpText`] rather than `fmt`. The names are `&'static str` so that Pingora's
 /// case-preserving map does not copy them.
-pub fn apply(req: &mut RequestHeader, hop: &Hop, own: Option<&OwnHop>) -> Result<()> {
+pub fn apply(
+    req: &mut RequestHeader,
+    hop: &Hop,
+    own: Option<&OwnHop>,
+    set: ForwardedHeaders,
+) -> Result<()> {
     let own = own.filter(|o| o.serves(hop));
     let fresh;
     let peer = match own {
@@ -128,36 +138,11 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop, own: Option<&OwnHop>) -> Result
             fresh.as_bytes()
         }
     };
-
-    // X-Forwarded-For: the client's lines (bytes as sent), joined in order, then the peer.
-    let prior = req.headers.get_all(&X_FORWARDED_FOR);
-    let xff = match own {
-        Some(o) if prior.iter().next().is_none() => o.addr.clone(),
-        _ => {
-            let mut xff = Vec::with_capacity(joined_len(&prior) + peer.len());
-            for prev in &prior {
-                xff.extend_from_slice(prev.as_bytes());
-                xff.extend_from_slice(b", ");
-            }
-            xff.extend_from_slice(peer);
-            value(xff)?
-        }
-    };
-
-    // Forwarded: append our hop to a trusted proxy's list, else start the list at us.
-    let prior = hop.peer_trusted.then(|| req.headers.get_all(FORWARDED));
-    let forwarded = match own {
-        Some(o) if prior.as_ref().is_none_or(|p| p.iter().next().is_none()) => o.forwarded.clone(),
-        _ => value(forwarded(prior.as_ref(), hop.peer, peer, hop.scheme))?,
-    };
-
-    // X-Real-IP: always ours.
-    let real_ip = match own {
-        _ if hop.client != hop.peer => value(IpText::new(hop.client).as_bytes().to_vec())?,
-        Some(o) => o.addr.clone(),
-        None => value(peer.to_vec())?,
-    };
-
+    let wanted = |h| set.contains(h);
+    let xff = (wanted(XForwardedFor).then(|| xff_value(req, own, peer))).transpose()?;
+    let forwarded =
+        (wanted(Forwarded).then(|| forwarded_value(req, hop, own, peer))).transpose()?;
+    let real_ip = (wanted(XRealIp).then(|| real_ip_value(hop, own, peer))).transpose()?;
     // X-Forwarded-Proto: only a trusted proxy in front of us knows the client's scheme.
     let keep_proto = hop.peer_trusted && {
         let mut values = req.headers.get_all(&X_FORWARDED_PROTO).iter();
@@ -166,18 +151,102 @@ pub fn apply(req: &mut RequestHeader, hop: &Hop, own: Option<&OwnHop>) -> Result
             (Some(b"http" | b"https"), None)
         )
     };
+    let proto = match wanted(XForwardedProto) {
+        true if keep_proto => Keep,
+        true => Set(hop.scheme.header_value()),
+        false => Remove,
+    };
 
-    if !hop.peer_trusted {
+    // One pass over the names the request has (a few) instead of six removals, each hashing a
+    // name the request almost never has.
+    if !hop.peer_trusted && req.headers.keys().any(is_trusted_only) {
         for name in &TRUSTED_ONLY {
             req.remove_header(name);
         }
     }
-    req.insert_header("X-Forwarded-For", xff)?;
-    if !keep_proto {
-        req.insert_header("X-Forwarded-Proto", hop.scheme.header_value())?;
+    write(
+        req,
+        &X_FORWARDED_FOR,
+        "X-Forwarded-For",
+        xff.map_or(Remove, Set),
+    )?;
+    write(req, &X_FORWARDED_PROTO, "X-Forwarded-Proto", proto)?;
+    write(req, &X_REAL_IP, "X-Real-IP", real_ip.map_or(Remove, Set))?;
+    write(req, &FORWARDED, "Forwarded", forwarded.map_or(Remove, Set))
+}
+
+/// What becomes of one forwarding header.
+enum Field {
+    /// Replace every field of the name with this value.
+    Set(HeaderValue),
+    /// Leave what the (trusted) client sent.
+    Keep,
+    /// Not in `server.forwarded_headers`: remove what a client sent.
+    Remove,
+}
+use Field::{Keep, Remove, Set};
+
+/// Carry out `field` for `name`, spelled `spelled` on HTTP/1 (a `&'static str`, so that
+/// Pingora's case-preserving map does not copy it).
+fn write(
+    req: &mut RequestHeader,
+    name: &HeaderName,
+    spelled: &'static str,
+    field: Field,
+) -> Result<()> {
+    match field {
+        Set(v) => req.insert_header(spelled, v),
+        Keep => Ok(()),
+        Remove => {
+            req.remove_header(name);
+            Ok(())
+        }
     }
-    req.insert_header("X-Real-IP", real_ip)?;
-    req.insert_header("Forwarded", forwarded)
+}
+
+/// `X-Forwarded-For`: the client's lines (bytes as sent), joined in order, then the peer.
+fn xff_value(req: &RequestHeader, own: Option<&OwnHop>, peer: &[u8]) -> Result<HeaderValue> {
+    let prior = req.headers.get_all(&X_FORWARDED_FOR);
+    if let (Some(o), None) = (own, prior.iter().next()) {
+        return Ok(o.addr.clone());
+    }
+    let mut xff = Vec::with_capacity(joined_len(&prior) + peer.len());
+    for prev in &prior {
+        xff.extend_from_slice(prev.as_bytes());
+        xff.extend_from_slice(b", ");
+    }
+    xff.extend_from_slice(peer);
+    value(xff)
+}
+
+/// `Forwarded`: our hop appended to a trusted proxy's list, else the list started at us.
+fn forwarded_value(
+    req: &RequestHeader,
+    hop: &Hop,
+    own: Option<&OwnHop>,
+    peer: &[u8],
+) -> Result<HeaderValue> {
+    let prior = hop.peer_trusted.then(|| req.headers.get_all(FORWARDED));
+    match own {
+        Some(o) if prior.as_ref().is_none_or(|p| p.iter().next().is_none()) => {
+            Ok(o.forwarded.clone())
+        }
+        _ => value(forwarded(prior.as_ref(), hop.peer, peer, hop.scheme)),
+    }
+}
+
+/// `X-Real-IP`: always ours, the resolved client.
+fn real_ip_value(hop: &Hop, own: Option<&OwnHop>, peer: &[u8]) -> Result<HeaderValue> {
+    match own {
+        _ if hop.client != hop.peer => value(IpText::new(hop.client).as_bytes().to_vec()),
+        Some(o) => Ok(o.addr.clone()),
+        None => value(peer.to_vec()),
+    }
+}
+
+/// Is `name` one of [`TRUSTED_ONLY`]? They all start `x-`, which most names do not.
+fn is_trusted_only(name: &HeaderName) -> bool {
+    name.as_str().starts_with("x-") && TRUSTED_ONLY.contains(name)
 }
 
 /// The `Forwarded` value: `prior` (a trusted proxy's list) joined, then our hop, from `peer`
@@ -247,9 +316,9 @@ mod tests {
     /// header and its case on the wire; the result of the first.
     fn apply(req: &mut RequestHeader, hop: &Hop) -> Result<()> {
         let mut again = req.clone();
-        super::apply(req, hop, None)?;
+        super::apply(req, hop, None, ForwardedHeaders::all())?;
         let own = OwnHop::new(hop.peer, hop.scheme)?;
-        super::apply(&mut again, hop, Some(&own))?;
+        super::apply(&mut again, hop, Some(&own), ForwardedHeaders::all())?;
         let mut wire = (Vec::new(), Vec::new());
         req.header_to_h1_wire(&mut wire.0);
         again.header_to_h1_wire(&mut wire.1);
@@ -257,9 +326,9 @@ mod tests {
         // Values kept for another peer are not used.
         let mut other = req.clone();
         let stranger = OwnHop::new("192.0.2.99".parse().unwrap(), hop.scheme)?;
-        super::apply(&mut other, hop, Some(&stranger))?;
+        super::apply(&mut other, hop, Some(&stranger), ForwardedHeaders::all())?;
         let mut after = req.clone();
-        super::apply(&mut after, hop, None)?;
+        super::apply(&mut after, hop, None, ForwardedHeaders::all())?;
         let mut wire = (Vec::new(), Vec::new());
         other.header_to_h1_wire(&mut wire.0);
         after.header_to_h1_wire(&mut wire.1);
@@ -307,6 +376,44 @@ mod tests {
         for (name, _) in URL_HEADERS {
             assert!(get(&req, name).is_empty(), "{name} was passed on");
         }
+    }
+
+    #[test]
+    fn untrusted_peer_cannot_rebuild_the_url_with_any_one_of_them() {
+        for (name, value) in URL_HEADERS {
+            let mut req = request(&[("Accept", "*/*"), (name, value), ("User-Agent", "t")]);
+            apply(&mut req, &hop("203.0.113.7", false, Scheme::Http)).unwrap();
+            assert!(get(&req, name).is_empty(), "{name} alone was passed on");
+            assert_eq!(get(&req, "accept"), ["*/*"]);
+        }
+    }
+
+    #[test]
+    fn headers_outside_the_set_are_removed_not_passed_on() {
+        let forged = [
+            ("X-Forwarded-For", "6.6.6.6"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Real-IP", "6.6.6.6"),
+            ("Forwarded", "for=6.6.6.6"),
+        ];
+        let only_xff = ForwardedHeaders::NONE.with(XForwardedFor);
+        let mut req = request(&forged);
+        let h = hop("203.0.113.7", false, Scheme::Http);
+        super::apply(&mut req, &h, None, only_xff).unwrap();
+        assert_eq!(get(&req, "x-forwarded-for"), ["6.6.6.6, 203.0.113.7"]);
+        for name in ["x-forwarded-proto", "x-real-ip", "forwarded"] {
+            assert!(get(&req, name).is_empty(), "{name} was passed on");
+        }
+        let mut req = request(&forged);
+        super::apply(&mut req, &h, None, ForwardedHeaders::NONE).unwrap();
+        for (name, _) in forged {
+            assert!(get(&req, name).is_empty(), "{name} was passed on");
+        }
+        // A trusted proxy's scheme is kept only while the header is in the set.
+        let trusted = hop("10.0.0.1", true, Scheme::Http);
+        let mut req = request(&forged);
+        super::apply(&mut req, &trusted, None, only_xff.with(XForwardedProto)).unwrap();
+        assert_eq!(get(&req, "x-forwarded-proto"), ["https"]);
     }
 
     #[test]

@@ -11,8 +11,12 @@ use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 
-/// `x-request-id`.
+/// `x-request-id`, as a map key.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The name as written on HTTP/1: a `&'static str` is the one name Pingora's `insert_header`
+/// neither copies nor lowercases (a `HeaderName` is copied into its case map).
+const SPELLED: &str = "X-Request-Id";
 
 /// Longest id kept as sent.
 pub const MAX_LEN: usize = 128;
@@ -46,7 +50,7 @@ pub fn generate() -> HeaderValue {
 pub fn assign(req: &mut RequestHeader) {
     if incoming(&req.headers).is_none() {
         // Replaces every field of the name: one id per request.
-        let _ = req.insert_header(X_REQUEST_ID, generate());
+        let _ = req.insert_header(SPELLED, generate());
     }
 }
 
@@ -58,7 +62,7 @@ pub fn of(req: &RequestHeader) -> Option<&HeaderValue> {
 /// Return the request's id on a response to it.
 pub fn echo(req: &RequestHeader, resp: &mut ResponseHeader) -> pingora::Result<()> {
     match of(req) {
-        Some(id) => resp.insert_header(X_REQUEST_ID, id.clone()),
+        Some(id) => resp.insert_header(SPELLED, id.clone()),
         None => Ok(()),
     }
 }

@@ -117,6 +117,10 @@ pub struct Rules {
     pub client_ip: ClientIpResolver,
     /// `server.server_header`: the `Server` field of every response (`None`: none).
     pub server_header: Option<HeaderValue>,
+    /// `server.forwarded_headers`: set on every proxied request, the others removed.
+    pub forwarded_headers: crate::config::ForwardedHeaders,
+    /// `server.request_id`: what is done with `X-Request-Id`.
+    pub request_id: crate::config::RequestIdMode,
 }
 
 /// What building rules can fail on: the steps that do I/O.
@@ -221,6 +225,8 @@ impl Rules {
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())
                 .with_prefixes(config.client_ip.key_prefixes),
             server_header: config.routing.server_header.clone(),
+            forwarded_headers: config.routing.forwarded_headers,
+            request_id: config.routing.request_id,
         })
     }
 

@@ -601,6 +601,33 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "not a DNS name",
         },
         Case {
+            what: "unknown forwarded header",
+            toml: edit(
+                "grace_period = \"1s\"",
+                "grace_period = \"1s\"\nforwarded_headers = [\"X-Forwarded-For\", \"x-forwarded-host\"]",
+            ),
+            key: "server.forwarded_headers[1]",
+            line_of: Some("forwarded_headers"),
+            message: "one of x-forwarded-for, x-forwarded-proto, x-real-ip, forwarded",
+        },
+        Case {
+            what: "forwarded header twice",
+            toml: edit(
+                "grace_period = \"1s\"",
+                "grace_period = \"1s\"\nforwarded_headers = [\"x-real-ip\", \"X-Real-IP\"]",
+            ),
+            key: "server.forwarded_headers[1]",
+            line_of: Some("forwarded_headers"),
+            message: "x-real-ip is listed twice",
+        },
+        Case {
+            what: "unknown request id mode",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"1s\"\nrequest_id = \"always\""),
+            key: "server.request_id",
+            line_of: Some("request_id"),
+            message: "unknown variant `always`",
+        },
+        Case {
             what: "unknown log format",
             toml: format!("{BASE}\n[log]\naccess = \"stdout\"\nformat = \"xml\"\n"),
             key: "log.format",
@@ -642,6 +669,29 @@ fn bad_configs_are_refused_with_file_key_and_line() {
 fn accepted(toml: &str) -> Config {
     Config::from_toml(Path::new("accepted.toml"), toml)
         .unwrap_or_else(|e| panic!("refused: {e}\n{toml}"))
+}
+
+#[test]
+fn forwarded_headers_and_request_id_default_to_all_and_on() {
+    use slidegate::config::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
+    let c = accepted(BASE);
+    assert_eq!(c.forwarded_headers, ForwardedHeaders::all());
+    assert_eq!(c.request_id, RequestIdMode::On);
+    let c = accepted(&edit(
+        "grace_period = \"1s\"",
+        "grace_period = \"1s\"\nforwarded_headers = [\"X-Forwarded-For\"]\nrequest_id = \"upstream\"",
+    ));
+    assert_eq!(
+        c.forwarded_headers,
+        ForwardedHeaders::NONE.with(ForwardedHeader::XForwardedFor)
+    );
+    assert_eq!(c.request_id, RequestIdMode::Upstream);
+    let c = accepted(&edit(
+        "grace_period = \"1s\"",
+        "grace_period = \"1s\"\nforwarded_headers = []\nrequest_id = \"off\"",
+    ));
+    assert_eq!(c.forwarded_headers, ForwardedHeaders::NONE);
+    assert_eq!(c.request_id, RequestIdMode::Off);
 }
 
 #[test]

@@ -15,6 +15,7 @@
 mod answers;
 mod effective;
 mod raw;
+mod request_headers;
 mod secrets;
 mod store;
 mod validate;
@@ -34,6 +35,7 @@ pub use crate::keys::KeySpec;
 pub use answers::{refused_response_header, ResponseField, ResponseHeaders};
 pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
+pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
@@ -340,11 +342,16 @@ impl Default for DenyAnswer {
 }
 
 /// Everything a reload swaps in at once: routes, upstreams, client address resolution, and
-/// `server.server_header` (a `[server]` key, but one a reload may change).
+/// what is added to requests and responses (`server.server_header`, `forwarded_headers`,
+/// `request_id`: `[server]` keys, but ones a reload may change).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoutingSpec {
     /// `server.server_header`: the `Server` field of every response; `None`: none is sent.
     pub server_header: Option<http::HeaderValue>,
+    /// `server.forwarded_headers`.
+    pub forwarded_headers: ForwardedHeaders,
+    /// `server.request_id`.
+    pub request_id: RequestIdMode,
     /// `[client_ip]`.
     pub client_ip: ClientIpSettings,
     /// `[upstreams.*]`, sorted by name.

@@ -12,6 +12,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
 use crate::access_log::{tls_version_name, AccessLog, Record};
+use crate::bench_switch::{on, Layer};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::limiter::Store;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
@@ -74,7 +75,7 @@ impl ProxyHttp for SlideGate {
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
-            in_flight: Some(InFlight::enter()),
+            in_flight: on(Layer::Metrics).then(InFlight::enter),
             ..RequestCtx::default()
         }
     }
@@ -106,9 +107,11 @@ impl ProxyHttp for SlideGate {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        // First: every answer, the 400s of `check` included, carries the id.
-        crate::request_id::assign(session.req_header_mut());
         let rules = self.rules.load_full();
+        // First: every answer, the 400s of `check` included, carries the id.
+        if rules.request_id.assigns() && on(Layer::RequestId) {
+            crate::request_id::assign(session.req_header_mut());
+        }
         ctx.rules = Some(rules.clone());
         let checked = self.check(session, ctx, &rules).await;
         let outcome = outcome(&checked);
@@ -175,7 +178,9 @@ impl ProxyHttp for SlideGate {
             let rules = ctx.rules.clone().unwrap_or_else(|| self.rules.load_full());
             let fields = ctx.route().map(|r| &r.spec.response_headers);
             let server = rules.server_header.as_ref();
-            if let Err(write) = respond::write_failure(session, code, server, fields).await {
+            let echo_id = rules.request_id.echoes();
+            if let Err(write) = respond::write_failure(session, code, server, fields, echo_id).await
+            {
                 log::debug!("error response {code} not delivered: {write}");
             }
         }
@@ -220,7 +225,12 @@ impl ProxyHttp for SlideGate {
         let upstream_name = (ctx.route().zip(ctx.rules.as_ref())).map_or("", |(route, rules)| {
             &rules.upstreams[route.spec.upstream].name
         });
-        request_form::forward(&ctx.form, upstream_request, upstream_name)?;
+        if on(Layer::RequestForm) {
+            request_form::forward(&ctx.form, upstream_request, upstream_name)?;
+        }
+        if !on(Layer::Forwarding) {
+            return Ok(());
+        }
         if let (Some(peer), Some(rules)) = (peer_ip(session), ctx.rules.as_ref()) {
             let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
             let scheme = if tls { Scheme::Https } else { Scheme::Http };
@@ -233,7 +243,8 @@ impl ProxyHttp for SlideGate {
             if ctx.own_hop.is_none() {
                 ctx.own_hop = OwnHop::new(peer, scheme).ok().map(Arc::new);
             }
-            forwarding::apply(upstream_request, &hop, ctx.own_hop.as_deref())?;
+            let set = rules.forwarded_headers;
+            forwarding::apply(upstream_request, &hop, ctx.own_hop.as_deref(), set)?;
         }
         Ok(())
     }
@@ -251,7 +262,10 @@ impl ProxyHttp for SlideGate {
         let Some(route) = ctx.route() else {
             return Ok(());
         };
-        route.metrics.upstream_status(status.as_u16());
+        let metrics = on(Layer::Metrics);
+        if metrics {
+            route.metrics.upstream_status(status.as_u16());
+        }
         // The slot is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its slot taken.
         let mut held = None;
@@ -267,7 +281,7 @@ impl ProxyHttp for SlideGate {
             !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
         if final_head && ctx.timing.upstream_head.is_none() {
             let now = Instant::now();
-            if let Some(start) = ctx.timing.upstream_start {
+            if let (Some(start), true) = (ctx.timing.upstream_start, metrics) {
                 let took = now.saturating_duration_since(start);
                 route.metrics.upstream_duration.observe(took.as_secs_f64());
             }
@@ -283,15 +297,24 @@ impl ProxyHttp for SlideGate {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if let (Some(r), Some(route)) = (ctx.ratelimit.take(), ctx.route()) {
+        if let (Some(r), Some(route), true) = (
+            ctx.ratelimit.take(),
+            ctx.route(),
+            on(Layer::RateLimitFields),
+        ) {
             insert_ratelimit_fields(resp, route, r)?;
         }
-        if let Some(rules) = &ctx.rules {
+        if let (Some(rules), true) = (&ctx.rules, on(Layer::AnswerHeaders)) {
             let fields = ctx.route().map(|r| &r.spec.response_headers);
             stamp::stamp(resp, rules.server_header.as_ref(), fields)?;
         }
         close_delimit_for_http10(session, resp);
-        crate::request_id::echo(session.req_header(), resp)
+        match &ctx.rules {
+            Some(rules) if rules.request_id.echoes() && on(Layer::RequestId) => {
+                crate::request_id::echo(session.req_header(), resp)
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
@@ -301,7 +324,9 @@ impl ProxyHttp for SlideGate {
             Some(route) => &route.metrics.request_duration,
             None => &*NO_ROUTE_DURATION,
         };
-        histogram.observe(duration.as_secs_f64());
+        if on(Layer::Metrics) {
+            histogram.observe(duration.as_secs_f64());
+        }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
         if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
@@ -342,7 +367,10 @@ impl ProxyHttp for SlideGate {
             bytes_sent: session.body_bytes_sent(),
             user_agent: header(http::header::USER_AGENT),
             referer: header(http::header::REFERER),
-            request_id: crate::request_id::of(req).map(http::HeaderValue::as_bytes),
+            request_id: (ctx.rules.as_ref())
+                .filter(|r| r.request_id.assigns())
+                .and_then(|_| crate::request_id::of(req))
+                .map(http::HeaderValue::as_bytes),
         });
     }
 

@@ -101,6 +101,9 @@ pub(super) async fn write_early(
     };
     let fields = route.map(|r| &r.spec.response_headers);
     stamp(&mut header, rules.server_header.as_ref(), fields)?;
+    if rules.request_id.echoes() {
+        crate::request_id::echo(session.req_header(), &mut header)?;
+    }
     let leftover = match outcome {
         Outcome::BadRequest(_) => Leftover::Close,
         _ => discard::leftover(discard::framing(session), DISCARD_MAX),
@@ -173,13 +176,14 @@ fn failure_detail(code: u16) -> &'static str {
 
 /// Answer a request Pingora could not proxy with `code` and a problem document, like the 429,
 /// instead of Pingora's empty body and `Server: Pingora`; `server` and the route's `fields`
-/// as on every response. Nothing is written when a response has already started (Pingora's
-/// `write_error_response` checks), and the connection closes.
+/// as on every response, and the request id when `echo_id`. Nothing is written when a response
+/// has already started (Pingora's `write_error_response` checks), and the connection closes.
 pub(super) async fn write_failure(
     session: &mut Session,
     code: u16,
     server: Option<&HeaderValue>,
     fields: Option<&ResponseHeaders>,
+    echo_id: bool,
 ) -> Result<()> {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
     let body: Bytes = Problem::new(status, failure_detail(code)).to_json().into();
@@ -188,7 +192,9 @@ pub(super) async fn write_failure(
     header.insert_header("Content-Length", body.len())?;
     header.insert_header("Cache-Control", "private, no-store")?;
     stamp(&mut header, server, fields)?;
-    crate::request_id::echo(session.req_header(), &mut header)?;
+    if echo_id {
+        crate::request_id::echo(session.req_header(), &mut header)?;
+    }
     session
         .as_downstream_mut()
         .write_error_response(header, body)
@@ -202,7 +208,6 @@ async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes)
         header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
     }
     header.insert_header("Content-Length", body.len())?;
-    crate::request_id::echo(session.req_header(), &mut header)?;
     session
         .write_response_header(Box::new(header), false)
         .await?;

@@ -85,6 +85,17 @@ pub(super) struct RawServer {
     /// `Server` on every response; `""` sends none.
     #[serde(default = "default_server_header")]
     pub server_header: Spanned<String>,
+    /// Forwarding headers set on proxied requests; the others are removed from them.
+    #[serde(default = "default_forwarded_headers")]
+    pub forwarded_headers: Spanned<Vec<Spanned<String>>>,
+    /// `X-Request-Id`: `"on"`, `"upstream"` or `"off"`.
+    #[serde(default)]
+    pub request_id: super::RequestIdMode,
+}
+
+fn default_forwarded_headers() -> Spanned<Vec<Spanned<String>>> {
+    let names = super::ForwardedHeader::ALL.map(|h| Spanned::new(0..0, h.name().to_string()));
+    Spanned::new(0..0, names.into())
 }
 
 fn default_server_header() -> Spanned<String> {

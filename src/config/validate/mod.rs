@@ -22,6 +22,7 @@ mod answers;
 mod key;
 mod policy;
 mod redis_nodes;
+mod request_headers;
 mod secrets;
 mod sections;
 mod slots;
@@ -127,6 +128,8 @@ impl Validator<'_> {
     /// The whole configuration.
     pub fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let server_header = self.server_header(&raw.server.server_header)?;
+        let forwarded_headers = self.forwarded_headers(&raw.server.forwarded_headers)?;
+        let request_id = raw.server.request_id;
         let server = self.server(raw.server, raw.tls)?;
         let defaults = self.route_defaults(&raw.store)?;
         let store = self.store(raw.store)?;
@@ -144,6 +147,8 @@ impl Validator<'_> {
             log,
             routing: RoutingSpec {
                 server_header,
+                forwarded_headers,
+                request_id,
                 client_ip: ClientIpSettings {
                     key_prefixes: self.key_prefixes(&raw.client_ip)?,
                     trusted_proxies: (raw.client_ip.trusted_proxies.into_iter())
