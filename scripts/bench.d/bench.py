@@ -29,6 +29,7 @@ CASES = {
     "I": "slidegate, no limits, HTTP/1.1 over TLS (wrk)",
     "L": "nginx + Lua + Redis, the common ZSET script per request (allowed path)",
     "M": "minimal Pingora proxy (examples/minimal_proxy.rs)",
+    "N": "slidegate, no limits, only `X-Forwarded-For`, no `X-Request-Id`",
 }
 REDIS_CASES = ("E", "F", "L")
 SCRIPT_CMDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -345,6 +346,10 @@ def cmd_report(args):
     cm = paired_ratio(by_case, "C", "M") if have("C", "M") else None
     target("slidegate no-limit route ≥ 0.95× minimal Pingora proxy (C / M req/s)",
            "not measured" if cm is None else f"{cm:.3f}×", None if cm is None else cm >= 0.95)
+    nm = paired_ratio(by_case, "N", "M") if have("N", "M") else None
+    if nm is not None:
+        target("no-limit route with only X-Forwarded-For and no X-Request-Id ≥ 0.95× minimal "
+               "Pingora proxy (N / M req/s)", f"{nm:.3f}×", nm >= 0.95)
     for case, label, limit in (("D", "memory-store route", 1.0), ("E", "Redis-store route", 2.0)):
         d = paired_diff(by_case, case, "C", "proxy_cpu_us_per_req")
         target(f"{label}: proxy CPU ≤ {limit} µs per request over the no-limit route ({case} − C)",
