@@ -43,7 +43,11 @@ pub fn generate() -> HeaderValue {
     for (i, c) in text.iter_mut().enumerate() {
         *c = HEX[((bits >> (4 * i)) & 0xf) as usize];
     }
-    HeaderValue::from_bytes(&text).expect("hex is a valid header value")
+    // One allocation, shared by reference count with the clones Pingora makes (the upstream
+    // request is a copy of this head) and the response's copy; `from_bytes` would copy into a
+    // `Bytes` whose first clone allocates a second block.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(text))
+        .expect("hex is a valid header value")
 }
 
 /// Keep the request's id or give it one, in the request head.
