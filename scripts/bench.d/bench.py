@@ -122,6 +122,8 @@ def cmd_record(args):
     reqs = max(wrk["requests"], 1)
     if args.cpu_before is not None and args.cpu_after is not None:
         rec["proxy_cpu_us_per_req"] = (args.cpu_after - args.cpu_before) / args.clk_tck * 1e6 / reqs
+    if args.user_before is not None and args.user_after is not None:
+        rec["proxy_user_us_per_req"] = (args.user_after - args.user_before) / args.clk_tck * 1e6 / reqs
     if args.redis_after:
         cmds, cpu_after = parse_info(args.redis_after)
         _, cpu_before = parse_info(args.redis_before)
@@ -251,12 +253,12 @@ def cmd_report(args):
       f"slidegate `threads = {meta['sg_threads']}`; nginx `worker_processes 1` "
       f"({meta['nginx_version']}); {meta['redis_version']}; wrk {meta['wrk_version']}.")
     p("")
-    p("| case | median req/s | p50 | p99 | vs nginx proxy_pass | vs slidegate no-limit | proxy CPU µs/req |")
-    p("|---|---:|---:|---:|---:|---:|---:|")
+    p("| case | median req/s | p50 | p99 | vs nginx proxy_pass | vs slidegate no-limit | proxy CPU µs/req | of it user |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|")
     stats = {}
     for key, name in CASES.items():
         if key in skipped:
-            p(f"| {key}. {name} | SKIPPED | | | | | |")
+            p(f"| {key}. {name} | SKIPPED | | | | | | |")
             continue
         rs = by_case.get(key)
         if not rs:
@@ -266,6 +268,7 @@ def cmd_report(args):
             "p50": med(r["p50_us"] for r in rs),
             "p99": med(r["p99_us"] for r in rs),
             "cpu": med(r.get("proxy_cpu_us_per_req") for r in rs),
+            "user": med(r.get("proxy_user_us_per_req") for r in rs),
             "vs_a": paired_ratio(by_case, key, "A"),
             "vs_c": paired_ratio(by_case, key, "C"),
             "usec_per_call": med(r.get("redis_usec_per_call") for r in rs),
@@ -280,7 +283,8 @@ def cmd_report(args):
         }
         stats[key] = s
         p(f"| {key}. {name} | {fmt_rps(s['rps'])} | {fmt_ms(s['p50'])} | {fmt_ms(s['p99'])} | "
-          f"{fmt_ratio(s['vs_a'])} | {fmt_ratio(s['vs_c'])} | {fmt_num(s['cpu'], '.1f')} |")
+          f"{fmt_ratio(s['vs_a'])} | {fmt_ratio(s['vs_c'])} | {fmt_num(s['cpu'], '.1f')} | "
+          f"{fmt_num(s['user'], '.1f')} |")
     p("")
 
     redis_rows = [k for k in REDIS_CASES if k in stats]
@@ -398,7 +402,7 @@ def cmd_report(args):
     p("Notes: req/s, p50, p99 and CPU are medians over rounds; each ratio is the median of the "
       "per-round ratios (cases of one round run back to back). p50/p99 are wrk's latency "
       "percentiles. proxy CPU µs/req = user+sys CPU of the proxy process(es) (nginx master + "
-      "worker) / requests. Redis usec_per_call is `INFO commandstats` for EVALSHA/EVAL "
+      "worker) / requests; 'of it user' is the user-space part (the kernel's socket work excluded). Redis usec_per_call is `INFO commandstats` for EVALSHA/EVAL "
       "(reset with `CONFIG RESETSTAT` right before each Redis run); calls/request = those calls "
       "/ requests wrk completed (below 1: one call decided a batch of requests); script µs / "
       "request = their usec / requests; Redis CPU = `used_cpu_user+sys` delta / requests. "
@@ -446,6 +450,8 @@ def main():
     a.add_argument("--wrk-file", required=True)
     a.add_argument("--cpu-before", type=float)
     a.add_argument("--cpu-after", type=float)
+    a.add_argument("--user-before", type=float)
+    a.add_argument("--user-after", type=float)
     a.add_argument("--clk-tck", type=float, default=100.0)
     a.add_argument("--redis-before")
     a.add_argument("--redis-after")
