@@ -138,6 +138,23 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
     exact_under_bursts(&[&proxy], "one proxy");
 }
 
+/// `server.forwarded_headers` and `server.request_id` change what every request of a burst
+/// carries: with none of the forwarding headers and no request id, bursts still admit exactly
+/// the limit.
+#[test]
+fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
+    let _heavy = heavy();
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let opts = ProxyOptions {
+        server_extra: "h2c = true\nforwarded_headers = []\nrequest_id = \"off\"".into(),
+        ..options()
+    };
+    let proxy = Proxy::start_with(&config(&redis.store_toml(), &upstream, ""), opts);
+    common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
+    exact_under_bursts(&[&proxy], "no forwarding headers, no request id");
+}
+
 #[test]
 fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
     let _heavy = heavy();
