@@ -244,22 +244,6 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
         .enable_all()
         .build()
         .unwrap();
-    // Warm both proxies' connections and the script, and measure a healthy answer's latency:
-    // the outage may add the store timeout (+10 ms) to it, no more.
-    let mut baseline = Duration::ZERO;
-    for i in 0..10 {
-        let started = std::time::Instant::now();
-        let warm = runtime.block_on(send(proxies[i % 2].addr(), "GET", "/", &[("X-K", "warm")]));
-        baseline = baseline.max(started.elapsed());
-        assert_eq!(warm.status, 200);
-    }
-
-    redis.freeze();
-    let key = format!("outage-{}", fastrand_key());
-    let mut statuses = Vec::new();
-    let mut slowest = Duration::ZERO;
-    // 4 × LIMIT requests over about 2 s, alternating proxies.
-    // Every proxy gets HTTP/1.1 and h2c requests (the decision must not depend on the protocol).
     let _in_runtime = runtime.enter();
     let h2c = reqwest::Client::builder()
         .http2_prior_knowledge()
@@ -267,25 +251,44 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
         .no_proxy()
         .build()
         .unwrap();
-    for i in 0..4 * LIMIT as usize {
+    // Every proxy gets HTTP/1.1 and h2c requests (the decision must not depend on the protocol).
+    // Returns the status and how long the answer took.
+    let ask = |i: usize, key: &str| {
         let addr = proxies[i % 2].addr();
         let started = std::time::Instant::now();
-        let status = if (i / 2) % 2 == 0 {
+        let status = if (i / 2).is_multiple_of(2) {
             runtime
-                .block_on(send(addr, "GET", "/", &[("X-K", &key)]))
+                .block_on(send(addr, "GET", "/", &[("X-K", key)]))
                 .status
         } else {
             let reply = runtime
-                .block_on(
-                    h2c.get(format!("http://{addr}/"))
-                        .header("X-K", &key)
-                        .send(),
-                )
+                .block_on(h2c.get(format!("http://{addr}/")).header("X-K", key).send())
                 .expect("h2c request");
             assert_eq!(reply.version(), reqwest::Version::HTTP_2);
             reply.status().as_u16()
         };
-        slowest = slowest.max(started.elapsed());
+        (status, started.elapsed())
+    };
+    // Warm both proxies' h1 and h2c connections and the script, and measure a healthy answer's
+    // latency over both protocols, so the outage below measures only what the store adds.
+    let mut baseline = Duration::ZERO;
+    for i in 0..20 {
+        let (status, took) = ask(i, &format!("warm-{i}"));
+        // The first four open the connections; the outage reuses them, so they don't count.
+        if i >= 4 {
+            baseline = baseline.max(took);
+        }
+        assert_eq!(status, 200);
+    }
+
+    redis.freeze();
+    let key = format!("outage-{}", fastrand_key());
+    let mut statuses = Vec::new();
+    let mut slowest = Duration::ZERO;
+    // 4 × LIMIT requests over about 2 s, alternating proxies and protocols.
+    for i in 0..4 * LIMIT as usize {
+        let (status, took) = ask(i, &key);
+        slowest = slowest.max(took);
         statuses.push(status);
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -303,8 +306,11 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
         statuses.iter().all(|&s| s == 200 || s == 429),
         "{statuses:?}"
     );
+    // One store timeout (50 ms) may be added to an answer, never two: the bound sits halfway
+    // between, so scheduling jitter on a busy CI machine does not fail it, and an answer that
+    // waited on the store twice (a retry, a second round trip) still does.
     assert!(
-        slowest <= Duration::from_millis(60) + baseline,
+        slowest <= Duration::from_millis(75) + baseline,
         "an answer took {slowest:?} with a 50 ms store timeout (healthy: {baseline:?})"
     );
     let local: u64 = proxies
