@@ -341,6 +341,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         client_body_timeout: s.client_body_timeout,
         send_timeout: s.send_timeout,
         max_connections: s.max_connections,
+        grace_period: s.grace_period,
     };
     let mut proxy = ListeningService::new(
         "Pingora HTTP Proxy Service".to_string(),

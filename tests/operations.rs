@@ -467,6 +467,56 @@ async fn sigterm_drains_the_request_in_flight_and_exits_0() {
     );
 }
 
+/// A connection the proxy accepted just before SIGTERM, whose client had not written its request
+/// yet, still gets its answer when the request arrives after the listener closed (Pingora alone
+/// drops it without a word: the upgrade test's one failed request in a few thousand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_a_connection_accepted_before_it_that_had_not_sent_its_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start();
+    let mut proxy = Proxy::start(&ConfigBuilder::unlimited(up.addr()));
+    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    let addr = proxy.addr();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    wait_until(
+        "the proxy accepts the silent connection",
+        Duration::from_secs(10),
+        || proxy.metric("slidegate_client_connections") == Some(1.0),
+    );
+    let sent = Instant::now();
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+    wait_until(
+        "SIGTERM closes the listener",
+        Duration::from_secs(5),
+        || {
+            matches!(
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        },
+    );
+    let closed = sent.elapsed();
+    silent
+        .write_all(b"GET /late HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .expect("write the request");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    println!("listener closed {closed:?} after SIGTERM; the late request got {answer:?}");
+    assert!(read.is_ok(), "no end of answer in 5 s: {answer:?}");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the connection accepted before SIGTERM got {answer:?}; log:\n{}",
+        proxy.log()
+    );
+    assert_eq!(up.hits(), 1, "the late request reached the upstream");
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("still running 10 s after SIGTERM; log:\n{}", proxy.log()));
+    assert_eq!(status.code(), Some(0), "log:\n{}", proxy.log());
+}
+
 /// The grace period is a bound, not only a delay: a request still running when it ends is cut
 /// (Pingora drops the runtimes' tasks; graceful_shutdown_timeout only bounds blocking threads),
 /// and the process still exits 0 about grace_period after SIGTERM.

@@ -11,6 +11,7 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::sync::Semaphore;
 
+use super::first_request::{self, Silent};
 use super::tls_accept::TlsPort;
 use super::{ConnLimits, EdgeStream};
 use crate::metrics::METRICS;
@@ -21,6 +22,7 @@ pub struct EdgeApp<A> {
     limits: ConnLimits,
     permits: Arc<Semaphore>,
     tls: Option<Arc<TlsPort>>,
+    silent: Silent,
 }
 
 impl<A> EdgeApp<A> {
@@ -31,6 +33,7 @@ impl<A> EdgeApp<A> {
             limits,
             permits: Arc::new(Semaphore::new(limits.max_connections as usize)),
             tls: None,
+            silent: Silent::default(),
         }
     }
 
@@ -64,7 +67,8 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         };
         let mut next = Some(
             if crate::bench_switch::on(crate::bench_switch::Layer::Edge) {
-                Box::new(EdgeStream::new(stream, self.limits)) as Stream
+                Box::new(EdgeStream::new(stream, self.limits).counted_silent_in(&self.silent))
+                    as Stream
             } else {
                 stream
             },
@@ -76,7 +80,16 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         None
     }
 
+    /// Called once the accept loop has stopped. Pingora's cleanup drops the connections still
+    /// waiting for a request, so give those accepted an instant ago their first bytes first.
     async fn cleanup(&self) {
+        let window = first_request::window(self.limits.grace_period);
+        let still = self.silent.settle(window).await;
+        if still > 0 {
+            log::info!(
+                "shutdown: closing {still} connection(s) that sent nothing within {window:?}"
+            );
+        }
         self.inner.cleanup().await
     }
 }

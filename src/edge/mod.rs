@@ -18,6 +18,7 @@
 //! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
+//! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
 //! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
 //! | `passthrough` | the Pingora stream traits, forwarded to the wrapped stream |
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 pub mod cap;
 mod coalesce;
 pub mod deadline;
+pub mod first_request;
 mod passthrough;
 mod peek;
 mod stream;
@@ -50,4 +52,6 @@ pub struct ConnLimits {
     pub send_timeout: Duration,
     /// Concurrent client connections.
     pub max_connections: u32,
+    /// The drain's bound ([`first_request::window`] is derived from it).
+    pub grace_period: Duration,
 }

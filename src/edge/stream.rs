@@ -43,6 +43,8 @@ pub struct EdgeStream {
     /// Response bytes were written since the current request's head began: a deadline that
     /// expires now must not write a `408` after (or into) that response.
     pub(super) answered: bool,
+    /// Held until the client's first byte (see [`super::first_request`]).
+    pub(super) silent: Option<super::first_request::SilentGuard>,
 }
 
 impl std::fmt::Debug for EdgeStream {
@@ -71,7 +73,14 @@ impl EdgeStream {
             peeked: Vec::new(),
             send_timer: None,
             answered: false,
+            silent: None,
         }
+    }
+
+    /// Count this connection as silent in `silent` until its first byte arrives.
+    pub fn counted_silent_in(mut self, silent: &super::first_request::Silent) -> Self {
+        self.silent = Some(silent.enter());
+        self
     }
 }
 
@@ -94,9 +103,15 @@ impl AsyncRead for EdgeStream {
             let n = this.peeked.len().min(buf.remaining());
             buf.put_slice(&this.peeked[..n]);
             this.peeked.drain(..n);
+            this.silent = None;
             return Poll::Ready(Ok(()));
         }
-        this.poll_read_in_phase(cx, buf)
+        let filled = buf.filled().len();
+        let read = this.poll_read_in_phase(cx, buf);
+        if buf.filled().len() > filled {
+            this.silent = None;
+        }
+        read
     }
 }
 
