@@ -407,6 +407,16 @@ async fn proxy_with_request_in_flight(
     (up, proxy, slow)
 }
 
+/// Wait until SIGTERM has closed the listener: a new connection to `addr` is refused.
+fn wait_refused(addr: std::net::SocketAddr, within: Duration) {
+    wait_until("SIGTERM closes the listener", within, || {
+        matches!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    });
+}
+
 /// SIGTERM closes the listener at once but lets a slow request in flight (800 ms) finish with
 /// 200, then the process exits 0 as soon as that connection closes, within grace_period (1 s)
 /// + graceful_shutdown_timeout (1 s) + margin.
@@ -418,16 +428,7 @@ async fn sigterm_drains_the_request_in_flight_and_exits_0() {
     proxy.signal(libc::SIGTERM).expect("SIGTERM");
 
     // New connections are refused at once, while the slow request is still being served.
-    wait_until(
-        "SIGTERM closes the listener",
-        Duration::from_millis(700),
-        || {
-            matches!(
-                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-            )
-        },
-    );
+    wait_refused(addr, Duration::from_millis(700));
     let refused_after = sent.elapsed();
     assert!(
         !slow.is_finished(),
@@ -485,16 +486,7 @@ async fn sigterm_answers_a_connection_accepted_before_it_that_had_not_sent_its_r
     );
     let sent = Instant::now();
     proxy.signal(libc::SIGTERM).expect("SIGTERM");
-    wait_until(
-        "SIGTERM closes the listener",
-        Duration::from_secs(5),
-        || {
-            matches!(
-                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-            )
-        },
-    );
+    wait_refused(addr, Duration::from_secs(5));
     let closed = sent.elapsed();
     silent
         .write_all(b"GET /late HTTP/1.1\r\nHost: app.test\r\n\r\n")
