@@ -17,6 +17,9 @@
 //! - an HTTP/2 request names its host in `:authority` (the URI authority), usually without a
 //!   `Host`: the authority is the host, and a `Host` beside it must agree (RFC 9113 §8.3.1);
 //! - an HTTP/1.1 request without `Host` (and not absolute-form): 400 (RFC 9112 §3.2);
+//! - a field value with leading or trailing whitespace: HTTP/1 parsing drops it, HTTP/2 makes
+//!   such a field malformed (RFC 9113 §8.2.1) but Pingora's h2 passes it on, so a key header
+//!   `" k1"` would be a bucket apart from `"k1"`: 400;
 //! - `Content-Length: 5, 5` (or two equal lines): forwarded as one `Content-Length: 5`, so a
 //!   lenient upstream cannot read the list differently (request smuggling).
 
@@ -43,10 +46,16 @@ pub enum BadRequest {
     /// `Content-Length` values that are not all the same number.
     #[error("invalid Content-Length")]
     ContentLength,
-    /// The header a route keys by (`key = "header:<Name>"`) sent on more than one line: the
-    /// bucket would be one value's and the app may read another, or all of them joined.
-    #[error("the route's key header is repeated")]
-    RepeatedKeyHeader,
+    /// A part of the route's key named twice: its header on more than one line, or its query
+    /// parameter or cookie twice with different values. The bucket would be one value's and
+    /// the app may read another (see [`crate::keys::canonical`]).
+    #[error("the route's key is given twice with different values")]
+    AmbiguousKey,
+    /// A field value with leading or trailing whitespace: malformed in HTTP/2 (RFC 9113
+    /// §8.2.1), and never sent by an HTTP/1 parser, which drops it. Read as sent, `" k1"` and
+    /// `"k1"` would be two identities of one client.
+    #[error("a field value has leading or trailing whitespace")]
+    FieldWhitespace,
 }
 
 /// A request that passed the checks: the host routes match on and, for absolute-form, the
@@ -80,6 +89,9 @@ pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
             return Err(BadRequest::MissingHost);
         }
     }
+    if req.headers.values().any(|v| padded(v.as_bytes())) {
+        return Err(BadRequest::FieldWhitespace);
+    }
     normalize_content_length(req)?;
     Ok(form)
 }
@@ -100,6 +112,12 @@ fn authority_host(req: &RequestHeader) -> Result<Option<String>, BadRequest> {
         (Some(value), _) | (None, Some(value)) => host(value).map(Some),
         (None, None) => Ok(None),
     }
+}
+
+/// Does a field value begin or end with SP or HTAB?
+fn padded(v: &[u8]) -> bool {
+    let ows = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+    ows(v.first()) || ows(v.last())
 }
 
 /// Upper-case letters, `-` and `_` only (what nginx accepts in a method).
@@ -343,6 +361,19 @@ mod tests {
             b = b.header(HOST, h);
         }
         RequestHeader::from(b.body(()).unwrap().into_parts().0)
+    }
+
+    #[test]
+    fn padded_field_values_are_refused() {
+        for value in [" k1", "k1\t", "\tk1", "k1 ", " "] {
+            let mut r = h2("https://a.com/x", None);
+            r.append_header("x-api-key", value).unwrap();
+            assert_eq!(check(&mut r), Err(BadRequest::FieldWhitespace), "{value:?}");
+        }
+        let mut r = h2("https://a.com/x", None);
+        r.append_header("x-api-key", "k 1").unwrap();
+        r.append_header("x-empty", "").unwrap();
+        assert!(check(&mut r).is_ok());
     }
 
     #[test]

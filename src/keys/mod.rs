@@ -1,6 +1,7 @@
 //! Who is the client? How a route groups clients ([`KeySpec`]: its text in the config, its JSON
 //! in the admin API, the client it picks from a request or from an admin query) and the bucket
-//! key a request is counted under (`bucket.rs`); the parts a key is made of and what each reads
+//! key a request is counted under (`bucket.rs`); one identity per value however a client writes
+//! it (`canonical.rs`); the parts a key is made of and what each reads
 //! from a request (`parts.rs`); the client an admin query names (`query.rs`); the client address
 //! (`client_ip.rs`: `X-Forwarded-For` from trusted proxies only) and addresses written without
 //! allocating (`ip_text.rs`).
@@ -11,16 +12,17 @@
 
 use std::str::FromStr;
 
-use http::HeaderMap;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 pub use bucket::{write_bucket_key, BucketClient, CompositeKey};
+pub use canonical::Ambiguous;
 pub use client_ip::{canonical_net, ClientIpResolver, KeyPrefixes};
 pub use ip_text::{push_ip, IpText};
 pub use parts::{KeyInput, Part, PartValue, TextKind};
 pub use query::ClientQueryError;
 
 mod bucket;
+pub mod canonical;
 mod client_ip;
 mod ip_text;
 mod parts;
@@ -123,29 +125,31 @@ impl KeySpec {
     /// Write the bucket key of a request on `route` into `out` (cleared first); see
     /// [`write_bucket_key`] and [`Part::value_of`]. A one-part key reads its value in place; a
     /// composite writes each part's value as it reads it, with no list in between.
-    pub fn write_request_key(&self, out: &mut String, route: &str, req: &KeyInput<'_>) {
+    ///
+    /// A request that names a part of the key ambiguously (its header on two lines, its
+    /// parameter or cookie twice with different values) has no one client: the error says
+    /// which, and the request is refused (400, as for a repeated `Host`) rather than counted
+    /// under one value while the app reads another.
+    pub fn write_request_key(
+        &self,
+        out: &mut String,
+        route: &str,
+        req: &KeyInput<'_>,
+    ) -> Result<(), Ambiguous> {
         match self {
             KeySpec::Global => write_bucket_key(out, route, &BucketClient::Global),
             KeySpec::One(part) => {
-                write_bucket_key(out, route, &BucketClient::One(part.value_of(req)))
+                write_bucket_key(out, route, &BucketClient::One(part.value_of(req)?))
             }
             KeySpec::Composite(parts) => {
                 let mut key = CompositeKey::start(out, route);
                 for part in parts.iter() {
-                    key.push(&part.value_of(req));
+                    key.push(&part.value_of(req)?);
                 }
                 key.finish();
             }
         }
-    }
-
-    /// Does `headers` repeat a header this key reads? Then the request has no one client:
-    /// it is refused (400, as for a repeated `Host`) rather than counted under its first line
-    /// while the app, as most do, reads the lines joined (`a,b`), so that a client could vary
-    /// the second line and keep one bucket while the app saw a new key each time. (`Cookie`
-    /// fields are one list, and query parameters are read first-wins: neither is refused.)
-    pub fn repeats_header(&self, headers: &HeaderMap) -> bool {
-        self.parts().iter().any(|p| p.repeats_header(headers))
+        Ok(())
     }
 }
 

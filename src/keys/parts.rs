@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use http::{HeaderMap, HeaderName, Method};
+
+use super::canonical::{cookie_value, header_value, query_value, Ambiguous};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use super::KeySpecError;
@@ -15,12 +17,13 @@ use super::KeySpecError;
 pub enum Part {
     /// `client_ip`: the client address (see [`super::ClientIpResolver`]).
     ClientIp,
-    /// `header:<Name>`: a request header's value, as sent.
+    /// `header:<Name>`: a request header's value, as sent but for surrounding whitespace.
     Header(HeaderName),
-    /// `query:<name>`: the first value of a query parameter, decoded as a form is
-    /// (`%XX` escapes and `+` as a space), so `?k=a%62` and `?k=ab` are one client.
+    /// `query:<name>`: a query parameter's value, decoded (`%XX` escapes, `+` as a space),
+    /// so `?k=a%62` and `?k=ab` are one client; see [`super::canonical`].
     Query(Box<str>),
-    /// `cookie:<name>`: the first cookie of that name, over every `Cookie` field, as sent.
+    /// `cookie:<name>`: a cookie's value over every `Cookie` field, unquoted and decoded as a
+    /// query value is; see [`super::canonical`].
     Cookie(Box<str>),
     /// `method`: the request method.
     Method,
@@ -97,34 +100,33 @@ impl<'a> KeyInput<'a> {
 }
 
 impl Part {
-    /// The value of this part for `req`. A header, query parameter or cookie that is missing
-    /// or empty is the client address instead: such requests are never pooled into one shared
-    /// bucket, nor left unlimited, nor given a fresh bucket each.
-    pub fn value_of<'a>(&self, req: &KeyInput<'a>) -> PartValue<'a> {
+    /// The value of this part for `req`, read in its canonical form
+    /// ([`super::canonical`]). A header, query parameter or cookie that is missing or empty is
+    /// the client address instead: such requests are never pooled into one shared bucket, nor
+    /// left unlimited, nor given a fresh bucket each. A request naming the part twice with
+    /// different values has no one value: [`Ambiguous`].
+    pub fn value_of<'a>(&self, req: &KeyInput<'a>) -> Result<PartValue<'a>, Ambiguous> {
         let text = |kind, bytes: Option<Cow<'a, [u8]>>| match bytes {
             Some(b) if !b.is_empty() => PartValue::Text(kind, b),
             _ => PartValue::Ip(req.ip),
         };
-        match self {
+        Ok(match self {
             Part::ClientIp => PartValue::Ip(req.ip),
-            Part::Header(name) => text(
-                TextKind::Header,
-                req.headers.get(name).map(|v| Cow::Borrowed(v.as_bytes())),
-            ),
-            Part::Query(name) => text(
-                TextKind::Query,
-                req.query.and_then(|q| query_value(q, name)),
-            ),
-            Part::Cookie(name) => text(
-                TextKind::Cookie,
-                cookie_value(req.headers, name).map(Cow::Borrowed),
-            ),
+            Part::Header(name) => text(TextKind::Header, header_value(req.headers, name)?),
+            Part::Query(name) => {
+                let value = match req.query {
+                    Some(q) => query_value(q, name)?,
+                    None => None,
+                };
+                text(TextKind::Query, value)
+            }
+            Part::Cookie(name) => text(TextKind::Cookie, cookie_value(req.headers, name)?),
             Part::Method => text(
                 TextKind::Method,
                 Some(req.method.as_str().as_bytes().into()),
             ),
             Part::Path => text(TextKind::Path, Some(req.path.as_bytes().into())),
-        }
+        })
     }
 
     /// The kind of value an admin query gives for this part (`None`: an address).
@@ -143,38 +145,6 @@ impl Part {
     pub fn may_be_missing(&self) -> bool {
         matches!(self, Part::Header(_) | Part::Query(_) | Part::Cookie(_))
     }
-
-    /// Does `headers` repeat the header this part reads? See [`super::KeySpec::repeats_header`].
-    pub fn repeats_header(&self, headers: &HeaderMap) -> bool {
-        match self {
-            Part::Header(name) => headers.get_all(name).iter().nth(1).is_some(),
-            _ => false,
-        }
-    }
-}
-
-/// The first value of query parameter `name`, decoded; the name is compared decoded too.
-fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| match v {
-            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
-            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
-        })
-}
-
-/// The first cookie named `name` (case-sensitive, RFC 6265), over every `Cookie` field in
-/// order: HTTP/2 may send one field per cookie (RFC 9113 §8.2.3). The value is as sent.
-fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .flat_map(|field| field.as_bytes().split(|b| *b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii();
-            let eq = pair.iter().position(|b| *b == b'=')?;
-            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
-        })
 }
 
 impl FromStr for Part {

@@ -130,7 +130,13 @@ fn queried_value<'a>(
             Cow::Borrowed(p) => Cow::Borrowed(p.as_bytes()),
             Cow::Owned(p) => Cow::Owned(p.into_bytes()),
         },
+        // Spelled as a request may spell it: the same canonical form.
+        Part::Header(name) => super::canonical::header_text(name, text.as_bytes()),
+        Part::Query(_) | Part::Cookie(_) => super::canonical::canonical(text.as_bytes()),
         _ => Cow::Borrowed(text.as_bytes()),
     };
+    if bytes.is_empty() {
+        return Err(ClientQueryError::NoValue(part.to_string()));
+    }
     Ok(PartValue::Text(kind, bytes))
 }

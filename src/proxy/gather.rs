@@ -45,9 +45,6 @@ impl SlideGate {
         if route.spec.exempt.iter().any(|net| net.contains(&client)) {
             return Checked::Exempt;
         }
-        if route.spec.key.repeats_header(&req.headers) {
-            return Checked::BadForm(BadRequest::RepeatedKeyHeader);
-        }
         let input = KeyInput {
             headers: &req.headers,
             query: req.uri.query(),
@@ -55,7 +52,10 @@ impl SlideGate {
             path: &path,
             ip: rules.client_ip.key_address(client),
         };
-        (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
+        let key = (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
+        if key.is_err() {
+            return Checked::BadForm(BadRequest::AmbiguousKey);
+        }
         self.limiter.check(session, &ctx.key, route).await
     }
 

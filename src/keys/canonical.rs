@@ -1,0 +1,257 @@
+//! One identity per value, however a client writes it: how a header, query parameter or
+//! cookie is read for a key, and when a request names its key ambiguously.
+//!
+//! The app behind the proxy reads these values through its framework, and the frameworks
+//! differ: Express decodes cookies with `decodeURIComponent` (`+` stays `+`), PHP with
+//! `urldecode` (`+` is a space), Python's `http.cookies` drops surrounding quotes, Rails and
+//! PHP take the *last* of two parameters of one name while Express and Django take the first
+//! or a list. A key that read the raw bytes would give one app identity many buckets
+//! (`sid="abc"`, `sid=abc`, `sid=a%62c`), each with a fresh quota. So every value is read in
+//! one canonical form that merges all the spellings any of them treats as one:
+//!
+//! - percent-escapes are decoded (`%62` is `b`, any hex case);
+//! - `+` and space are one character (a space);
+//! - one pair of surrounding double quotes is dropped, before and after decoding
+//!   (`"abc"`, `%22abc%22`);
+//! - surrounding whitespace (SP, HTAB) is dropped, before and after decoding.
+//!
+//! Merging spellings two apps would keep apart only over-counts (two clients whose values
+//! differ only by quoting share a bucket): stricter, never looser. A request that carries the
+//! key's parameter or cookie twice with *different* canonical values is ambiguous: the app may
+//! read either, so no one bucket is right, and it is refused (`400`). The same value twice is
+//! one identity and fine.
+//!
+//! Header values are taken as sent but for surrounding whitespace (HTTP/1.1 parsing drops it;
+//! an HTTP/2 field that carries it is malformed and refused before any key is read), and
+//! for `Authorization` and `Proxy-Authorization` the scheme, which is case-insensitive
+//! (RFC 9110 §11.1), is lower-cased and separated from the credentials by one space.
+
+use std::borrow::Cow;
+
+use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
+use http::{HeaderMap, HeaderName};
+
+/// A key part a request names more than once with different values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ambiguous {
+    /// The key's header on more than one line (one field value per line in HTTP/2).
+    #[error("the key header {0} is repeated")]
+    Header(HeaderName),
+    /// The key's query parameter twice, with different values.
+    #[error("the key parameter {0:?} is given twice with different values")]
+    Query(Box<str>),
+    /// The key's cookie twice, with different values.
+    #[error("the key cookie {0:?} is given twice with different values")]
+    Cookie(Box<str>),
+}
+
+/// The value of header `name`, as the key reads it; an error if the header is repeated.
+pub fn header_value<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
+    let mut all = headers.get_all(name).iter();
+    let Some(first) = all.next() else {
+        return Ok(None);
+    };
+    if all.next().is_some() {
+        return Err(Ambiguous::Header(name.clone()));
+    }
+    Ok(Some(header_text(name, first.as_bytes())))
+}
+
+/// A value of header `name` as the key reads it: without surrounding whitespace, and for the
+/// credentials headers with the scheme folded.
+pub fn header_text<'a>(name: &HeaderName, value: &'a [u8]) -> Cow<'a, [u8]> {
+    let value = trim_ows(value);
+    match name == AUTHORIZATION || name == PROXY_AUTHORIZATION {
+        true => credentials(value),
+        false => Cow::Borrowed(value),
+    }
+}
+
+/// The value of query parameter `name` (compared decoded), canonical; an error if it is given
+/// twice with different values.
+pub fn query_value<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
+    let pairs = query.split('&').filter_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (canonical(k.as_bytes()) == name.as_bytes()).then(|| canonical(v.as_bytes()))
+    });
+    one_value(pairs).map_err(|()| Ambiguous::Query(name.into()))
+}
+
+/// The value of cookie `name` (case-sensitive, RFC 6265; compared decoded) over every
+/// `Cookie` field (HTTP/2 may send one field per cookie, RFC 9113 §8.2.3), canonical; an error
+/// if it is given twice with different values.
+pub fn cookie_value<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
+    let pairs = headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .flat_map(|field| field.as_bytes().split(|b| *b == b';'))
+        .filter_map(|pair| {
+            let eq = pair.iter().position(|b| *b == b'=')?;
+            (canonical(&pair[..eq]) == name.as_bytes()).then(|| canonical(&pair[eq + 1..]))
+        });
+    one_value(pairs).map_err(|()| Ambiguous::Cookie(name.into()))
+}
+
+/// The one value of `values`: none, or the first if every other equals it.
+fn one_value<'a>(
+    mut values: impl Iterator<Item = Cow<'a, [u8]>>,
+) -> Result<Option<Cow<'a, [u8]>>, ()> {
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    match values.all(|v| v == first) {
+        true => Ok(Some(first)),
+        false => Err(()),
+    }
+}
+
+/// A query or cookie value (or name) in its canonical form (see the module documentation);
+/// borrowed when nothing changes, as for most values.
+pub fn canonical(raw: &[u8]) -> Cow<'_, [u8]> {
+    let outer = unquote(trim_ows(raw));
+    if !outer.iter().any(|b| matches!(b, b'%' | b'+' | b' ')) {
+        return Cow::Borrowed(outer);
+    }
+    let mut decoded = Vec::with_capacity(outer.len());
+    let mut i = 0;
+    while i < outer.len() {
+        let b = match outer[i] {
+            b'%' => match (hex(outer.get(i + 1)), hex(outer.get(i + 2))) {
+                (Some(hi), Some(lo)) => {
+                    i += 2;
+                    hi << 4 | lo
+                }
+                _ => b'%',
+            },
+            b => b,
+        };
+        decoded.push(if b == b'+' { b' ' } else { b });
+        i += 1;
+    }
+    let inner = unquote(trim_ows(&decoded));
+    Cow::Owned(inner.to_vec())
+}
+
+/// The value of one hex digit.
+fn hex(b: Option<&u8>) -> Option<u8> {
+    (*b? as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Without one pair of surrounding double quotes.
+fn unquote(v: &[u8]) -> &[u8] {
+    match v {
+        [b'"', inner @ .., b'"'] => trim_ows(inner),
+        _ => v,
+    }
+}
+
+/// Without surrounding SP and HTAB (RFC 9110 §5.5 OWS).
+pub fn trim_ows(v: &[u8]) -> &[u8] {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = v.iter().position(|b| !is_ows(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !is_ows(b)).map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// `Scheme  credentials` as `scheme credentials`: the scheme is case-insensitive, and the
+/// whitespace after it is not part of the credentials.
+fn credentials(value: &[u8]) -> Cow<'_, [u8]> {
+    let Some(sp) = value.iter().position(|b| *b == b' ' || *b == b'\t') else {
+        return Cow::Borrowed(value);
+    };
+    let (scheme, rest) = (&value[..sp], trim_ows(&value[sp..]));
+    let plain = !scheme.iter().any(u8::is_ascii_uppercase)
+        && value[sp] == b' '
+        && sp + 1 + rest.len() == value.len();
+    if plain {
+        return Cow::Borrowed(value);
+    }
+    let mut out = scheme.to_ascii_lowercase();
+    out.push(b' ');
+    out.extend_from_slice(rest);
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(raw: &str) -> String {
+        String::from_utf8(canonical(raw.as_bytes()).into_owned()).unwrap()
+    }
+
+    #[test]
+    fn spellings_of_one_value_are_one() {
+        for raw in [
+            "abc",
+            "\"abc\"",
+            "a%62c",
+            "%61bc",
+            "%61%62%63",
+            "%22abc%22",
+            " abc\t",
+            "\" abc \"",
+            "\"a%62c\"",
+        ] {
+            assert_eq!(c(raw), "abc", "{raw:?}");
+        }
+        for raw in ["a b", "a+b", "a%2Bb", "a%2bb", "a%20b", "\"a+b\""] {
+            assert_eq!(c(raw), "a b", "{raw:?}");
+        }
+        // Not an escape: kept as sent.
+        assert_eq!(c("100%"), "100%");
+        assert_eq!(c("%zz"), "%zz");
+        assert_eq!(c("\"abc"), "\"abc");
+        assert!(matches!(canonical(b"plain-value"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn repeated_names_with_different_values_are_ambiguous() {
+        let q = |query: &str| {
+            query_value(query, "user")
+                .map(|v| v.map(|v| String::from_utf8(v.into_owned()).unwrap()))
+        };
+        assert_eq!(q("user=abc"), Ok(Some("abc".into())));
+        assert_eq!(q("user=abc&user=a%62c"), Ok(Some("abc".into())));
+        assert_eq!(q("u%73er=abc&x=1"), Ok(Some("abc".into())));
+        assert_eq!(q("x=1"), Ok(None));
+        assert!(q("user=abc&user=abd").is_err());
+        assert!(q("user=&user=abc").is_err());
+        assert!(q("user=abc&us%65r=abd").is_err());
+
+        let mut h = HeaderMap::new();
+        h.append("cookie", "a=1; sid=\"abc\"".parse().unwrap());
+        h.append("cookie", "sid=a%62c".parse().unwrap());
+        assert_eq!(
+            cookie_value(&h, "sid").unwrap().as_deref(),
+            Some(&b"abc"[..])
+        );
+        h.append("cookie", "sid=abd".parse().unwrap());
+        assert!(cookie_value(&h, "sid").is_err());
+        assert_eq!(cookie_value(&h, "SID"), Ok(None));
+    }
+
+    #[test]
+    fn headers_are_trimmed_and_authorization_schemes_folded() {
+        let mut h = HeaderMap::new();
+        h.insert("x-k", " k1\t".parse().unwrap());
+        let name = HeaderName::from_static("x-k");
+        assert_eq!(
+            header_value(&h, &name).unwrap().as_deref(),
+            Some(&b"k1"[..])
+        );
+        for raw in ["Bearer abc", "bearer abc", "BEARER \t abc", "bearer abc "] {
+            h.insert(AUTHORIZATION, raw.parse().unwrap());
+            let got = header_value(&h, &AUTHORIZATION).unwrap().unwrap();
+            assert_eq!(&*got, b"bearer abc", "{raw:?}");
+        }
+        h.append("x-k", "k1".parse().unwrap());
+        assert!(header_value(&h, &name).is_err());
+    }
+}
