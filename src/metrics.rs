@@ -62,6 +62,9 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     /// `slidegate_requests_waiting`: requests waiting for a slot now (`max_delay`).
     pub waiting: IntGauge,
+    /// `slidegate_delay_refused_total`: denials answered at once because `store.max_delayed`
+    /// requests were already waiting.
+    pub delay_refused: IntCounter,
     /// `slidegate_tls_handshake_failures_total{reason}`: client TLS handshakes that failed
     /// (`reason="error"`: bad or no TLS, unknown SNI name, no shared version) or did not end
     /// within `client_header_timeout` (`"timeout"`).
@@ -188,6 +191,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Requests waiting for a slot (max_delay) now"
     )
     .expect("register slidegate_requests_waiting"),
+    delay_refused: register_int_counter!(
+        "slidegate_delay_refused_total",
+        "Denials answered at once because store.max_delayed requests were already waiting"
+    )
+    .expect("register slidegate_delay_refused_total"),
     tls_handshake_failures: register_int_counter_vec!(
         "slidegate_tls_handshake_failures_total",
         "Client TLS handshakes that failed (error) or did not finish in time (timeout)",
@@ -285,11 +293,14 @@ pub enum Decision {
     Exempt,
     /// Denied at first, then admitted by the store after waiting for a slot (`max_delay`).
     Delayed,
+    /// Shed with 503: more decisions were waiting for the shared store than this proxy
+    /// queues (its own overload, not a store failure: `on_error` is not consulted).
+    Overloaded,
 }
 
 impl Decision {
     /// Every decision, in the order of their metric handles.
-    pub const ALL: [Decision; 9] = [
+    pub const ALL: [Decision; 10] = [
         Decision::Allowed,
         Decision::Denied,
         Decision::ShadowDenied,
@@ -299,6 +310,7 @@ impl Decision {
         Decision::LocalDenied,
         Decision::Exempt,
         Decision::Delayed,
+        Decision::Overloaded,
     ];
 
     /// The label value.
@@ -313,6 +325,7 @@ impl Decision {
             Decision::LocalDenied => "local_denied",
             Decision::Exempt => "exempt",
             Decision::Delayed => "delayed",
+            Decision::Overloaded => "overloaded",
         }
     }
 }
@@ -381,6 +394,8 @@ impl Default for StoreErrorMetrics {
 impl StoreErrorMetrics {
     /// Count one failed decision.
     pub fn count(&self, error: &StoreError) {
-        self.by_kind[error.kind() as usize].inc();
+        if let Some(kind) = error.kind() {
+            self.by_kind[kind as usize].inc();
+        }
     }
 }

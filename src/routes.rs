@@ -121,6 +121,8 @@ pub struct Rules {
     pub forwarded_headers: crate::config::ForwardedHeaders,
     /// `server.request_id`: what is done with `X-Request-Id`.
     pub request_id: crate::config::RequestIdMode,
+    /// `store.max_delayed`: requests waiting for a slot at once, over every route.
+    pub max_delayed: u32,
 }
 
 /// What building rules can fail on: the steps that do I/O.
@@ -227,6 +229,7 @@ impl Rules {
             server_header: config.routing.server_header.clone(),
             forwarded_headers: config.routing.forwarded_headers,
             request_id: config.routing.request_id,
+            max_delayed: config.store.max_delayed,
         })
     }
 

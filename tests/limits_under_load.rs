@@ -63,7 +63,7 @@ fn start(toml: &str) -> Proxy {
 
 /// `slidegate_store_errors_total` summed over kinds.
 fn store_errors(proxy: &Proxy) -> u64 {
-    ["timeout", "unavailable", "backend", "full", "overload"]
+    ["timeout", "unavailable", "backend"]
         .iter()
         .map(|k| proxy.counter(&format!("slidegate_store_errors_total{{kind=\"{k}\"}}")))
         .sum()

@@ -162,10 +162,10 @@ fn a_key_rotation_flood_fills_its_room_and_no_limit_opens() {
         );
         assert_eq!(proxy.decisions(r, "error_denied"), 0, "{r} answered 503");
     }
-    let full = proxy
-        .metric("slidegate_store_errors_total{kind=\"full\"}")
-        .unwrap_or(0.0);
-    assert_eq!(full, 0.0, "StoreError::Full reached the proxy");
+    for kind in ["timeout", "unavailable", "backend"] {
+        let sample = format!("slidegate_store_errors_total{{kind=\"{kind}\"}}");
+        assert_eq!(proxy.counter(&sample), 0, "{sample}");
+    }
     let log = proxy.log();
     assert!(
         log.contains("route keys: memory store room full"),

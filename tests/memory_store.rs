@@ -151,11 +151,9 @@ fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
         assert!(store.check_now(&k, &limits).unwrap().admitted);
         assert!(store.check_now(&k, &limits).unwrap().admitted);
     }
-    let mut full_errors = 0;
     for i in 0..FLOOD {
         match store.check_now(&format!("login:h:made-up-{i}"), &limits) {
             Ok(v) => assert!(v.admitted),
-            Err(slidegate::limiter::StoreError::Full) => full_errors += 1,
             Err(e) => panic!("{e}"),
         }
         assert!(store.accounted_bytes() as u64 <= MAX || i % 1000 != 0);
@@ -170,12 +168,11 @@ fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
     let per_client = store.accounted_bytes() as f64 / store.len() as f64;
     println!(
         "max_memory {MAX} B: {} buckets held, {} accounted bytes ({per_client:.0} B per client \
-         with one entry), {} evictions, {full_errors} refused as full",
+         with one entry), {} evictions",
         store.len(),
         store.accounted_bytes(),
         store.evictions()
     );
     assert!(store.evictions() > (FLOOD / 2) as u64);
     assert!(per_client <= 200.0, "{per_client} B per client");
-    assert_eq!(full_errors, 0, "spare-quota clients were there to evict");
 }

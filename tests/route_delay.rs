@@ -77,7 +77,10 @@ fn start(store_lines: &str, up: &Upstream, ca: &TestCa) -> Proxy {
             ),
         )
         .build();
-    Proxy::start_with(&config, tls_options(ca, "h2c = true"))
+    let proxy = Proxy::start_with(&config, tls_options(ca, "h2c = true"));
+    // Decide nothing before the store answers (until then `on_error` would).
+    common::admin::wait_readyz(&proxy, 200, std::time::Duration::from_secs(10));
+    proxy
 }
 
 /// One GET of `path` as client `who`: its status and how long it took.

@@ -312,6 +312,13 @@ impl Smoothing {
     pub const MAX_QUEUE: u32 = 1000;
 }
 
+/// `store.max_delayed` when not configured: requests parked waiting for a slot at once, over
+/// the whole process. A parked request holds its in-flight state (about 18 KB, most of it
+/// Pingora's per-request future) plus its place; 3000 keep them under about 64 MB.
+pub const DEFAULT_MAX_DELAYED: u32 = 3000;
+/// The largest `store.max_delayed`.
+pub const MAX_MAX_DELAYED: u32 = 1_000_000;
+
 /// What a request the limits deny gets (`deny_status`, `deny_body_file`, `deny_content_type`).
 /// `Retry-After` and the RateLimit fields are sent whatever the status and body.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,6 +18,7 @@
 //! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
 
 pub mod deny_cache;
+pub mod learned;
 mod limit;
 pub mod memory;
 pub mod redis;
@@ -113,13 +114,11 @@ pub enum StoreError {
     /// The store answered with an error (script error, wrong type, cluster error, ...).
     #[error("store error: {0}")]
     Backend(String),
-    /// A store could not track this client for lack of room. The memory store no longer
-    /// answers it (a full route's new clients share its overflow bucket); kept so the metric
-    /// label stays and a store with a hard bound can say so.
-    #[error("memory store full (max_memory) with clients at their limit")]
-    Full,
     /// More decisions are waiting for the shared store than the proxy queues (the store is
     /// answering, but this proxy is asking faster than it can): answered at once, not queued.
+    /// This is the proxy's own overload, not a store failure: the request is shed (`503`),
+    /// never decided by `on_error`, whose local log or fail-open would let a flood of other
+    /// clients open a limit; and it is not a store error ([`StoreError::kind`] is `None`).
     #[error("store queue full: {0} decisions already waiting")]
     Overloaded(usize),
 }
@@ -133,20 +132,14 @@ pub enum StoreErrorKind {
     Unavailable,
     /// [`StoreError::Backend`].
     Backend,
-    /// [`StoreError::Full`].
-    Full,
-    /// [`StoreError::Overloaded`].
-    Overload,
 }
 
 impl StoreErrorKind {
     /// Every kind, in discriminant order (metric handles are resolved for each at start).
-    pub const ALL: [StoreErrorKind; 5] = [
+    pub const ALL: [StoreErrorKind; 3] = [
         StoreErrorKind::Timeout,
         StoreErrorKind::Unavailable,
         StoreErrorKind::Backend,
-        StoreErrorKind::Full,
-        StoreErrorKind::Overload,
     ];
 
     /// The metric label value.
@@ -155,22 +148,20 @@ impl StoreErrorKind {
             StoreErrorKind::Timeout => "timeout",
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::Backend => "backend",
-            StoreErrorKind::Full => "full",
-            StoreErrorKind::Overload => "overload",
         }
     }
 }
 
 impl StoreError {
-    /// Which kind of failure this is.
-    pub fn kind(&self) -> StoreErrorKind {
-        match self {
+    /// Which kind of store failure this is; `None` for the proxy's own overload, which is
+    /// no failure of the store.
+    pub fn kind(&self) -> Option<StoreErrorKind> {
+        Some(match self {
             StoreError::Timeout(_) => StoreErrorKind::Timeout,
             StoreError::Unavailable(_) => StoreErrorKind::Unavailable,
             StoreError::Backend(_) => StoreErrorKind::Backend,
-            StoreError::Full => StoreErrorKind::Full,
-            StoreError::Overloaded(_) => StoreErrorKind::Overload,
-        }
+            StoreError::Overloaded(_) => return None,
+        })
     }
 }
 

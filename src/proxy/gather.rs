@@ -23,16 +23,17 @@ impl SlideGate {
         ctx: &mut RequestCtx,
         rules: &Rules,
     ) -> Checked {
+        // The client first: a refused request is logged with its address too.
+        let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let client = rules.client_ip.resolve(peer, &session.req_header().headers);
+        ctx.client = Some(client);
         if on(Layer::RequestForm) {
             ctx.form = match request_form::check(session.req_header_mut()) {
                 Ok(form) => form,
                 Err(why) => return Checked::BadForm(why),
             };
         }
-        let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let req = session.req_header();
-        let client = rules.client_ip.resolve(peer, &req.headers);
-        ctx.client = Some(client);
         let host = ctx.form.host.as_deref();
         let path = normalize_path(request_form::match_path(req));
         let Some((idx, route)) = rules.find(host, &path, &req.method) else {
@@ -56,7 +57,10 @@ impl SlideGate {
         if key.is_err() {
             return Checked::BadForm(BadRequest::AmbiguousKey);
         }
-        self.limiter.check(session, &ctx.key, route).await
+        let max_delayed = rules.max_delayed;
+        self.limiter
+            .check(session, &ctx.key, route, max_delayed)
+            .await
     }
 
     /// Count an outcome and keep what the later hooks need of it; `store_error` is why the

@@ -11,7 +11,8 @@ use prometheus::Histogram;
 use super::delay::{self, Queues};
 use super::outcome::{Checked, DecidedBy, Policy};
 use crate::config::OnError;
-use crate::limiter::{Store, StoreError, Verdict};
+use crate::limiter::learned::{Learned, LearnedBucket};
+use crate::limiter::{Limit, LimitState, Store, StoreError, Verdict};
 use crate::metrics::{StoreErrorMetrics, METRICS};
 use crate::routes::Route;
 
@@ -24,6 +25,9 @@ pub(super) struct Limiter {
     errors: StoreErrorMetrics,
     /// Requests waiting for a slot, per bucket (`max_queue`).
     queues: Queues,
+    /// What the shared store last said of each bucket, where the local log may be needed:
+    /// the local log starts from it (see [`crate::limiter::learned`]).
+    learned: Learned,
 }
 
 impl Limiter {
@@ -39,6 +43,7 @@ impl Limiter {
             duration,
             errors: StoreErrorMetrics::default(),
             queues: Queues::default(),
+            learned: Learned::default(),
         }
     }
 
@@ -49,14 +54,15 @@ impl Limiter {
     }
 
     /// What the limits say of a request for `bucket` on `route`. A denial whose slot frees
-    /// within the route's `max_delay` waits for it, with a place in the bucket's queue (none
-    /// left: answered at once), and is decided again until admitted or out of budget (see
+    /// within the route's `max_delay` waits for it, with a place in the bucket's queue and
+    /// one of the process's `max_delayed` (none left: answered at once), and is decided again until admitted or out of budget (see
     /// [`delay::wait_for`]); a client that leaves meanwhile ends it with [`Checked::ClientGone`].
     pub(super) async fn check(
         &self,
         session: &mut Session,
         bucket: &str,
         route: &Route,
+        max_delayed: u32,
     ) -> Checked {
         let policy = Policy::of(route);
         let (mut result, mut by) = self.decide(bucket, route, policy).await;
@@ -69,7 +75,7 @@ impl Limiter {
                 delayed: false,
             };
         };
-        let Some(_place) = self.queues.join(bucket, smoothing.max_queue) else {
+        let Some(_place) = self.queues.join(bucket, smoothing.max_queue, max_delayed) else {
             return Checked::Decided {
                 policy,
                 result,
@@ -115,19 +121,82 @@ impl Limiter {
         let started = Instant::now();
         let result = self.store.check_in(name, bucket, limits).await;
         self.duration.observe(started.elapsed().as_secs_f64());
+        let fallback = self
+            .local
+            .as_ref()
+            .filter(|_| policy.on_error == OnError::Local);
         let Err(e) = &result else {
+            if let (Some(_), Ok(verdict)) = (fallback, &result) {
+                self.learned.learn(bucket, limits, verdict, Instant::now());
+            }
             return (result, DecidedBy::Store);
         };
+        if let StoreError::Overloaded(_) = e {
+            // The proxy's own overload: shed, never `on_error` (see `StoreError::Overloaded`).
+            return (result, DecidedBy::Store);
+        }
         self.errors.count(e);
         // Per request at debug level only: an outage would otherwise write a log line per
         // request; the route's state log and the metrics say it.
         log::debug!("route {name}: limiter error: {e}");
-        match &self.local {
-            // The shared store cannot decide: this proxy's own log does, for the same limits.
-            Some(local) if policy.on_error == OnError::Local => {
-                (local.check_in(name, bucket, limits).await, DecidedBy::Local)
+        match fallback {
+            // The shared store cannot decide: this proxy's own log does, for the same limits
+            // less what the store had already admitted as far as this proxy learned.
+            Some(local) => {
+                let learned = self.learned.get(bucket);
+                let verdict = match learned {
+                    Some(learned) => local_after(local, name, bucket, limits, &learned).await,
+                    None => local.check_in(name, bucket, limits).await,
+                };
+                (verdict, DecidedBy::Local)
             }
-            _ => (result, DecidedBy::Store),
+            None => (result, DecidedBy::Store),
         }
     }
+}
+
+/// The local log's verdict for `bucket` with each limit reduced by what `learned` still holds
+/// of it: the local log admits only into the room the shared store had left.
+async fn local_after(
+    local: &Arc<dyn Store>,
+    route: &str,
+    bucket: &str,
+    limits: &[Limit],
+    learned: &LearnedBucket,
+) -> Result<Verdict, StoreError> {
+    let now = Instant::now();
+    let held: Vec<u32> = (limits.iter().enumerate())
+        .map(|(i, l)| learned.held(i, l, now).min(l.requests))
+        .collect();
+    let reduced: Vec<Limit> = (limits.iter().zip(&held))
+        .map(|(l, h)| Limit {
+            requests: l.requests - h,
+            ..*l
+        })
+        .collect();
+    if reduced.iter().any(|l| l.requests == 0) {
+        // No room left by what was learned: denied without recording anything.
+        let states = (reduced.iter().enumerate())
+            .map(|(i, l)| LimitState {
+                remaining: l.requests,
+                reset: match l.requests {
+                    0 => learned.next_free(i, now).max(Duration::from_millis(1)),
+                    _ => l.window,
+                },
+            })
+            .collect();
+        return Ok(Verdict {
+            admitted: false,
+            states,
+            recorded_at: None,
+        });
+    }
+    let mut verdict = local.check_in(route, bucket, &reduced).await?;
+    for (i, state) in verdict.states.iter_mut().enumerate() {
+        // A learned entry that frees first makes room first.
+        if held[i] > 0 && state.remaining == 0 {
+            state.reset = state.reset.min(learned.next_free(i, now));
+        }
+    }
+    Ok(verdict)
 }

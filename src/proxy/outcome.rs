@@ -97,6 +97,9 @@ pub(super) enum Outcome<'a> {
     ErrorAllowed,
     /// `503` with `Retry-After: 1`: the store failed and the route fails closed.
     ErrorDenied,
+    /// `503` with `Retry-After: 1`: shed, this proxy had more decisions waiting for the shared
+    /// store than it queues (whatever the route's `on_error`).
+    Overloaded,
     /// Forwarded without rate-limit fields: a shadow route, with what it would have done.
     Shadow {
         /// The limits would have denied the request.
@@ -133,6 +136,7 @@ pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
         } => (policy, result, by, *delayed),
     };
     match (result, by) {
+        (Err(StoreError::Overloaded(_)), _) if !policy.shadow => Outcome::Overloaded,
         // A shadow route never answers for the store either.
         (Err(_), _) if policy.on_error == OnError::Deny && !policy.shadow => Outcome::ErrorDenied,
         (Err(_), _) => Outcome::ErrorAllowed,
@@ -159,6 +163,7 @@ impl Outcome<'_> {
             Outcome::Exempt => Decision::Exempt,
             Outcome::ErrorAllowed => Decision::ErrorAllowed,
             Outcome::ErrorDenied => Decision::ErrorDenied,
+            Outcome::Overloaded => Decision::Overloaded,
             Outcome::Delayed(_) => Decision::Delayed,
             Outcome::Denied(_) | Outcome::ClientGone => Decision::Denied,
             Outcome::LocalAllowed(_) => Decision::LocalAllowed,
@@ -179,6 +184,7 @@ impl Outcome<'_> {
             | Outcome::Allowed(_)
             | Outcome::Delayed(_)
             | Outcome::Denied(_)
+            | Outcome::Overloaded
             | Outcome::ClientGone => LimiterState::Normal,
         })
     }

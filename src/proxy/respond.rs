@@ -75,7 +75,7 @@ pub(super) async fn write_early(
             )
         }
         Outcome::NoRoute => (ResponseHeader::build(404, Some(4))?, NOT_FOUND_BODY.clone()),
-        Outcome::ErrorDenied => {
+        Outcome::ErrorDenied | Outcome::Overloaded => {
             let mut header = ResponseHeader::build(503, Some(4))?;
             header.insert_header(RETRY_AFTER, "1")?;
             (header, UNAVAILABLE_BODY.clone())

@@ -187,6 +187,9 @@ pub(super) struct RawStore {
     pub max_delay: Option<MaxDelay>,
     /// The routes' default `max_queue`.
     pub max_queue: Option<Spanned<u32>>,
+    /// Requests waiting for a slot (`max_delay`) at once, over every route and client.
+    #[serde(default = "default_max_delayed")]
+    pub max_delayed: Spanned<u32>,
 }
 
 impl Default for RawStore {
@@ -212,10 +215,14 @@ impl Default for RawStore {
             deny_status: None,
             max_delay: None,
             max_queue: None,
+            max_delayed: default_max_delayed(),
         }
     }
 }
 
+fn default_max_delayed() -> Spanned<u32> {
+    Spanned::new(0..0, crate::config::DEFAULT_MAX_DELAYED)
+}
 fn default_backend() -> Spanned<RawBackend> {
     Spanned::new(0..0, RawBackend::Memory)
 }

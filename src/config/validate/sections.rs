@@ -178,8 +178,17 @@ impl Validator<'_> {
                 "must be non-empty, without whitespace, '{' or '}'",
             );
         }
+        let max_delayed = *raw.max_delayed.get_ref();
+        if max_delayed > crate::config::MAX_MAX_DELAYED {
+            return self.err(
+                Some(raw.max_delayed.span()),
+                "store.max_delayed",
+                format!("at most {}", crate::config::MAX_MAX_DELAYED),
+            );
+        }
         Ok(StoreSettings {
             backend,
+            max_delayed,
             prefix: raw.prefix.into_inner(),
             timeout: raw.timeout.0,
             local_deny_cache: raw.local_deny_cache,

@@ -205,7 +205,7 @@ impl Shard {
 
     /// Evict sampled buckets until `need` more bytes fit in `budget`; never `keep`, never a
     /// bucket at its limit. Returns how many were evicted, or `Err` when no sampled bucket may
-    /// go (the caller answers [`StoreError::Full`](crate::limiter::StoreError::Full)).
+    /// go (the caller decides in the route's overflow bucket).
     pub(super) fn make_room(
         &mut self,
         need: usize,

@@ -103,7 +103,7 @@ impl Gate {
                     ));
                 }
             }
-            StoreError::Backend(_) | StoreError::Full | StoreError::Overloaded(_) => {}
+            StoreError::Backend(_) | StoreError::Overloaded(_) => {}
         }
     }
 

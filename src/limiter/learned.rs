@@ -1,0 +1,222 @@
+//! What this proxy last learned from the shared store about each bucket, so that its own log
+//! (`on_error = "local"`) does not start empty when the store goes away mid-window.
+//!
+//! Every verdict the shared store gives (an admission, a denial, or a denial the deny cache
+//! answered from) says, per limit, how much is left (`remaining`) and when the oldest entry
+//! leaves the window (`reset`). From those, `count = requests - remaining` entries were in the
+//! window at that moment: the oldest leaves at `reset`, and none of the others later than a
+//! full window after the moment they were learned (they were all recorded before it).
+//!
+//! During an outage a decision is made by the local log against each limit *reduced* by what
+//! is still held of the learned count ([`LearnedBucket::held`]): so the local log admits at
+//! most `requests - held` on top of what Redis had admitted. Summed over proxies: the one that
+//! asked last learned everything Redis had admitted, so in an outage the proxies together admit
+//! at most `proxies × requests` in any window, **including** what Redis admitted before it.
+//!
+//! The memory is bounded: [`MAX_LEARNED`] buckets. A full shard first drops what has slid out
+//! of every window, then the buckets that had one entry (a flood of made-up keys); a bucket
+//! forgotten that way is counted from empty in an outage, as before this existed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::{Limit, LimitId, Verdict};
+
+/// Most buckets remembered, over all shards (about 100 bytes each).
+pub const MAX_LEARNED: usize = 1 << 16;
+
+const SHARDS: usize = 16;
+
+/// What was learned of one limit of a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LearnedLimit {
+    id: LimitId,
+    /// Entries in the window when learned.
+    count: u32,
+    /// When the oldest of them leaves the window.
+    oldest_frees: Instant,
+    /// When the last of them leaves the window, at the latest.
+    all_free: Instant,
+}
+
+/// What was learned of one bucket: one entry per limit, in the route's order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LearnedBucket {
+    limits: SmallVec<[LearnedLimit; 2]>,
+}
+
+impl LearnedBucket {
+    /// What `verdict` (for `limits`, given at `now`) says is in the bucket.
+    pub fn from_verdict(limits: &[Limit], verdict: &Verdict, now: Instant) -> LearnedBucket {
+        let limits = limits
+            .iter()
+            .zip(&verdict.states)
+            .map(|(limit, state)| LearnedLimit {
+                id: limit.id(),
+                count: limit.requests.saturating_sub(state.remaining),
+                oldest_frees: now + state.reset.min(limit.window),
+                all_free: now + limit.window,
+            })
+            .collect();
+        LearnedBucket { limits }
+    }
+
+    /// How many learned entries of limit `i` are still in its window at `now`, at least (the
+    /// oldest until it frees, the others until a window after they were learned); 0 when the
+    /// limit is not the one learned (a reload changed it).
+    pub fn held(&self, i: usize, limit: &Limit, now: Instant) -> u32 {
+        let Some(l) = self.limits.get(i).filter(|l| l.id == limit.id()) else {
+            return 0;
+        };
+        if l.count == 0 || now >= l.all_free {
+            0
+        } else if now < l.oldest_frees {
+            l.count
+        } else {
+            l.count - 1
+        }
+    }
+
+    /// When the learned entries of limit `i` next free one place, after `now`.
+    pub fn next_free(&self, i: usize, now: Instant) -> Duration {
+        self.limits.get(i).map_or(Duration::ZERO, |l| {
+            let at = if now < l.oldest_frees {
+                l.oldest_frees
+            } else {
+                l.all_free
+            };
+            at.saturating_duration_since(now)
+        })
+    }
+
+    fn spent(&self, now: Instant) -> bool {
+        self.limits
+            .iter()
+            .all(|l| l.count == 0 || now >= l.all_free)
+    }
+
+    fn single(&self) -> bool {
+        self.limits.iter().all(|l| l.count <= 1)
+    }
+}
+
+/// The learned buckets, by the hash of their key.
+pub struct Learned {
+    shards: Box<[Mutex<HashMap<u64, LearnedBucket>>]>,
+    per_shard: usize,
+}
+
+impl Default for Learned {
+    fn default() -> Self {
+        Learned::with_capacity(MAX_LEARNED)
+    }
+}
+
+impl Learned {
+    /// Remembering at most about `capacity` buckets.
+    pub fn with_capacity(capacity: usize) -> Learned {
+        Learned {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<HashMap<u64, LearnedBucket>> {
+        &self.shards[(hash >> 60) as usize % SHARDS]
+    }
+
+    /// Remember what the store's `verdict` for `bucket` under `limits` said at `now`.
+    pub fn learn(&self, bucket: &str, limits: &[Limit], verdict: &Verdict, now: Instant) {
+        let hash = xxhash_rust::xxh3::xxh3_64(bucket.as_bytes());
+        let learned = LearnedBucket::from_verdict(limits, verdict, now);
+        let mut shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
+            shard.retain(|_, b| !b.spent(now) && !b.single());
+            if shard.len() >= self.per_shard {
+                shard.clear();
+            }
+        }
+        shard.insert(hash, learned);
+    }
+
+    /// What was learned of `bucket`, if anything.
+    pub fn get(&self, bucket: &str) -> Option<LearnedBucket> {
+        let hash = xxhash_rust::xxh3::xxh3_64(bucket.as_bytes());
+        let shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        shard.get(&hash).cloned()
+    }
+
+    /// Buckets remembered.
+    pub fn len(&self) -> usize {
+        let len = |s: &Mutex<HashMap<u64, LearnedBucket>>| s.lock().map_or(0, |s| s.len());
+        self.shards.iter().map(len).sum()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::LimitState;
+
+    fn verdict(admitted: bool, remaining: u32, reset: Duration) -> Verdict {
+        Verdict {
+            admitted,
+            recorded_at: admitted.then_some(1),
+            states: vec![LimitState { remaining, reset }],
+        }
+    }
+
+    /// The learned count is held while its entries can still be in the window, and no longer:
+    /// pure arithmetic on a given clock, no sleeping.
+    #[test]
+    fn held_counts_free_one_then_all() {
+        let t0 = Instant::now();
+        let limit = Limit::log(5, Duration::from_secs(60));
+        let b =
+            LearnedBucket::from_verdict(&[limit], &verdict(true, 2, Duration::from_secs(20)), t0);
+        assert_eq!(b.held(0, &limit, t0), 3);
+        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(19)), 3);
+        assert_eq!(b.next_free(0, t0), Duration::from_secs(20));
+        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(20)), 2);
+        assert_eq!(
+            b.next_free(0, t0 + Duration::from_secs(20)),
+            Duration::from_secs(40)
+        );
+        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(60)), 0);
+        // A denial: the whole limit is held.
+        let d =
+            LearnedBucket::from_verdict(&[limit], &verdict(false, 0, Duration::from_secs(5)), t0);
+        assert_eq!(d.held(0, &limit, t0), 5);
+        // Another limit (a reload changed the window): nothing learned of it.
+        let other = Limit::log(5, Duration::from_secs(30));
+        assert_eq!(d.held(0, &other, t0), 0);
+    }
+
+    #[test]
+    fn a_full_map_forgets_spent_and_single_entry_buckets_first() {
+        let t0 = Instant::now();
+        let limit = Limit::log(10, Duration::from_secs(60));
+        let learned = Learned::with_capacity(SHARDS * 4);
+        learned.learn(
+            "victim",
+            &[limit],
+            &verdict(false, 0, Duration::from_secs(30)),
+            t0,
+        );
+        for i in 0..10_000 {
+            let one = verdict(true, 9, Duration::from_secs(60));
+            learned.learn(&format!("flood-{i}"), &[limit], &one, t0);
+        }
+        assert!(learned.len() <= SHARDS * 4);
+        let victim = learned.get("victim").expect("the victim is remembered");
+        assert_eq!(victim.held(0, &limit, t0), 10);
+    }
+}
