@@ -5,7 +5,11 @@
 # (the default config, deploy/image/slidegate.toml, reads those variables; or mount your own
 # over /etc/slidegate/slidegate.toml). The release profile strips the binary (Cargo.toml).
 
-FROM rust:1-bookworm AS builder
+# Base images pinned to exact releases, so a rebuild gets the same toolchain and libc as the one
+# tested: rust 1.95.0 is Cargo.toml's rust-version, and Debian 12.11 the point release the
+# runtime was checked on. Bump them deliberately (and add an @sha256 digest where your registry
+# mirror allows resolving one: a tag can still be re-pushed, a digest cannot).
+FROM rust:1.95.0-bookworm AS builder
 RUN apt-get update \
  && apt-get install -y --no-install-recommends cmake \
  && rm -rf /var/lib/apt/lists/*
@@ -18,7 +22,7 @@ COPY src src
 COPY lua lua
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked
 
-FROM debian:bookworm-slim
+FROM debian:12.11-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \

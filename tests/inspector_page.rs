@@ -1,13 +1,15 @@
 //! The inspector page in a real headless chromium (Debian's, over chromedriver): routes listed,
-//! a bucket with entries shows its countdown ring, the countdown decreases, and the reset button
-//! empties the bucket. A screenshot is saved in the proxy's temporary directory (printed).
+//! a bucket with entries shows its countdown ring, the countdown decreases, the reset button
+//! empties the bucket, and the red "next to free" marker stays on top of entries that share its
+//! millisecond. A screenshot is saved in the proxy's temporary directory (printed).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::admin::window;
+use common::admin::{reset, window};
 use common::browser::Browser;
+use common::http::connect;
 use common::proxy::{get, ConfigBuilder, Proxy};
 use common::upstream::Upstream;
 
@@ -239,4 +241,75 @@ async fn the_page_inspects_a_composite_key_by_its_parts() {
         )
         .await;
     assert_eq!(filled, serde_json::json!(["k2", "127.0.0.1"]));
+}
+
+/// Two entries of the same millisecond sit at the same x on the axis. The red "next to free"
+/// marker belongs to the oldest of them and must stay visible: the element painted on top at
+/// its position is the marker itself, not an entry of the same millisecond drawn over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_to_free_marker_stays_visible_when_entries_tie() {
+    let up = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "login",
+            "path_prefix = \"/login\"\nlimits = [{ requests = 2, window = \"20s\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&toml);
+    // Two requests sent at once on connections opened beforehand are usually admitted within
+    // one millisecond; when they are not, the bucket is reset and the pair sent again. The
+    // store's own timestamps (the API's entries) say whether the tie happened.
+    let mut tie = None;
+    for attempt in 1..=50 {
+        let (a, b) = (connect(proxy.addr()).await, connect(proxy.addr()).await);
+        let (a, b) = (a.expect("connect"), b.expect("connect"));
+        let (ra, rb) = tokio::join!(a.send("GET", "/login", &[]), b.send("GET", "/login", &[]));
+        assert_eq!((ra.unwrap().status, rb.unwrap().status), (200, 200));
+        let entries = window(&proxy, "login", "127.0.0.1").await["limits"][0]["entries_ms"].clone();
+        // The API gives fractional milliseconds (µs / 1000); the axis draws both at one x.
+        let ms = |i: usize| entries[i].as_f64().expect("entry ms").floor();
+        if ms(0) == ms(1) {
+            tie = Some((attempt, entries));
+            break;
+        }
+        reset(&proxy, "login", "127.0.0.1").await;
+    }
+    let (attempt, entries) = tie.expect("no two admissions in the same millisecond in 50 tries");
+    println!("tie on attempt {attempt}: {entries}");
+
+    let browser = Browser::start().await;
+    browser
+        .goto(&format!(
+            "http://{}/?route=login&client=127.0.0.1",
+            proxy.admin_addr()
+        ))
+        .await;
+    // Evaluated in one script run, so no animation frame redraws the axis in between.
+    let seen = browser
+        .wait_for(
+            "a full bucket with its marker",
+            "const c = document.querySelector('[data-limit=\"login-20s\"]');
+             if (!c) return null;
+             const rects = [...c.querySelectorAll('.axis rect.entry')];
+             const pivot = c.querySelector('.axis rect.entry.pivot');
+             if (rects.length !== 2 || !pivot) return null;
+             const box = pivot.getBoundingClientRect();
+             const top = document.elementFromPoint(box.x + box.width / 2, box.y + box.height / 2);
+             return { pivot_ms: Number(pivot.dataset.ms),
+                      oldest_ms: Math.min(...rects.map(r => Number(r.dataset.ms))),
+                      on_top: top === pivot,
+                      on_top_class: top ? top.getAttribute('class') : null,
+                      fill: getComputedStyle(pivot).fill };",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(
+        seen["pivot_ms"], seen["oldest_ms"],
+        "marker on the oldest: {seen}"
+    );
+    assert_eq!(seen["on_top"], true, "marker covered: {seen}");
+    let shot = proxy.dir().join("inspector-tie.png");
+    browser.screenshot(&shot).await;
+    println!("tie: {seen}; screenshot: {}", shot.display());
 }

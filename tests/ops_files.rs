@@ -106,6 +106,68 @@ fn dockerfile_and_compose_refer_to_what_exists() {
     assert_eq!(compose.matches("condition: service_healthy").count(), 4);
 }
 
+/// Compose publishes every port on loopback only, and Grafana has no anonymous access and no
+/// way to start without an admin password of the operator's own (so never admin/admin).
+#[test]
+fn compose_binds_loopback_and_grafana_needs_a_password() {
+    let compose = read("deploy/docker-compose.yml");
+    // The entries of every `ports:` list.
+    let mut mappings = Vec::new();
+    let mut in_ports = false;
+    for line in compose.lines() {
+        if line.trim() == "ports:" {
+            in_ports = true;
+        } else if let Some(entry) = line.trim().strip_prefix("- ").filter(|_| in_ports) {
+            mappings.push(entry.trim_matches('"'));
+        } else {
+            in_ports = false;
+        }
+    }
+    assert!(mappings.len() >= 6, "port mappings found: {mappings:?}");
+    for m in &mappings {
+        assert!(
+            m.starts_with("127.0.0.1:"),
+            "compose publishes {m} beyond loopback"
+        );
+    }
+    let grafana = service_env(&compose, "grafana");
+    let get = |key: &str| {
+        grafana
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("grafana environment lacks {key}: {grafana:?}"))
+    };
+    assert_eq!(get("GF_AUTH_ANONYMOUS_ENABLED"), "false");
+    let password = get("GF_SECURITY_ADMIN_PASSWORD");
+    assert!(
+        password.starts_with("${") && password.contains(":?"),
+        "Grafana's admin password must be a required variable, not {password}"
+    );
+}
+
+/// Both base images are pinned to an exact release, not a floating tag.
+#[test]
+fn dockerfile_pins_its_base_images() {
+    let dockerfile = read("Dockerfile");
+    let images: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(images.len(), 2, "{images:?}");
+    for image in images {
+        let tag = image.split_once(':').map(|(_, t)| t).unwrap_or("");
+        // An exact release is at least major.minor (Debian's point release `12.11`, Rust's
+        // `1.95.0`): `1-bookworm`, `bookworm-slim` or `latest` float.
+        let version: Vec<&str> = tag.split('-').next().unwrap().split('.').collect();
+        assert!(
+            version.len() >= 2 && version.iter().all(|p| p.parse::<u32>().is_ok()),
+            "FROM {image} is not pinned to an exact release"
+        );
+    }
+}
+
 /// The image's default config needs its variables (an unset one names itself) and passes
 /// `-t` with compose's. `-t` then resolves upstream hosts, and compose's `demo` resolves only
 /// inside the compose network: that one failure, naming it, is accepted and reported.

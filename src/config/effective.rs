@@ -3,17 +3,19 @@
 //!
 //! The file is read into its serde schema again, which fills in every default, and printed
 //! from it; what the validator derives (the pid file and upgrade socket paths,
-//! `tls_min_version` with a TLS listener, each route's inherited `on_error` and `deny_status`)
-//! is added from the model. A `[[tls.certs]]` entry without `names` is printed without them:
-//! they are read from its certificate. Secrets are replaced by
-//! [`REDACTED`]: `server.admin_token`, `store.master_password` and the password of every
-//! `store.url`/`store.urls` entry, whether written in the file or taken from `${ENV}`. Files
-//! (`password_file`, `admin_token_file`) are shown by path; their contents are never read here.
+//! `tls_min_version` with a TLS listener, each route's inherited `on_error` and `deny_status`,
+//! and the `[store]` and `[client_ip]` defaults the schema leaves unset: `on_error`,
+//! `deny_status`, `max_queue`, a Sentinel `db`, the key prefixes) is added from the model. A
+//! `[[tls.certs]]` entry without `names` is printed without them: they are read from its
+//! certificate. Secrets are replaced by [`REDACTED`]: `server.admin_token`,
+//! `store.master_password` and the password of every `store.url`/`store.urls` entry, whether
+//! written in the file or taken from `${ENV}`. Files (`password_file`, `admin_token_file`) are
+//! shown by path; their contents are never read here.
 
 use redis::IntoConnectionInfo;
 use toml::{Table, Value};
 
-use super::{raw, Config, ConfigError};
+use super::{raw, Backend, Config, ConfigError, OnError, Smoothing};
 
 /// What a secret is printed as. Visible ASCII, so the printed file still passes `-t`.
 pub const REDACTED: &str = "REDACTED";
@@ -59,6 +61,16 @@ impl Config {
                 server.entry("tls_min_version").or_insert(min);
             }
         }
+        self.add_store_defaults(doc);
+        if let Some(Value::Table(client_ip)) = doc.get_mut("client_ip") {
+            let prefixes = self.routing.client_ip.key_prefixes;
+            client_ip
+                .entry("ipv4_prefix")
+                .or_insert(Value::Integer(i64::from(prefixes.v4)));
+            client_ip
+                .entry("ipv6_prefix")
+                .or_insert(Value::Integer(i64::from(prefixes.v6)));
+        }
         let Some(Value::Array(routes)) = doc.get_mut("routes") else {
             return;
         };
@@ -73,6 +85,38 @@ impl Config {
             route
                 .entry("deny_status")
                 .or_insert(Value::Integer(i64::from(spec.deny.status.as_u16())));
+        }
+    }
+}
+
+impl Config {
+    /// `[store]` keys whose default the schema leaves to the validator: `on_error` (which
+    /// depends on the backend), `deny_status`, `max_queue` and, with Sentinel, `db`. Written
+    /// out so that `-T` shows what the routes inherit. `max_delay` has no default (no waiting).
+    fn add_store_defaults(&self, doc: &mut Table) {
+        let Some(Value::Table(store)) = doc.get_mut("store") else {
+            return;
+        };
+        let on_error = match self.store.backend {
+            Backend::Memory => OnError::Allow,
+            _ => OnError::Local,
+        };
+        let on_error = serde_json::to_value(on_error)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned));
+        if let Some(on_error) = on_error {
+            store.entry("on_error").or_insert(Value::String(on_error));
+        }
+        store
+            .entry("deny_status")
+            .or_insert(Value::Integer(i64::from(
+                http::StatusCode::TOO_MANY_REQUESTS.as_u16(),
+            )));
+        store
+            .entry("max_queue")
+            .or_insert(Value::Integer(i64::from(Smoothing::DEFAULT_QUEUE)));
+        if let Backend::RedisSentinel { master, .. } = &self.store.backend {
+            store.entry("db").or_insert(Value::Integer(master.db));
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The binary's config check as an operator runs it: `slidegate -t -c <file>`.
+//! The binary's config check as an operator runs it: `slidegate -t -c <file>`, and the
+//! effective configuration it prints with `-T`.
 
 use std::path::Path;
 use std::process::Command;
@@ -37,4 +38,12 @@ pub fn check_config(path: &Path, env: &[(&str, &str)]) -> Checked {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// `slidegate -T -c <path>` with `env` added: the effective configuration (every default
+/// filled in) as TOML. Panics unless it succeeds.
+pub fn effective_config(path: &Path, env: &[(&str, &str)]) -> toml::Table {
+    let out = super::control::slidegate(&["-T"], path, env);
+    assert!(out.ok, "-T failed: {}", out.stderr);
+    out.stdout.parse().expect("-T prints TOML")
 }

@@ -19,6 +19,7 @@ pub mod load;
 pub mod log_file;
 pub mod nginx;
 pub mod ports;
+pub mod process_group;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis;
@@ -41,7 +42,7 @@ pub fn require_tool(program: &str, apt_package: &str) {
         ),
         Err(e) => panic!(
             "`{program}` is required by this test but could not be run ({e}). \
-             Install it with `apt-get install {apt_package}` (.ci/run does)."
+             Install it with `apt-get install {apt_package}` (scripts/test does)."
         ),
     }
 }

@@ -286,15 +286,21 @@ function animate() {
       c.title.textContent = c.ring.getAttribute("aria-label");
       c.progress.setAttribute("stroke-dashoffset", (RING_C * (1 - left / l.window_ms)).toFixed(2));
       // Entries slide left as the store clock advances; the pivot (the entry whose exit frees
-      // the next slot) is drawn in red.
+      // the next slot) is drawn in red. It is appended last, so that entries of the same
+      // millisecond (drawn at the same x) cannot cover it: SVG paints in document order.
       c.dots.replaceChildren();
       const pivot = Math.max(0, l.entries_ms.length - l.requests);
+      let pivotRect = null;
       l.entries_ms.forEach((t, j) => {
         const x = ((t - (storeNow - l.window_ms)) / l.window_ms) * 600;
         if (x < 0 || x > 600) return;
-        c.dots.append(el("svg:rect", { class: "entry" + (full && j === pivot ? " pivot" : ""),
-          x: (x - 1.5).toFixed(1), y: 18, width: 3, height: 22 }));
+        const isPivot = full && j === pivot;
+        const rect = el("svg:rect", { class: "entry" + (isPivot ? " pivot" : ""),
+          x: (x - 1.5).toFixed(1), y: 18, width: 3, height: 22, "data-ms": t });
+        if (isPivot) pivotRect = rect;
+        else c.dots.append(rect);
       });
+      if (pivotRect) c.dots.append(pivotRect);
     });
   }
   requestAnimationFrame(animate);
