@@ -24,7 +24,7 @@
 //! The store learns a decision's route from [`Store::check_in`], never from the bucket text.
 //! Rooms of routes a reload removed stay until the process restarts.
 //!
-//! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: at most a quarter of it
+//! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: at most half of it
 //! (a power of two of 8-byte cells, at most 128 KiB; sized with the share, and once in use
 //! only ever shrunk) for its *summary*
 //! (`summary.rs`), the rest for [`BUCKET_COST`] per bucket plus the capacity of its logs. A

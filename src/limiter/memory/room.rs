@@ -63,7 +63,7 @@ impl Room {
         room
     }
 
-    /// Set this room's share of `max_memory`, resizing its summaries to a quarter of it (one
+    /// Set this room's share of `max_memory`, resizing its summaries to half of it (one
     /// already in use only shrinks). A room holding more than its new share evicts into its
     /// summaries as new clients come.
     pub(super) fn set_budget(&self, budget: usize) {

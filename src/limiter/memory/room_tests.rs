@@ -13,7 +13,7 @@ fn hour(requests: u32) -> [Limit; 1] {
 /// A room whose shards hold about `buckets` small buckets each (small keys all land in shard
 /// 0), and its summary beside them.
 fn room(buckets: usize) -> Room {
-    let shard = (buckets * (BUCKET_COST + 32)) * 4 / 3;
+    let shard = buckets * (BUCKET_COST + 32) * 2;
     Room::new("r", shard * SHARDS)
 }
 
@@ -120,8 +120,11 @@ fn a_shard_too_small_for_one_bucket_decides_in_the_summary_and_never_past_the_li
 
 #[test]
 fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
-    // Room for one bucket with one entry, not for its log's growth (the summary takes 32 B).
-    let room = Room::new("r", (BUCKET_COST + 24 + 32) * SHARDS);
+    // Room for one bucket with one entry, not for its log's growth.
+    let shard = (BUCKET_COST..BUCKET_COST + 512)
+        .find(|&s| s - Summary::sized_for(s).bytes() == BUCKET_COST + 24)
+        .expect("a shard size leaving BUCKET_COST + 24 for buckets");
+    let room = Room::new("r", shard * SHARDS);
     assert_eq!(room.budget() / SHARDS, BUCKET_COST + 24);
     let limits = hour(3);
     assert_eq!(at(&room, 1, &limits, 10), (true, Placed::Own, 0));

@@ -30,7 +30,7 @@ const COUNT_BITS: u32 = 24;
 const MAX_WIDTH: usize = 4096;
 
 /// The share of a shard's bytes its summary takes (the rest holds buckets).
-const SHARE_DIVISOR: usize = 4;
+const SHARE_DIVISOR: usize = 2;
 
 /// What the summary holds for one bucket and limit: at most `count` entries, counted until
 /// `frees_us` (µs on the store's clock; a time in the past means nothing is counted).
@@ -53,7 +53,7 @@ pub(super) struct Summary {
 }
 
 impl Summary {
-    /// The summary of a shard whose share of `max_memory` is `shard_bytes`: a quarter of it,
+    /// The summary of a shard whose share of `max_memory` is `shard_bytes`: half of it,
     /// rounded down to a power-of-two width (at least one cell per row).
     pub(super) fn sized_for(shard_bytes: usize) -> Summary {
         let cells = shard_bytes / SHARE_DIVISOR / (ROWS * CELL_BYTES);

@@ -136,9 +136,9 @@ fn random_keys_on_a_small_summary_read_back_at_least_their_own_step() {
 }
 
 #[test]
-fn sized_for_a_quarter_of_the_shard_in_whole_rows() {
-    assert_eq!(Summary::sized_for(16 << 10).bytes(), 4 << 10);
-    assert_eq!(Summary::sized_for(20 << 10).bytes(), 4 << 10);
+fn sized_for_half_of_the_shard_in_whole_rows() {
+    assert_eq!(Summary::sized_for(16 << 10).bytes(), 8 << 10);
+    assert_eq!(Summary::sized_for(20 << 10).bytes(), 8 << 10);
     assert_eq!(
         Summary::sized_for(1 << 30).bytes(),
         ROWS * MAX_WIDTH * CELL_BYTES
@@ -164,7 +164,7 @@ fn shrinking_a_summary_in_use_folds_it_and_still_bounds_every_key() {
         s.record(k, id(60), h, S);
     }
     s.resize_for(4 << 10);
-    assert_eq!(s.bytes(), 1 << 10);
+    assert_eq!(s.bytes(), 2 << 10);
     for (k, h) in keys {
         let got = s.held(k, id(60), S);
         assert!(
@@ -174,8 +174,8 @@ fn shrinking_a_summary_in_use_folds_it_and_still_bounds_every_key() {
     }
     // Unused, it takes any new size; in use, it never grows (it cannot unfold).
     s.resize_for(64 << 10);
-    assert_eq!(s.bytes(), 1 << 10);
+    assert_eq!(s.bytes(), 2 << 10);
     let mut empty = Summary::sized_for(4 << 10);
     empty.resize_for(64 << 10);
-    assert_eq!(empty.bytes(), 16 << 10);
+    assert_eq!(empty.bytes(), 32 << 10);
 }

@@ -57,11 +57,11 @@ fn shares_are_equal_and_a_route_first_seen_later_shrinks_them() {
         v.sort();
         v
     };
-    // Each share less its summaries (a quarter).
-    let half = (1 << 20) / 2 / SHARDS * 3 / 4 * SHARDS;
+    // Each share less its summaries (half).
+    let half = (1 << 20) / 2 / SHARDS / 2 * SHARDS;
     assert_eq!(budgets(&store), [("a".into(), half), ("b".into(), half)]);
     store.check_now_in("c", "c:ip:1", &one(1, 1000));
-    // A third, less its summaries: a power of two of cells, at most a quarter of it.
+    // A third, less its summaries: a power of two of cells, at most half of it.
     let third = (1 << 20) / 3 / SHARDS;
     let third = (third - Summary::sized_for(third).bytes()) * SHARDS;
     assert!(
@@ -162,4 +162,50 @@ fn a_route_mixing_log_and_slotted_limits_records_in_all_or_none() {
         [(true, 2, 1), (true, 1, 0), (false, 1, 0), (false, 1, 0)]
     );
     assert_eq!(store.entries(), 4);
+}
+
+/// Of `fresh` new clients of `route`, each sending `requests` at once after the flood, how
+/// many requests were admitted.
+fn fresh_admitted(store: &MemoryStore, route: &str, fresh: usize, limits: &[Limit]) -> usize {
+    (0..fresh)
+        .map(|i| {
+            let k = format!("{route}:h:honest-{i}");
+            (0..limits[0].requests)
+                .filter(|_| store.check_now_in(route, &k, limits).admitted)
+                .count()
+        })
+        .sum()
+}
+
+/// What colliding in the summary costs honest new clients, measured (docs/hardening.md):
+/// after key-rotation floods of growing size (each made-up key sends its whole quota of 10,
+/// the worst case; or one request), 1,000 new clients each send 10 at once.
+#[test]
+fn collisions_over_count_new_clients_in_proportion_to_the_flood() {
+    let limits = one(10, 60_000);
+    let mut figures = Vec::new();
+    for (per_key, keys) in [
+        (10, 4_000),
+        (10, 8_000),
+        (10, 16_000),
+        (10, 64_000),
+        (1, 64_000),
+    ] {
+        let store = MemoryStore::with_max_memory(1 << 20).with_routes(["api"]);
+        for i in 0..keys {
+            let k = format!("api:h:made-up-{i}");
+            for _ in 0..per_key {
+                store.check_now_in("api", &k, &limits);
+            }
+        }
+        let got = fresh_admitted(&store, "api", 1000, &limits);
+        assert!(store.accounted_bytes() + store.summary_bytes() <= 1 << 20);
+        figures.push((per_key, keys, store.evictions(), got));
+    }
+    for (per_key, keys, evicted, got) in &figures {
+        println!(
+            "flood of {keys} keys x {per_key}: {evicted} evicted; 1,000 new clients got \
+             {got} of 10,000"
+        );
+    }
 }
