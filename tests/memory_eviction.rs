@@ -259,6 +259,11 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
         .collect();
     stop.store(true, Ordering::Relaxed);
     let rotated = rotating.join().expect("rotating flood");
+    println!(
+        "{name} ({} per {}): room full after {filled} keys at their quota; {rotated} rotating \
+         keys meanwhile; new clients got {got:?}",
+        r.requests, r.window
+    );
     // The flood is still limited: sampled quota keys (held or evicted) are refused, and
     // rotating keys get at most the rest of their quota.
     let mut c = Client::new(addr, r.path, r.header);
@@ -273,11 +278,6 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
         let more = (0..r.requests).filter(|_| c.get(&key) == 200).count();
         assert!(more < r.requests as usize, "{key}: {more} more admitted");
     }
-    println!(
-        "{name} ({} per {}): room full after {filled} keys at their quota; {rotated} rotating \
-         keys meanwhile; new clients got {got:?}",
-        r.requests, r.window
-    );
     got
 }
 
