@@ -144,7 +144,7 @@ impl Summary {
     /// The cell of (`key`, `id`) in `row`. The key is already a keyed hash; mixing in the
     /// limit and the row gives each row its own, independent-looking, index.
     fn index(&self, key: u64, id: LimitId, row: usize) -> usize {
-        let limit = u64::from(id.window_ms()) | id.resolution_us().unwrap_or(0) / 1000 << 32;
+        let limit = u64::from(id.window_ms()) | (id.resolution_us().unwrap_or(0) / 1000) << 32;
         let h = mix(key ^ mix(limit ^ (row as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         row * self.width + (h as usize & (self.width - 1))
     }
