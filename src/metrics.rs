@@ -44,7 +44,7 @@ pub struct Metrics {
     /// `slidegate_store_evictions_total`: clients evicted from the full memory store.
     pub store_evictions: IntCounter,
     /// `slidegate_memory_overflow_total{route}`: decisions the memory store made in a route's
-    /// overflow bucket because the route's room was full of clients at their limit.
+    /// summary of evicted clients alone, its share too small to hold one client's bucket.
     pub memory_overflow: IntCounterVec,
     /// `slidegate_refunds_total{route,result}`: admissions given back under `count_status`
     /// (`result="ok"`), or whose refund failed and kept the slot (`"error"`).
@@ -255,7 +255,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     .expect("register slidegate_store_evictions_total"),
     memory_overflow: register_int_counter_vec!(
         "slidegate_memory_overflow_total",
-        "Memory store decisions made in a route's overflow bucket (its room full of clients at their limit)",
+        "Memory store decisions made in a route's summary alone (its share too small for one bucket)",
         &["route"]
     )
     .expect("register slidegate_memory_overflow_total"),

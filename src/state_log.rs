@@ -27,7 +27,8 @@ pub enum LimiterState {
     FailClosed = 2,
     /// The shared store cannot decide; this proxy's local log decides (`on_error = "local"`).
     Local = 3,
-    /// The memory store's room for this route is full; new clients share its overflow bucket.
+    /// The memory store's share for this route cannot hold even one client's bucket: clients
+    /// are decided in its summary of evicted clients alone.
     Overflow = 4,
 }
 
@@ -39,7 +40,7 @@ impl LimiterState {
             LimiterState::FailClosed => "store failing: answering 503 (on_error = deny)",
             LimiterState::Local => "shared store failing: deciding locally (on_error = local)",
             LimiterState::Overflow => {
-                "memory store room full: new clients share an overflow bucket"
+                "memory store room too small for one bucket: deciding in its summary alone"
             }
         }
     }
@@ -133,7 +134,7 @@ fn label(state: LimiterState) -> &'static str {
         LimiterState::FailOpen => "admitted unrecorded",
         LimiterState::FailClosed => "answered 503",
         LimiterState::Local => "decided locally",
-        LimiterState::Overflow => "in the overflow bucket",
+        LimiterState::Overflow => "decided in the summary",
     }
 }
 

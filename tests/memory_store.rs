@@ -151,14 +151,17 @@ fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
         assert!(store.check_now(&k, &limits).unwrap().admitted);
         assert!(store.check_now(&k, &limits).unwrap().admitted);
     }
+    let mut flood_admitted = 0;
     for i in 0..FLOOD {
+        // Since issue 32 evicted clients live on in a fixed summary: once 200k made-up keys
+        // have gone through it in one window, a new key may be over-counted (never under).
         match store.check_now(&format!("login:h:made-up-{i}"), &limits) {
-            Ok(v) => assert!(v.admitted),
+            Ok(v) => flood_admitted += usize::from(v.admitted),
             Err(e) => panic!("{e}"),
         }
         assert!(store.accounted_bytes() as u64 <= MAX || i % 1000 != 0);
     }
-    assert!(store.accounted_bytes() as u64 <= MAX);
+    assert!((store.accounted_bytes() + store.summary_bytes()) as u64 <= MAX);
     for i in 0..1000 {
         let v = store
             .check_now(&format!("login:ip:victim-{i}"), &limits)
@@ -168,7 +171,7 @@ fn a_key_flood_stays_within_max_memory_and_never_frees_a_full_client() {
     let per_client = store.accounted_bytes() as f64 / store.len() as f64;
     println!(
         "max_memory {MAX} B: {} buckets held, {} accounted bytes ({per_client:.0} B per client \
-         with one entry), {} evictions",
+         with one entry), {} evictions, {flood_admitted} of {FLOOD} made-up keys admitted",
         store.len(),
         store.accounted_bytes(),
         store.evictions()

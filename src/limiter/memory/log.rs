@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::summary::Held;
 use crate::limiter::slots::{SlotCounts, SlotShape};
 use crate::limiter::{Limit, LimitId, LimitView};
 
@@ -129,6 +130,62 @@ impl WindowLog {
         match &self.record {
             Record::Log(entries) => entries.back().copied(),
             Record::Slots(slots) => (!slots.is_empty()).then(|| slots.newest(self.shape())),
+        }
+    }
+
+    /// What this record still counts, as one step for the summary (after
+    /// [`WindowLog::evict`]): its count, held until its newest entry (or slot) leaves.
+    pub(super) fn held(&self) -> Held {
+        let frees_us = match &self.record {
+            Record::Log(entries) => entries.back().map_or(0, |&t| t + self.window_us()),
+            Record::Slots(slots) if !slots.is_empty() => {
+                let shape = self.shape();
+                shape.leaves_at(shape.slot_of(slots.newest(shape)))
+            }
+            Record::Slots(_) => 0,
+        };
+        Held {
+            count: self.count(),
+            frees_us,
+        }
+    }
+
+    /// When an entry of limit `id` recorded at `now` leaves its window: a log's at
+    /// `now + window`, a slotted limit's when `now`'s slot leaves.
+    pub(super) fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
+        match id.resolution_us() {
+            None => now + id.window_us(),
+            Some(r) => (now / r + 1) * r + id.window_us(),
+        }
+    }
+
+    /// Start an empty record from what the summary holds for it at `now`: `held.count`
+    /// entries that all leave at `held.frees_us` (a log: timestamps one window before; slots:
+    /// the count in the slot that leaves then), so the log and slot rules decide from there.
+    /// A time later than this limit's own entries could free (a colliding limit with a longer
+    /// window) is brought back to that, which still counts every entry this client has.
+    pub(super) fn seed(&mut self, held: Held, now: u64) {
+        debug_assert!(self.is_empty());
+        let frees_us = held.frees_us.min(Self::frees_if_recorded(self.id, now));
+        if held.count == 0 || frees_us <= now {
+            return;
+        }
+        let window = self.window_us();
+        let at = frees_us.saturating_sub(window);
+        let shape = self.shape();
+        match &mut self.record {
+            Record::Log(entries) => {
+                entries.reserve_exact(held.count as usize);
+                entries.extend(std::iter::repeat_n(at, held.count as usize));
+            }
+            Record::Slots(slots) => {
+                // The slot `s` leaving at or after `frees_us`: (s + 1) r + window >= frees_us.
+                let r = shape.resolution_us;
+                let slot_start = (at.div_ceil(r)).saturating_sub(1) * r;
+                for _ in 0..held.count {
+                    slots.push(shape, slot_start);
+                }
+            }
         }
     }
 

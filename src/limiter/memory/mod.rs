@@ -19,36 +19,49 @@
 //! **Rooms.** `max_memory` is divided equally among the rooms: the routes given to
 //! [`MemoryStore::with_routes`] (the limited routes of the config) and any other route the
 //! first time it decides (a reload that adds one; then every share shrinks, and a room that
-//! holds more than its new share keeps its clients but takes no new ones until its windows
-//! drain, so for that while the total can exceed `max_memory` by one share per route added).
+//! holds more than its new share evicts into its summaries as new clients come, while its
+//! summaries shrink with the share at once, by folding).
 //! The store learns a decision's route from [`Store::check_in`], never from the bucket text.
 //! Rooms of routes a reload removed stay until the process restarts.
 //!
-//! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: [`BUCKET_COST`] per bucket
-//! plus the capacity of its logs. A request that needs more than is left first evicts other
-//! buckets of the same room, chosen like this so that rotating made-up keys never helps an
-//! attacker: sample up to [`EVICTION_SAMPLES`] buckets, drop their expired entries, skip every
-//! bucket that is at its limit in any window (evicting it would hand that client a fresh
-//! quota), and evict the one with the most spare quota, the oldest activity breaking ties.
+//! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: at most half of it
+//! (a power of two of 8-byte cells, at most 128 KiB; sized with the share, and once in use
+//! only ever shrunk) for its *summary*
+//! (`summary.rs`), the rest for [`BUCKET_COST`] per bucket plus the capacity of its logs. A
+//! request that needs more than is left first evicts other buckets of the same room: sample
+//! up to [`EVICTION_SAMPLES`] buckets, drop their expired entries, and evict one that counts
+//! nothing any more, else the one idle longest.
 //!
-//! **Overflow.** If no sampled bucket may go, the room is full of clients at their limit (a
-//! key-rotation flood: each made-up key sends exactly its quota). The request is then decided
-//! in the route's one *overflow bucket*, with the route's limits: a client already at its limit
-//! in its own bucket is denied by it, and every other new client shares the overflow bucket, so
-//! the route as a whole stays limited (at most `requests` per window admitted through the
-//! overflow, on top of the clients it holds) and nothing is ever admitted unrecorded. The
-//! overflow bucket is never evicted nor refused: a denied request records nothing, so its logs
-//! hold at most the route's `requests` per limit, outside the share. Overflow decisions are
-//! counted in `slidegate_memory_overflow_total{route}` and logged (one WARN line per change of
-//! state, at most one per route per 10 s).
+//! **Summary.** Eviction never under-counts (issue 32): what an evicted bucket still counts
+//! goes into its shard's summary, a count-min style sketch that keeps, per hashed cell (four
+//! rows, keyed by the bucket's hash and the limit), the largest count still inside its window
+//! and when it frees. A bucket made fresh starts from the summary's figure (the minimum over
+//! its cells), materialised as entries (or a slot's count) that leave when that figure frees,
+//! so the exact log and slot rules decide from there: a client evicted mid-window comes back
+//! to at least its count, never to a fresh quota, and stays at it until at most its newest
+//! evicted entry leaves. A colliding client can only be over-counted (measured in
+//! `docs/hardening.md`). So any client may be evicted, those at their limit too: a
+//! key-rotation flood evicts its own made-up keys into the summary, and a new honest client
+//! of the flooded route gets its own bucket, held back only where all four of its cells were
+//! hit by larger counts.
 //!
 //! *The trade-off.* nginx's `limit_req_zone` answers 503 to every new client once its zone is
-//! full, so a flood turns into an outage for the route; an unrecorded admit (what this store
-//! did before) turns it into no limit at all. The overflow bucket does neither: clients the
-//! room holds keep their exact limits, and new clients are refused only in proportion to the
-//! flood (while it lasts they compete with it for one client's quota), but a new honest client
-//! may then be refused although it sent nothing before. That is the price of never forgetting
-//! a client at its limit within a bounded memory.
+//! full; forgetting an evicted client (what this store did before) hands it a fresh quota; a
+//! shared overflow bucket for new clients (what it did next) refused new honest clients for as
+//! long as a flood lasted. The summary does none of these, at the price of over-counting a
+//! client whose cells all collide with heavier ones, which grows with the number of buckets a
+//! flood pushes through the summary within one window (the sketch saturates when that is many
+//! times its width: new clients are then held back much as the overflow bucket held them).
+//!
+//! **Summary decisions.** Only when a shard's share cannot hold even the client's own bucket
+//! (a tiny share: many routes in a small `max_memory`) is a request decided in the summary
+//! alone: admitted if every limit's figure is below its `requests`, and then recorded there as
+//! one more entry. These decisions are counted in `slidegate_memory_overflow_total{route}` and
+//! logged (one WARN line per change of state, at most one per route per 10 s).
+//!
+//! *Not kept across eviction:* a refund of an admission whose bucket was evicted since (the
+//! entry stays counted), and an admin reset of a client evicted earlier in its window (the
+//! reset clears its held bucket; what the summary holds frees on its own).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,6 +78,7 @@ use shard::Bucket;
 mod log;
 mod room;
 mod shard;
+mod summary;
 
 /// Number of shards of a room (a power of two); the top bits of a key's hash pick its shard.
 pub const SHARDS: usize = 64;
@@ -183,7 +197,7 @@ impl MemoryStore {
         self.each_room(|room| room.each_shard(&mut f));
     }
 
-    /// Number of buckets currently held (overflow buckets not included).
+    /// Number of buckets currently held.
     pub fn len(&self) -> usize {
         let mut n = 0;
         self.each_shard(|s| n += s.slots.len());
@@ -195,7 +209,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Total recorded entries over all buckets and limits, overflow buckets included.
+    /// Total recorded entries over all held buckets and limits (not what the summaries hold).
     pub fn entries(&self) -> usize {
         let mut n = 0;
         self.each_shard(|s| {
@@ -205,15 +219,21 @@ impl MemoryStore {
                 .map(|b| b.logs.iter().map(|l| l.count() as usize).sum::<usize>())
                 .sum::<usize>()
         });
-        self.each_room(|r| n += r.overflow_entries());
         n
     }
 
-    /// The store's own accounting of its rooms' buckets, in bytes (bounded by `max_memory`;
-    /// the overflow buckets, bounded by their routes' limits, are not part of it).
+    /// The store's own accounting of its rooms' buckets, in bytes; with
+    /// [`MemoryStore::summary_bytes`] it stays within `max_memory`.
     pub fn accounted_bytes(&self) -> usize {
         let mut n = 0;
         self.each_shard(|s| n += s.bytes);
+        n
+    }
+
+    /// Bytes reserved by the rooms' summaries of evicted buckets (part of `max_memory`).
+    pub fn summary_bytes(&self) -> usize {
+        let mut n = 0;
+        self.each_room(|r| n += r.summary_bytes());
         n
     }
 
@@ -222,7 +242,8 @@ impl MemoryStore {
         self.evictions.load(Ordering::Relaxed)
     }
 
-    /// Decisions of `route` made in its overflow bucket so far (0 for a route never seen).
+    /// Decisions of `route` made in a summary alone so far, because not even the client's own
+    /// bucket fitted (0 for a route never seen).
     pub fn overflows(&self, route: &str) -> u64 {
         self.rooms.load().get(route).map_or(0, |r| r.overflows())
     }
@@ -239,8 +260,7 @@ impl MemoryStore {
         Ok(self.check_now_in(UNROUTED, bucket, limits))
     }
 
-    /// Decide synchronously for `bucket` of `route`, in the route's room (or, when that is full
-    /// of clients at their limit, in its overflow bucket: see the module doc).
+    /// Decide synchronously for `bucket` of `route`, in the route's room (see the module doc).
     pub fn check_now_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Verdict {
         let key = self.hash(bucket);
         let now = || self.now_us();

@@ -1,13 +1,16 @@
 //! One route's room in the memory store: its own shards of buckets (so eviction only ever
-//! samples this route's clients), its share of `max_memory`, and its overflow bucket, where new
-//! clients are decided while the room is full of clients at their limit.
+//! samples this route's clients), each with the summary of what its evicted buckets still
+//! count, and its share of `max_memory`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
+use super::log::WindowLog;
 use super::shard::{Bucket, Shard};
-use super::{BUCKET_COST, SHARDS};
-use crate::limiter::{Limit, Verdict};
+use super::summary::{Held, Summary, MAX_COUNT};
+use super::SHARDS;
+use crate::limiter::{Limit, LimitState, Verdict};
 use crate::state_log::{LimiterState, StateLog};
 
 /// Where a decision was made: see [`Room::decide`].
@@ -15,8 +18,8 @@ use crate::state_log::{LimiterState, StateLog};
 pub(super) enum Placed {
     /// In the client's own bucket.
     Own,
-    /// In the route's overflow bucket: no room for the client's own bucket.
-    Overflow,
+    /// In the shard's summary alone: not even one bucket fits in the shard's share.
+    Summary,
 }
 
 /// One route's buckets and bounds.
@@ -24,16 +27,15 @@ pub(super) struct Room {
     /// The route name (for the WARN lines and the overflow counter's label).
     name: Box<str>,
     shards: Box<[Mutex<Shard>]>,
-    /// This room's share of `max_memory`, per shard; the store sets it whenever the number of
-    /// rooms changes.
+    /// Bytes the largest shard summary reserves (each shard's budget leaves that much out).
+    summary_bytes: AtomicUsize,
+    /// This room's share of `max_memory`, per shard, less the summary; the store sets it
+    /// whenever the number of rooms changes.
     shard_budget: AtomicUsize,
-    /// Shared by every client that finds no room: never evicted, never refused, so a decision
-    /// can always be recorded. Its logs hold at most the route's `requests` per limit (a denied
-    /// request records nothing), which bounds it outside the share.
-    overflow: Mutex<Bucket>,
+    /// Decisions made in the summary alone.
     overflows: AtomicU64,
-    /// `slidegate_memory_overflow_total{route}`, resolved at the first overflow (a room that
-    /// never overflows creates no series).
+    /// `slidegate_memory_overflow_total{route}`, resolved at the first such decision (a room
+    /// that never has one creates no series).
     overflow_counter: OnceLock<prometheus::IntCounter>,
     log: StateLog,
 }
@@ -44,26 +46,43 @@ pub(super) fn shard_of(key: u64) -> usize {
 }
 
 impl Room {
-    /// An empty room named `name` holding at most `budget` bytes of buckets.
+    /// An empty room named `name` holding at most `budget` bytes of buckets and summaries.
     pub(super) fn new(name: &str, budget: usize) -> Room {
-        Room {
+        let room = Room {
             name: name.into(),
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            shard_budget: AtomicUsize::new(budget / SHARDS),
-            overflow: Mutex::new(Bucket::new(0, 0)),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(budget / SHARDS)))
+                .collect(),
+            summary_bytes: AtomicUsize::new(0),
+            shard_budget: AtomicUsize::new(0),
             overflows: AtomicU64::new(0),
             overflow_counter: OnceLock::new(),
             log: StateLog::default(),
-        }
+        };
+        room.set_budget(budget);
+        room
     }
 
-    /// Set this room's share of `max_memory`. A room already holding more keeps it (clients at
-    /// their limit are never evicted) but takes no new client until it is back under.
+    /// Set this room's share of `max_memory`, resizing its summaries to half of it (one
+    /// already in use only shrinks). A room holding more than its new share evicts into its
+    /// summaries as new clients come.
     pub(super) fn set_budget(&self, budget: usize) {
-        self.shard_budget.store(budget / SHARDS, Ordering::Relaxed);
+        let mut summary = 0;
+        self.each_shard(|s| {
+            s.summary.resize_for(budget / SHARDS);
+            summary = summary.max(s.summary.bytes());
+        });
+        self.summary_bytes.store(summary, Ordering::Relaxed);
+        let per_shard = (budget / SHARDS).saturating_sub(summary);
+        self.shard_budget.store(per_shard, Ordering::Relaxed);
     }
 
-    /// This room's share of `max_memory` (rounded down to whole shards).
+    /// Bytes held by the summaries of this room (counted in its share).
+    pub(super) fn summary_bytes(&self) -> usize {
+        self.summary_bytes.load(Ordering::Relaxed) * SHARDS
+    }
+
+    /// This room's share of `max_memory` for buckets (rounded down to whole shards).
     #[cfg(test)]
     pub(super) fn budget(&self) -> usize {
         self.shard_budget.load(Ordering::Relaxed) * SHARDS
@@ -82,16 +101,16 @@ impl Room {
         }
     }
 
-    /// Decisions made in the overflow bucket so far.
+    /// Decisions made in the summary alone so far.
     pub(super) fn overflows(&self) -> u64 {
         self.overflows.load(Ordering::Relaxed)
     }
 
     /// Decide one request of the client whose key hash is `key`, at `now()` (read under the
-    /// shard lock). In its own bucket when there is room for it (evicting this route's
-    /// clients with spare quota if needed), else in the overflow bucket: a client that is
-    /// already at its limit in its own bucket is denied by it, any other shares the overflow
-    /// bucket with the route's limits. Returns how many buckets were evicted too.
+    /// shard lock), in its own bucket: a new bucket starts from what the summary still counts
+    /// for it, and room is made by evicting other clients of this route into the summary.
+    /// Only when the shard's share cannot hold even this one bucket is the request decided in
+    /// the summary alone. Returns how many buckets were evicted too.
     pub(super) fn decide(
         &self,
         key: u64,
@@ -107,15 +126,13 @@ impl Room {
         let mut rng = fastrand::Rng::with_seed(key ^ now);
         let mut evicted = 0;
         if !shard.index.contains_key(&key) {
-            let need = BUCKET_COST + 16 * limits.len();
-            match shard.make_room(need, budget, key, now, &mut rng) {
+            let mut b = Bucket::new(key, now);
+            b.seed(&shard.summary, limits, now);
+            match shard.make_room(b.cost() + 16 * limits.len(), budget, key, now, &mut rng) {
                 Ok(n) => evicted += n,
-                Err(()) => {
-                    drop(guard);
-                    return (self.overflow(limits, now), Placed::Overflow, 0);
-                }
+                Err(()) => return self.in_summary(guard, key, limits, now, evicted),
             }
-            shard.push(Bucket::new(key, now));
+            shard.push(b);
         }
         let slot = shard.index[&key] as usize;
         now = now.max(shard.slots[slot].newest());
@@ -124,11 +141,12 @@ impl Room {
         if grow > 0 && shard.bytes + grow > budget {
             match shard.make_room(grow, budget, key, now, &mut rng) {
                 Ok(n) => evicted += n,
-                // No room to record: a client at its limit is denied by its own log (which
-                // records nothing and needs no room); any other is decided in the overflow.
+                // No one else to evict: a client at its limit is denied by its own log (which
+                // records nothing and needs no room); any other goes into the summary itself.
                 Err(()) if shard.slots[slot].admits(limits, now) => {
-                    drop(guard);
-                    return (self.overflow(limits, now), Placed::Overflow, evicted);
+                    shard.slots[slot].summarise(&mut shard.summary, now);
+                    shard.remove_at(slot);
+                    return self.in_summary(guard, key, limits, now, evicted + 1);
                 }
                 Err(()) => {}
             }
@@ -152,16 +170,17 @@ impl Room {
         }
     }
 
-    /// Decide in the overflow bucket, counted and logged.
-    fn overflow(&self, limits: &[Limit], now: u64) -> Verdict {
-        let verdict = {
-            let mut b = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
-            let now = now.max(b.newest());
-            let mut verdict = b.decide(limits, now);
-            // Shared by every overflowing client: no admission there is any one's to give back.
-            verdict.recorded_at = None;
-            verdict
-        };
+    /// Decide in the shard's summary alone, counted and logged.
+    fn in_summary(
+        &self,
+        mut shard: MutexGuard<'_, Shard>,
+        key: u64,
+        limits: &[Limit],
+        now: u64,
+        evicted: u64,
+    ) -> (Verdict, Placed, u64) {
+        let verdict = decide_in_summary(&mut shard.summary, key, limits, now);
+        drop(shard);
         self.overflows.fetch_add(1, Ordering::Relaxed);
         self.overflow_counter
             .get_or_init(|| {
@@ -171,94 +190,57 @@ impl Room {
             })
             .inc();
         self.log.note(&self.name, LimiterState::Overflow);
-        verdict
+        (verdict, Placed::Summary, evicted)
     }
+}
 
-    /// Entries recorded in the overflow bucket (expired ones included until its next decision).
-    pub(super) fn overflow_entries(&self) -> usize {
-        let b = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
-        b.logs.iter().map(|l| l.count() as usize).sum()
+/// The sliding-window decision on the summary's figures alone: admitted only if every limit
+/// counts fewer than its `requests`, and then recorded as one more entry held until it leaves
+/// (so the summary still bounds the client from above). No admission there can be given back.
+pub(super) fn decide_in_summary(
+    summary: &mut Summary,
+    key: u64,
+    limits: &[Limit],
+    now: u64,
+) -> Verdict {
+    let held: Vec<Held> = limits
+        .iter()
+        .map(|l| summary.held(key, l.id(), now))
+        .collect();
+    let admitted = limits
+        .iter()
+        .zip(&held)
+        .all(|(l, h)| h.count < u64::from(l.requests) && h.count < MAX_COUNT);
+    let states = limits
+        .iter()
+        .zip(held)
+        .map(|(limit, mut h)| {
+            if admitted {
+                h = Held {
+                    count: h.count + 1,
+                    frees_us: h
+                        .frees_us
+                        .max(WindowLog::frees_if_recorded(limit.id(), now)),
+                };
+                summary.record(key, limit.id(), h, now);
+            }
+            let reset_us = match h.count {
+                0 => limit.id().window_us(),
+                _ => h.frees_us.saturating_sub(now).max(1),
+            };
+            LimitState {
+                remaining: u64::from(limit.requests).saturating_sub(h.count) as u32,
+                reset: Duration::from_micros(reset_us),
+            }
+        })
+        .collect();
+    Verdict {
+        admitted,
+        states,
+        recorded_at: None,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::Cell;
-    use std::time::Duration;
-
-    const HOUR: [Limit; 1] = [Limit::log(2, Duration::from_secs(3600))];
-
-    /// Bytes of a bucket holding two entries (a `VecDeque` of capacity 4).
-    const TWO: usize = BUCKET_COST + 32;
-
-    /// A room of `shard` bytes per shard; small keys all land in shard 0. The clock ticks a
-    /// microsecond per decision.
-    fn room(shard: usize) -> (Room, impl Fn() -> u64) {
-        let room = Room::new("r", shard * SHARDS);
-        let t = Cell::new(1);
-        (room, move || {
-            t.set(t.get() + 1);
-            t.get()
-        })
-    }
-
-    #[test]
-    fn new_clients_share_one_overflow_bucket_once_the_room_is_full_at_the_limit() {
-        let (room, now) = room(3 * TWO);
-        for key in 1..=3 {
-            for _ in 0..2 {
-                let (v, placed, _) = room.decide(key, &HOUR, &now);
-                assert_eq!((v.admitted, placed), (true, Placed::Own), "key {key}");
-            }
-        }
-        // Full of clients at their limit: nobody to evict. New clients share one quota.
-        let got: Vec<_> = (4..=7)
-            .map(|key| {
-                let (v, placed, evicted) = room.decide(key, &HOUR, &now);
-                assert_eq!((placed, evicted), (Placed::Overflow, 0));
-                v.admitted
-            })
-            .collect();
-        assert_eq!(got, [true, true, false, false]);
-        assert_eq!(room.overflows(), 4);
-        assert_eq!(room.overflow_entries(), 2);
-        // A held client at its limit is still denied by its own log.
-        let (v, placed, _) = room.decide(1, &HOUR, &now);
-        assert_eq!((v.admitted, placed), (false, Placed::Own));
-    }
-
-    #[test]
-    fn spare_quota_is_evicted_before_anyone_overflows() {
-        let (room, now) = room(3 * TWO);
-        for key in 1..=3 {
-            room.decide(key, &HOUR, &now);
-        }
-        let (v, placed, evicted) = room.decide(4, &HOUR, &now);
-        assert_eq!((v.admitted, placed, evicted), (true, Placed::Own, 1));
-        assert_eq!(room.overflows(), 0);
-    }
-
-    #[test]
-    fn a_held_client_that_cannot_grow_is_decided_in_the_overflow_with_its_own_limit() {
-        // Room for two full buckets and one with a single entry, not for its growth.
-        let (room, now) = room(3 * TWO - 16);
-        for key in 1..=2 {
-            room.decide(key, &HOUR, &now);
-            room.decide(key, &HOUR, &now);
-        }
-        // Key 3 holds one entry; the room cannot grow its log and has no one to evict.
-        let (v, placed, _) = room.decide(3, &HOUR, &now);
-        assert_eq!((v.admitted, placed), (true, Placed::Own));
-        let room_full = room.decide(3, &HOUR, &now);
-        assert_eq!(
-            (room_full.0.admitted, room_full.1),
-            (true, Placed::Overflow)
-        );
-        // Recorded in the overflow bucket, which now decides for it too.
-        assert_eq!(room.overflow_entries(), 1);
-        assert!(room.decide(3, &HOUR, &now).0.admitted);
-        let (v, placed, _) = room.decide(3, &HOUR, &now);
-        assert_eq!((v.admitted, placed), (false, Placed::Overflow));
-    }
-}
+#[path = "room_tests.rs"]
+mod tests;

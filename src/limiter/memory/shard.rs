@@ -1,5 +1,6 @@
-//! The memory store's data and its pure decision: one shard (an index from key hash to a slot vector of buckets,
-//! with its byte accounting and eviction), a bucket (one log per window), a log.
+//! The memory store's data and its pure decision: one shard (an index from key hash to a slot
+//! vector of buckets, with its byte accounting, its eviction and the summary of what evicted
+//! buckets still count), a bucket (one log per window), a log.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -8,6 +9,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use super::log::WindowLog;
+use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
 use crate::limiter::{Limit, LimitId, LimitState, Verdict};
 
@@ -117,19 +119,39 @@ impl Bucket {
             .unwrap_or(0)
     }
 
-    /// After dropping expired entries: is any limit full (the bucket is then never evicted),
-    /// and how full is the fullest one, in millionths.
-    pub(super) fn fill(&mut self, now: u64) -> (bool, u64) {
-        let mut at_limit = false;
-        let mut fill = 0;
+    /// Start a new bucket's logs of `limits` from what `summary` still counts for it (a
+    /// client evicted earlier in its window comes back to its count, never a fresh quota).
+    pub(super) fn seed(&mut self, summary: &Summary, limits: &[Limit], now: u64) {
+        for limit in limits {
+            let held = summary.held(self.key, limit.id(), now);
+            if held.count > 0 {
+                let i = self.log_index(limit.id());
+                self.logs[i].seed(held, now);
+            }
+        }
+    }
+
+    /// After dropping expired entries: `None` if the bucket may not be evicted (a count too
+    /// large for the summary's cells), else whether it still counts anything (evicting it then
+    /// leaves a trace in the summary) and its newest activity.
+    pub(super) fn eviction_rank(&mut self, now: u64) -> Option<(bool, u64)> {
+        let mut counts = false;
         for log in &mut self.logs {
             log.evict(now);
-            let used = log.count();
-            let quota = u64::from(log.requests.max(1));
-            at_limit |= used >= quota;
-            fill = fill.max(used * 1_000_000 / quota);
+            let n = log.count();
+            if n > MAX_COUNT {
+                return None;
+            }
+            counts |= n > 0;
         }
-        (at_limit, fill)
+        Some((counts, self.last_us))
+    }
+
+    /// Record what every log still counts in `summary`: the bucket can then go.
+    pub(super) fn summarise(&self, summary: &mut Summary, now: u64) {
+        for log in &self.logs {
+            summary.record(self.key, log.id, log.held(), now);
+        }
     }
 }
 
@@ -151,15 +173,26 @@ impl Hasher for IdHasher {
     }
 }
 
-#[derive(Default)]
 pub(super) struct Shard {
     pub(super) index: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
     pub(super) slots: Vec<Bucket>,
-    /// Accounted bytes: [`Bucket::cost`] summed.
+    /// Accounted bytes: [`Bucket::cost`] summed (the summary's fixed bytes apart).
     pub(super) bytes: usize,
+    /// What evicted buckets of this shard still count.
+    pub(super) summary: Summary,
 }
 
 impl Shard {
+    /// An empty shard whose buckets and summary share `shard_bytes`.
+    pub(super) fn new(shard_bytes: usize) -> Shard {
+        Shard {
+            index: HashMap::default(),
+            slots: Vec::new(),
+            bytes: 0,
+            summary: Summary::sized_for(shard_bytes),
+        }
+    }
+
     /// Hold a new bucket (its key must not be held yet).
     pub(super) fn push(&mut self, bucket: Bucket) {
         self.bytes += bucket.cost();
@@ -203,9 +236,12 @@ impl Shard {
         }
     }
 
-    /// Evict sampled buckets until `need` more bytes fit in `budget`; never `keep`, never a
-    /// bucket at its limit. Returns how many were evicted, or `Err` when no sampled bucket may
-    /// go (the caller decides in the route's overflow bucket).
+    /// Evict sampled buckets until `need` more bytes fit in `budget`, never `keep`. What an
+    /// evicted bucket still counts goes into the summary, so any client may go: of the
+    /// sampled ones, one that counts nothing any more (it leaves no trace), else the one idle
+    /// longest (a made-up key of a flood never comes back; a client that does is held to its
+    /// count by the summary, and the longer it was idle the sooner that frees). Returns how
+    /// many were evicted, or `Err` when no sampled bucket may go.
     pub(super) fn make_room(
         &mut self,
         need: usize,
@@ -217,25 +253,24 @@ impl Shard {
         let mut evicted = 0;
         while self.bytes + need > budget {
             let n = self.slots.len();
-            let mut best: Option<(usize, u64, u64)> = None;
+            let mut best: Option<(usize, (bool, u64))> = None;
             for _ in 0..EVICTION_SAMPLES.min(n) {
                 let i = rng.usize(..n);
                 let b = &mut self.slots[i];
                 if b.key == keep {
                     continue;
                 }
-                let (at_limit, fill) = b.fill(now);
-                if at_limit {
+                let Some(rank) = b.eviction_rank(now) else {
                     continue;
-                }
-                let better = best.is_none_or(|(_, f, last)| (fill, b.last_us) < (f, last));
-                if better {
-                    best = Some((i, fill, b.last_us));
+                };
+                if best.is_none_or(|(_, r)| rank < r) {
+                    best = Some((i, rank));
                 }
             }
-            let Some((i, _, _)) = best else {
+            let Some((i, _)) = best else {
                 return Err(());
             };
+            self.slots[i].summarise(&mut self.summary, now);
             self.remove_at(i);
             evicted += 1;
         }

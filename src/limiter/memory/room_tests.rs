@@ -1,0 +1,136 @@
+//! A room's decisions with eviction into the summary, time passed in (no sleeps).
+
+use super::*;
+use crate::limiter::memory::BUCKET_COST;
+use std::time::Duration;
+
+const HOUR: u64 = 3_600_000_000;
+
+fn hour(requests: u32) -> [Limit; 1] {
+    [Limit::log(requests, Duration::from_secs(3600))]
+}
+
+/// A room whose shards hold about `buckets` small buckets each (small keys all land in shard
+/// 0), and its summary beside them.
+fn room(buckets: usize) -> Room {
+    let shard = buckets * (BUCKET_COST + 32) * 2;
+    Room::new("r", shard * SHARDS)
+}
+
+/// Decide for `key` at `t` µs.
+fn at(room: &Room, key: u64, limits: &[Limit], t: u64) -> (bool, Placed, u64) {
+    let (v, placed, evicted) = room.decide(key, limits, || t);
+    (v.admitted, placed, evicted)
+}
+
+/// Flood keys `from..from + n`, one request each at `t`; how many buckets that evicted.
+fn flood(room: &Room, from: u64, n: u64, limits: &[Limit], t: u64) -> u64 {
+    (from..from + n).map(|k| at(room, k, limits, t).2).sum()
+}
+
+#[test]
+fn a_client_evicted_mid_window_comes_back_to_its_count_not_a_fresh_quota() {
+    let room = room(64);
+    let limits = hour(3);
+    let mut admitted = 0;
+    // The limited client sends now and then; between its requests a flood evicts it.
+    for round in 0..8u64 {
+        let t = 1 + round * 60_000_000;
+        admitted += u32::from(at(&room, 1, &limits, t).0);
+        assert!(flood(&room, 1000 + round * 100, 100, &limits, t + 1) > 0);
+        assert!(
+            !room.lock(0).index.contains_key(&1),
+            "round {round}: not evicted"
+        );
+    }
+    assert_eq!(admitted, 3, "admitted {admitted} of 3");
+    // Not before its window frees (one hour after its third admission); the flood's own
+    // one-request keys, sharing its cells, may hold it until theirs free too, no longer.
+    let third = 1 + 2 * 60_000_000;
+    assert!(!at(&room, 1, &limits, third + HOUR - 1).0);
+    assert!(at(&room, 1, &limits, 7 * 60_000_000 + 2 + HOUR).0);
+    assert_eq!(room.overflows(), 0);
+}
+
+#[test]
+fn a_slotted_client_evicted_at_its_limit_stays_at_it_until_its_slot_leaves() {
+    let room = room(64);
+    let limits = [Limit::slotted(
+        2,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    )];
+    let t0 = 5_500_000;
+    assert!(at(&room, 1, &limits, t0).0);
+    assert!(at(&room, 1, &limits, t0 + 1).0);
+    assert!(!at(&room, 1, &limits, t0 + 2).0);
+    flood(&room, 1000, 200, &limits, t0 + 3);
+    assert!(!room.lock(0).index.contains_key(&1), "not evicted");
+    // Slot 5 (5 s ..6 s) leaves at 6 s + 60 s, exactly as if never evicted.
+    assert!(!at(&room, 1, &limits, 65_999_999).0);
+    assert!(at(&room, 1, &limits, 66_000_000).0);
+}
+
+#[test]
+fn a_room_full_of_clients_at_their_limit_still_takes_new_clients() {
+    let room = room(64);
+    let limits = hour(2);
+    // A key-rotation flood: each made-up key sends its quota, a few more than the shard holds.
+    for k in 1000..1080 {
+        for i in 0..2 {
+            assert!(at(&room, k, &limits, 10 + i).0);
+        }
+    }
+    // A new client gets its own bucket (evicting a flood key), and all of its quota.
+    let (ok, placed, evicted) = at(&room, 1, &limits, 20);
+    assert_eq!((ok, placed), (true, Placed::Own));
+    assert!(evicted > 0);
+    assert!(at(&room, 1, &limits, 21).0);
+    assert!(!at(&room, 1, &limits, 22).0);
+    // Every flood key, held or evicted, is still at its limit.
+    let again = (1000..1080)
+        .filter(|&k| at(&room, k, &limits, 30).0)
+        .count();
+    assert_eq!(again, 0);
+    assert_eq!(room.overflows(), 0);
+}
+
+#[test]
+fn a_shard_too_small_for_one_bucket_decides_in_the_summary_and_never_past_the_limit() {
+    // No byte for buckets: every decision is the summary's.
+    let room = Room::new("r", 0);
+    let limits = hour(2);
+    let got: Vec<_> = (0..4).map(|i| at(&room, 1, &limits, 10 + i)).collect();
+    assert_eq!(
+        got.iter().map(|g| (g.0, g.1)).collect::<Vec<_>>(),
+        [
+            (true, Placed::Summary),
+            (true, Placed::Summary),
+            (false, Placed::Summary),
+            (false, Placed::Summary)
+        ]
+    );
+    // One cell per row: another key collides everywhere and is over-counted, never under.
+    assert!(!at(&room, 2, &limits, 20).0);
+    assert_eq!(room.overflows(), 5);
+    // Both free one hour after the last admission (the summary's times round up to the ms).
+    assert!(!at(&room, 2, &limits, 11 + HOUR - 1).0);
+    assert!(at(&room, 2, &limits, 1000 + HOUR).0);
+}
+
+#[test]
+fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
+    // Room for one bucket with one entry, not for its log's growth.
+    let shard = (BUCKET_COST..BUCKET_COST + 512)
+        .find(|&s| s - Summary::sized_for(s).bytes() == BUCKET_COST + 24)
+        .expect("a shard size leaving BUCKET_COST + 24 for buckets");
+    let room = Room::new("r", shard * SHARDS);
+    assert_eq!(room.budget() / SHARDS, BUCKET_COST + 24);
+    let limits = hour(3);
+    assert_eq!(at(&room, 1, &limits, 10), (true, Placed::Own, 0));
+    assert_eq!(at(&room, 1, &limits, 11), (true, Placed::Summary, 1));
+    // A bucket seeded with its 2 does not fit either: the summary decides, and the third is
+    // its last.
+    assert_eq!(at(&room, 1, &limits, 12), (true, Placed::Summary, 0));
+    assert!(!at(&room, 1, &limits, 13).0);
+}
