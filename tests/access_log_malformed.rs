@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use common::log_file::{wait_line_containing, wait_lines};
 use common::proxy::{exchange, ConfigBuilder, Proxy, ProxyOptions};
-use common::upstream::Upstream;
+use common::upstream::{Upstream, DELAY_HEADER};
 
 /// Shorter than the tests' 5 s read timeout, so the `408` arrives within it.
 const HEAD_TIMEOUT: &str = "500ms";
@@ -99,7 +99,12 @@ fn each_refused_head_is_one_json_line() {
         (400, "-", "-", "invalid request line"),
         (400, "GET", "/h", "invalid request header"),
         (400, "GET", "/big", "request head too large"),
-        (408, "GET", "/slow", "request head not received in time (client_header_timeout)"),
+        (
+            408,
+            "GET",
+            "/slow",
+            "client_header_timeout: request head not received in time",
+        ),
     ];
     for (line, (status, method, path, error)) in parsed.iter().zip(want) {
         assert_eq!(line["client"], "127.0.0.1", "{line}");
@@ -108,7 +113,10 @@ fn each_refused_head_is_one_json_line() {
         assert_eq!(line["path"], path, "{line}");
         assert_eq!(line["error"], error, "{line}");
         assert_eq!(line["bytes_sent"], 0, "{line}");
-        assert!(line["route"].is_null() && line["upstream"].is_null(), "{line}");
+        assert!(
+            line["route"].is_null() && line["upstream"].is_null(),
+            "{line}"
+        );
     }
     assert_eq!(parsed[4]["status"], 200);
     assert!(parsed[4]["error"].is_null(), "{}", parsed[4]);
@@ -125,7 +133,9 @@ fn each_refused_head_is_one_combined_line_as_nginx_writes_it() {
     let (proxy, access) = proxy_logging(&up, dir.path(), "combined");
     let ours = send_each(proxy.addr(), &access, false);
     let nginx = common::nginx::Nginx::start(
-        &format!("    access_log @DIR@/access.log combined;\n    client_header_timeout {HEAD_TIMEOUT};"),
+        &format!(
+            "    access_log @DIR@/access.log combined;\n    client_header_timeout {HEAD_TIMEOUT};"
+        ),
         &format!("        location / {{ proxy_pass http://{}; }}", up.addr()),
     );
     let theirs_path = nginx.dir().join("access.log");
@@ -141,9 +151,17 @@ fn each_refused_head_is_one_combined_line_as_nginx_writes_it() {
     };
     for (o, t) in ours.iter().zip(&theirs).take(4) {
         println!("slidegate: {:.120}\nnginx:     {:.120}", o, t);
-        assert_eq!(comparable(o), comparable(t), "ours:  {o:.200}\nnginx: {t:.200}");
+        assert_eq!(
+            comparable(o),
+            comparable(t),
+            "ours:  {o:.200}\nnginx: {t:.200}"
+        );
     }
-    assert!(ours[0].ends_with("\"GARBAGE\" 400 0 \"-\" \"-\""), "{}", ours[0]);
+    assert!(
+        ours[0].ends_with("\"GARBAGE\" 400 0 \"-\" \"-\""),
+        "{}",
+        ours[0]
+    );
     assert!(
         ours[3].ends_with("\"GET /slow HTTP/1.1\" 408 0 \"-\" \"-\""),
         "{}",
@@ -180,10 +198,16 @@ fn a_flood_is_every_line_in_the_access_log_and_bounded_in_the_process_log() {
         }
     });
     let took = started.elapsed();
-    let (status, _) = exchange(addr, b"GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let (status, _) = exchange(
+        addr,
+        b"GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
     assert_eq!(status, 200, "the proxy still answers");
     let lines = wait_line_containing(&access, "/after");
-    let refused = lines.iter().filter(|l| l.contains("\"status\":400")).count();
+    let refused = lines
+        .iter()
+        .filter(|l| l.contains("\"status\":400"))
+        .count();
     assert_eq!(refused, CLIENTS * EACH, "one access line per refused head");
     assert_eq!(lines.len(), CLIENTS * EACH + 1);
     assert!(lines.iter().all(|l| l.contains("\"client\":\"127.0.0.1\"")));
@@ -197,10 +221,91 @@ fn a_flood_is_every_line_in_the_access_log_and_bounded_in_the_process_log() {
         lines.len(),
         added.len()
     );
-    assert!(added.len() <= bound, "{} lines (bound {bound}):\n{}", added.len(), added.join("\n"));
     assert!(
-        added.iter().any(|l| l.contains("request head(s) refused before routing")),
+        added.len() <= bound,
+        "{} lines (bound {bound}):\n{}",
+        added.len(),
+        added.join("\n")
+    );
+    assert!(
+        added
+            .iter()
+            .any(|l| l.contains("request head(s) refused before routing")),
         "{log}"
     );
     assert_eq!(proxy.counter("slidegate_access_log_dropped_total"), 0);
+}
+
+/// The class, not the examples: a malformed head pipelined after a good request (parsed from
+/// bytes the first request's read brought in, so no head read of its own) and `CONNECT`
+/// (Pingora's `405`) are logged too, one line each after the good request's.
+#[test]
+fn pipelined_and_connect_refusals_are_logged_too() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, access) = proxy_logging(&up, dir.path(), "json");
+    let (status, text) = exchange(
+        proxy.addr(),
+        b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE\r\n\r\n",
+    );
+    assert_eq!(status, 200, "{text}");
+    wait_lines(&access, 2);
+    let (status, text) = exchange(
+        proxy.addr(),
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+    );
+    assert_eq!(status, 405, "{text}");
+    let lines = wait_lines(&access, 3);
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(parsed[0]["path"], "/first");
+    assert_eq!(parsed[1]["status"], 400, "{}", parsed[1]);
+    assert_eq!(parsed[1]["client"], "127.0.0.1");
+    assert!(parsed[1]["error"].is_string(), "{}", parsed[1]);
+    assert_eq!(parsed[2]["status"], 405, "{}", parsed[2]);
+    assert_eq!(parsed[2]["method"], "CONNECT", "{}", parsed[2]);
+    assert_eq!(parsed[2]["error"], "method not allowed (CONNECT)");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+}
+
+/// The edge's other `408`, a body not received within `client_body_timeout`: the proxy's hooks
+/// saw that request, and its one line says `408`, as the client was answered.
+#[test]
+fn a_body_timeout_is_one_line_with_its_408() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let access = dir.path().join("access.log");
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("all", "")
+        .raw(&format!("[log]\naccess = {access:?}\nformat = \"json\""))
+        .build();
+    let opts = ProxyOptions {
+        server_extra: "client_body_timeout = \"500ms\"".into(),
+        ..ProxyOptions::default()
+    };
+    let proxy = Proxy::start_with(&config, opts);
+    // The upstream waits (its answer would otherwise come before the body's deadline).
+    let head = format!(
+        "POST /body HTTP/1.1\r\nHost: x\r\n{DELAY_HEADER}: 10000\r\nContent-Length: 10\r\n\r\nab"
+    );
+    let (status, text) = exchange(proxy.addr(), head.as_bytes());
+    assert_eq!(status, 408, "{text}");
+    let (status, _) = exchange(
+        proxy.addr(),
+        b"GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+    let lines = wait_line_containing(&access, "/after");
+    println!("{lines:#?}");
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let body: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(body["path"], "/body");
+    assert_eq!(body["status"], 408, "{body}");
+    assert_eq!(
+        body["error"], "client_body_timeout: request body not received in time",
+        "{body}"
+    );
 }
