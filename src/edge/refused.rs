@@ -104,14 +104,15 @@ impl HeadLog {
     /// A write to the client while no hook has seen the current head (`line_known`: the head
     /// came in through this phase's reads). The first such write is Pingora's refusal.
     pub(super) fn wrote_unseen(&mut self, buf: &[u8], line_known: bool, at: &Stream, facts: Facts) {
-        if self.refusal.is_none() {
-            let Some(status) = status_of(buf) else {
-                return;
-            };
-            self.begin(status, line_known, at, facts);
-            if let Some(r) = &mut self.refusal {
-                r.head_len = find(buf, b"\r\n\r\n").map(|i| i + 4);
-            }
+        if self.refusal.is_some() {
+            return;
+        }
+        let Some(status) = status_of(buf) else {
+            return;
+        };
+        self.begin(status, line_known, at, facts);
+        if let Some(r) = &mut self.refusal {
+            r.head_len = find(buf, b"\r\n\r\n").map(|i| i + 4);
         }
     }
 
@@ -163,8 +164,8 @@ impl HeadLog {
         let why = r
             .why
             .unwrap_or_else(|| reason(r.status, r.head_bytes, line, self.line_done));
-        let client = r.client.map_or_else(|| "-".to_string(), |c| c.to_string());
         if let Some(n) = REFUSED_LINE.note(EVENT_INTERVAL) {
+            let client = r.client.map_or_else(|| "-".to_string(), |c| c.to_string());
             log::info!("{n} request head(s) refused before routing; the last: {why} from {client}");
         }
         let Some(log) = &self.log else {
