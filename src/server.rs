@@ -312,6 +312,8 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     log_nofile(&config);
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
+    // The edge logs the heads Pingora refuses before any hook runs.
+    let edge_log = access_log.clone();
     let mut app = pingora::proxy::http_proxy(
         &server.configuration,
         SlideGate::new(rules.clone(), store.clone())
@@ -345,7 +347,9 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     };
     let mut proxy = ListeningService::new(
         "Pingora HTTP Proxy Service".to_string(),
-        EdgeApp::new(app, limits).with_tls(tls.clone()),
+        EdgeApp::new(app, limits)
+            .with_tls(tls.clone())
+            .with_access_log(edge_log),
     );
     let listen = add_listeners(&mut proxy, &config);
     // The store connects in the background once the proxy runs; until then, and whenever Redis

@@ -113,6 +113,7 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
             "request_id",
             "user_agent",
             "referer",
+            "error",
         ];
         want.sort();
         let mut got = keys.clone();
@@ -122,6 +123,7 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
         humantime::parse_rfc3339(time).unwrap_or_else(|e| panic!("time {time}: {e}"));
         assert_eq!(line["client"], "127.0.0.1");
         assert!(line["duration_ms"].as_f64().unwrap() >= 0.0);
+        assert!(line["error"].is_null(), "{line}");
     }
     let (ok, denied, none) = (&parsed[0], &parsed[1], &parsed[2]);
     assert_eq!(ok["method"], "POST");

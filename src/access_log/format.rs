@@ -111,6 +111,8 @@ pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut Se
     json_range(out, text, &e.user_agent);
     out.extend_from_slice(b",\"referer\":");
     json_range(out, text, &e.referer);
+    out.extend_from_slice(b",\"error\":");
+    json_range(out, text, &e.error);
     out.extend_from_slice(b"}\n");
 }
 
@@ -168,10 +170,17 @@ pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mu
     out.extend_from_slice(b" - - [");
     clock.write(out, e.time);
     out.extend_from_slice(b"] \"");
-    out.extend_from_slice(text[e.method.clone()].as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(text[e.target.clone()].as_bytes());
-    let _ = write!(out, " {:?}\" {} {} \"", e.version, e.status, e.bytes_sent);
+    match &e.request_line {
+        // A head refused before it was parsed: the line as far as it was sent, as nginx logs it.
+        Some(line) => dash_or(out, text, &Some(line.clone())),
+        None => {
+            out.extend_from_slice(text[e.method.clone()].as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(text[e.target.clone()].as_bytes());
+            let _ = write!(out, " {:?}", e.version);
+        }
+    }
+    let _ = write!(out, "\" {} {} \"", e.status, e.bytes_sent);
     dash_or(out, text, &e.referer);
     out.extend_from_slice(b"\" \"");
     dash_or(out, text, &e.user_agent);
@@ -205,6 +214,8 @@ mod tests {
             user_agent: Some(b"curl/8 \"x\" \xc3\xa9"),
             referer: None,
             request_id: Some(b"abc"),
+            request_line: None,
+            error: None,
         });
     }
 
@@ -243,6 +254,7 @@ mod tests {
         assert_eq!(l["request_id"], "abc");
         assert_eq!(l["user_agent"], r#"curl/8 \x22x\x22 \xC3\xA9"#);
         assert!(l["referer"].is_null());
+        assert!(l["error"].is_null());
         assert_eq!(lines[1]["host"], "example.com");
     }
 
@@ -262,5 +274,58 @@ mod tests {
             "2001:db8::1 - - [01/Dec/2025:08:26:38 +0000] \"GET /a?b=\\x22c\\x22 HTTP/1.1\" \
              200 42 \"-\" \"curl/8 \\x22x\\x22 \\xC3\\xA9\"\n"
         );
+    }
+
+    /// A refused head: `combined`'s `$request` is the raw line, escaped (nginx's line for
+    /// `\x16\x03hello` and for a head with no line at all); JSON names what was wrong.
+    #[test]
+    fn a_refused_head_logs_its_raw_line_and_error() {
+        let mut batch = Batch::default();
+        for line in [&b"\x16\x03 hello \"x\""[..], b""] {
+            batch.push(&Record {
+                time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_577_598_123),
+                client: Some("127.0.0.1".parse().unwrap()),
+                method: "-",
+                host: None,
+                path: "-",
+                target: b"",
+                version: Version::HTTP_11,
+                tls_version: None,
+                status: 400,
+                route: None,
+                decision: None,
+                upstream: None,
+                upstream_time: None,
+                duration: Duration::ZERO,
+                bytes_received: 0,
+                bytes_sent: 0,
+                user_agent: None,
+                referer: None,
+                request_id: None,
+                request_line: Some(line),
+                error: Some("invalid request line"),
+            });
+        }
+        let mut out = Vec::new();
+        let mut clock = LocalTimeCache::default();
+        for e in &batch.entries {
+            combined_line(&mut out, &batch.text, e, &mut clock);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "127.0.0.1 - - [01/Dec/2025:08:26:38 +0000] \"\\x16\\x03 hello \\x22x\\x22\" 400 0 \
+             \"-\" \"-\"\n127.0.0.1 - - [01/Dec/2025:08:26:38 +0000] \"-\" 400 0 \"-\" \"-\"\n"
+        );
+        let mut out = Vec::new();
+        json_line(
+            &mut out,
+            &batch.text,
+            &batch.entries[0],
+            &mut SecondCache::default(),
+        );
+        let l: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(l["error"], "invalid request line");
+        assert_eq!(l["method"], "-");
+        assert_eq!(l["status"], 400);
     }
 }

@@ -13,6 +13,10 @@
 //! [`MAX_HEADER_LOGGED`] bytes and escaped as nginx escapes them (`"`, `\`, control and
 //! non-ASCII bytes as `\xHH`); `request_id` is the request's `X-Request-Id`. `combined` is
 //! nginx's line byte for byte, so its `$request` is the request line as sent, query included.
+//!
+//! A head Pingora refuses before any hook runs (an unparsable request line or header, a head
+//! too large, a head timeout) is logged by the edge ([`crate::edge`]) with the raw request line
+//! as `combined`'s `$request`, as nginx does, and what was wrong in JSON's `error`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -36,7 +40,7 @@ mod format;
 mod record;
 
 use record::Batch;
-pub use record::{tls_version_name, Record, MAX_HEADER_LOGGED};
+pub use record::{escape_into, tls_version_name, Record, MAX_HEADER_LOGGED, MAX_REQUEST_LINE};
 
 /// Records per batch handed to the writer.
 const BATCH: usize = 128;
@@ -55,7 +59,9 @@ pub static DROPPED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register slidegate_access_log_dropped_total")
 });
 
-/// The sending side; cheap to call from every request.
+/// The sending side; cheap to call from every request. Clones send to the same writer (the
+/// proxy's hooks and the edge, which logs the heads Pingora refuses before any hook runs).
+#[derive(Clone)]
 pub struct AccessLog {
     pending: Arc<Mutex<Batch>>,
     tx: SyncSender<Batch>,

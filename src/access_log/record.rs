@@ -13,6 +13,10 @@ use crate::metrics::Decision;
 /// cut, so a client cannot make one line arbitrarily long.
 pub const MAX_HEADER_LOGGED: usize = 512;
 
+/// Longest raw request line logged for a refused head, in bytes as sent: nginx's default
+/// `large_client_header_buffers` size, past which nginx would not have read the line either.
+pub const MAX_REQUEST_LINE: usize = 8192;
+
 /// What is logged about one request, borrowed from the request; [`AccessLog::send`] copies it.
 ///
 /// [`AccessLog::send`]: super::AccessLog::send
@@ -55,6 +59,11 @@ pub struct Record<'a> {
     pub referer: Option<&'a [u8]>,
     /// `X-Request-Id` (see [`crate::request_id`]).
     pub request_id: Option<&'a [u8]>,
+    /// The raw request line, for a head refused before it was parsed (`combined`'s
+    /// `$request` is then this line, as nginx logs it; empty for `-`). `None` for a parsed one.
+    pub request_line: Option<&'a [u8]>,
+    /// What was wrong with a request refused before any hook ran (JSON's `error`).
+    pub error: Option<&'a str>,
 }
 
 /// Pure: nginx's `$ssl_protocol` name of rustls's version name (`TLSv1_3` -> `TLSv1.3`).
@@ -91,6 +100,9 @@ pub(super) struct Entry {
     /// Escaped as nginx escapes, cut at [`MAX_HEADER_LOGGED`].
     pub(super) referer: Option<Range<usize>>,
     pub(super) request_id: Option<Range<usize>>,
+    /// Escaped as nginx escapes, cut at [`MAX_REQUEST_LINE`].
+    pub(super) request_line: Option<Range<usize>>,
+    pub(super) error: Option<Range<usize>>,
 }
 
 /// Records on their way to the writer: fixed-size entries plus one text arena for their strings.
@@ -144,6 +156,10 @@ impl Batch {
                 .map(|v| self.push_escaped(v, MAX_HEADER_LOGGED)),
             referer: r.referer.map(|v| self.push_escaped(v, MAX_HEADER_LOGGED)),
             request_id: r.request_id.map(|v| self.push_escaped(v, usize::MAX)),
+            request_line: r
+                .request_line
+                .map(|v| self.push_escaped(v, MAX_REQUEST_LINE)),
+            error: r.error.map(|e| self.push_str(e)),
         };
         self.entries.push(entry);
     }
@@ -151,7 +167,7 @@ impl Batch {
 
 /// Pure: nginx's escaping of logged variables (`ngx_http_log_escape`): `"`, `\`, bytes below
 /// 0x20 and from 0x7f up become `\xHH` (uppercase hex); the result is ASCII.
-pub(super) fn escape_into(out: &mut String, bytes: &[u8]) {
+pub fn escape_into(out: &mut String, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in bytes {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {

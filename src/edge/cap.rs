@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use super::first_request::{self, Silent};
 use super::tls_accept::TlsPort;
 use super::{ConnLimits, EdgeStream};
+use crate::access_log::AccessLog;
 use crate::metrics::METRICS;
 
 /// Wraps a server application (the proxy) with the connection cap and [`EdgeStream`].
@@ -23,6 +24,7 @@ pub struct EdgeApp<A> {
     permits: Arc<Semaphore>,
     tls: Option<Arc<TlsPort>>,
     silent: Silent,
+    access_log: Option<Arc<AccessLog>>,
 }
 
 impl<A> EdgeApp<A> {
@@ -34,7 +36,15 @@ impl<A> EdgeApp<A> {
             permits: Arc::new(Semaphore::new(limits.max_connections as usize)),
             tls: None,
             silent: Silent::default(),
+            access_log: None,
         }
+    }
+
+    /// Log the heads Pingora refuses before any proxy hook runs to `log` (see
+    /// [`super::refused`]): the proxy's own `logging` never sees them.
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.access_log = log.map(Arc::new);
+        self
     }
 
     /// Run the TLS handshake of connections accepted on `port`'s listener (a plain one).
@@ -67,8 +77,11 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         };
         let mut next = Some(
             if crate::bench_switch::on(crate::bench_switch::Layer::Edge) {
-                Box::new(EdgeStream::new(stream, self.limits).counted_silent_in(&self.silent))
-                    as Stream
+                Box::new(
+                    EdgeStream::new(stream, self.limits)
+                        .counted_silent_in(&self.silent)
+                        .logging_refusals_to(self.access_log.clone()),
+                ) as Stream
             } else {
                 stream
             },

@@ -40,7 +40,7 @@ pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 pub(super) const PHASE_HEAD: u8 = 0;
 const PHASE_REQUEST: u8 = 1;
-const PHASE_IDLE: u8 = 2;
+pub(super) const PHASE_IDLE: u8 = 2;
 const PHASE_BODY: u8 = 3;
 pub(super) const PHASE_H2: u8 = 4;
 
@@ -78,6 +78,12 @@ pub fn body_done(session: &Session) {
             Ordering::Acquire,
         );
     }
+}
+
+/// Why the edge answered this request `408` itself (its body did not arrive in time), if it
+/// did: Pingora's session has no response written then, and sees only a failed read.
+pub fn answered_408(session: &Session) -> Option<&'static str> {
+    edge_stream(session)?.answered_408
 }
 
 /// The response was sent: the connection is idle until the next request's first byte.
@@ -155,9 +161,11 @@ impl EdgeStream {
                     self.head_bytes = 0;
                     self.answered = false;
                     self.armed = None;
+                    self.heads.new_head();
                 }
                 if phase == PHASE_HEAD {
                     self.head_bytes += n;
+                    self.heads.head_read(&buf.filled()[before..]);
                     if self.h2 && self.head_bytes >= H2_PREFACE.len() {
                         self.phase.store(PHASE_H2, Ordering::Release);
                     }
@@ -194,15 +202,21 @@ impl EdgeStream {
             return Poll::Ready(Ok(()));
         }
         METRICS.client_header_timeouts.inc();
-        self.answer_408(
-            cx,
-            "client_header_timeout: request head not received in time",
-        )
+        let facts = super::refused::Facts {
+            head_bytes: self.head_bytes,
+            started: self.head_started,
+        };
+        let why = "client_header_timeout: request head not received in time";
+        (self.heads).answered(408, &self.inner, facts, why);
+        self.answer_408(cx, why)
     }
 
     /// Write the `408` (best effort, never waiting: the connection is closed right after) and
     /// fail the read.
     fn answer_408(&mut self, cx: &mut Context<'_>, why: &'static str) -> Poll<io::Result<()>> {
+        // Logged as sent (a body's request by the proxy's `logging`, see [`answered_408`]),
+        // even if the write fails: nginx logs its 408 with no response at all.
+        self.answered_408 = Some(why);
         let inner = Pin::new(&mut self.inner);
         if let Poll::Ready(Ok(n)) = inner.poll_write(cx, TIMEOUT_RESPONSE) {
             if n == TIMEOUT_RESPONSE.len() {

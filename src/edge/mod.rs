@@ -19,6 +19,7 @@
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
 //! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
+//! | `refused` | access log lines for the heads Pingora answers itself (`400`, `405`) and our `408` |
 //! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
 //! | `passthrough` | the Pingora stream traits, forwarded to the wrapped stream |
 
@@ -30,11 +31,12 @@ pub mod deadline;
 pub mod first_request;
 mod passthrough;
 mod peek;
+mod refused;
 mod stream;
 pub mod tls_accept;
 
 pub use cap::EdgeApp;
-pub use deadline::{body_done, head_received, response_done};
+pub use deadline::{answered_408, body_done, head_received, response_done};
 pub use stream::EdgeStream;
 pub use tls_accept::TlsPort;
 

@@ -5,6 +5,7 @@ use std::any::Any;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pingora::protocols::Stream;
@@ -12,7 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 use super::deadline::PHASE_HEAD;
+use super::refused::HeadLog;
 use super::ConnLimits;
+use crate::access_log::AccessLog;
 
 /// A client stream whose reads carry the deadline of the connection's phase and whose writes
 /// are coalesced (see the [module documentation](super)).
@@ -45,6 +48,10 @@ pub struct EdgeStream {
     pub(super) answered: bool,
     /// Held until the client's first byte (see [`super::first_request`]).
     pub(super) silent: Option<super::first_request::SilentGuard>,
+    /// The current head's request line and a refusal being written (see [`super::refused`]).
+    pub(super) heads: HeadLog,
+    /// Why the edge answered `408` (then the connection closes).
+    pub(super) answered_408: Option<&'static str>,
 }
 
 impl std::fmt::Debug for EdgeStream {
@@ -74,7 +81,15 @@ impl EdgeStream {
             send_timer: None,
             answered: false,
             silent: None,
+            heads: HeadLog::default(),
+            answered_408: None,
         }
+    }
+
+    /// Log the heads Pingora refuses on this connection (no hook sees them) to `log`.
+    pub fn logging_refusals_to(mut self, log: Option<Arc<AccessLog>>) -> Self {
+        self.heads = HeadLog::new(log);
+        self
     }
 
     /// Count this connection as silent in `silent` until its first byte arrives.
@@ -122,8 +137,12 @@ impl AsyncWrite for EdgeStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
+        this.before_write(buf);
         this.answered |= !buf.is_empty();
         let written = this.poll_write_coalesced(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.heads.wrote(n);
+        }
         this.within_send_timeout(cx, written)
     }
 

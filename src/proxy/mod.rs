@@ -342,8 +342,11 @@ impl ProxyHttp for SlideGate {
         let tls_version = (session.digest())
             .and_then(|d| d.ssl_digest.as_ref())
             .and_then(|ssl| tls_version_name(&ssl.version));
+        let edge_408 = crate::edge::answered_408(session);
         let status = match session.response_written() {
             Some(resp) => resp.status.as_u16(),
+            // The edge cut the body at client_body_timeout and answered itself.
+            None if edge_408.is_some() => 408,
             // nginx's 499: the client closed the connection before a response was sent.
             None if e.is_some_and(crate::log_hygiene::is_client_abort) => 499,
             None => 0,
@@ -371,6 +374,8 @@ impl ProxyHttp for SlideGate {
                 .filter(|r| r.request_id.assigns())
                 .and_then(|_| crate::request_id::of(req))
                 .map(http::HeaderValue::as_bytes),
+            request_line: None,
+            error: edge_408,
         });
     }
 

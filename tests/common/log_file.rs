@@ -22,3 +22,22 @@ pub fn wait_lines(path: &Path, n: usize) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The file's lines once one of them contains `needle` (bounded wait, as [`wait_lines`]): a
+/// sentinel request logged after others shows that the lines before it are written.
+pub fn wait_line_containing(path: &Path, needle: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| l.contains(needle)) {
+            return text.lines().map(str::to_string).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line with {needle:?} in {} ({} lines)",
+            path.display(),
+            text.lines().count()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
