@@ -309,3 +309,46 @@ fn a_body_timeout_is_one_line_with_its_408() {
         "{body}"
     );
 }
+
+/// slidegate's own `400`s (a head Pingora accepted that slidegate refuses: a bad `Host`, a
+/// lower-case method, an HTTP/1.1 request without `Host`, the route's key named twice) are one
+/// line each too, with the client address (resolved before the checks) and the reason.
+#[test]
+fn slidegate_refusals_carry_the_client_and_the_reason() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let access = dir.path().join("access.log");
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "keyed",
+            "key = \"query:who\"\nlimits = [{ requests = 5, window = \"1m\" }]",
+        )
+        .raw(&format!("[log]\naccess = {access:?}\nformat = \"json\""))
+        .build();
+    let proxy = Proxy::start(&config);
+    let cases: [(&[u8], &str); 4] = [
+        (b"GET / HTTP/1.1\r\nHost: a:b:c\r\n\r\n", "invalid host"),
+        (
+            b"get / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "method must be upper-case",
+        ),
+        (b"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 request without Host"),
+        (
+            b"GET /?who=a&who=b HTTP/1.1\r\nHost: x\r\n\r\n",
+            "the route's key is given twice with different values",
+        ),
+    ];
+    for (i, (bytes, _)) in cases.iter().enumerate() {
+        let (status, text) = exchange(proxy.addr(), bytes);
+        assert_eq!(status, 400, "{text}");
+        wait_lines(&access, i + 1);
+    }
+    let lines = wait_lines(&access, cases.len());
+    for (line, (_, why)) in lines.iter().zip(cases) {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(line["status"], 400, "{line}");
+        assert_eq!(line["client"], "127.0.0.1", "{line}");
+        assert_eq!(line["error"], why, "{line}");
+    }
+}

@@ -41,7 +41,7 @@ impl<A> EdgeApp<A> {
     }
 
     /// Log the heads Pingora refuses before any proxy hook runs to `log` (see
-    /// [`super::refused`]): the proxy's own `logging` never sees them.
+    /// `edge/refused.rs`): the proxy's own `logging` never sees them.
     pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
         self.access_log = log.map(Arc::new);
         self

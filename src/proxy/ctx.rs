@@ -51,6 +51,9 @@ pub struct RequestCtx {
     pub(super) client: Option<IpAddr>,
     /// What the limiter decided (as counted in `slidegate_requests_total`).
     pub(super) decision: Option<Decision>,
+    /// Why slidegate refused the request (400) before it was counted: the access log's
+    /// `error`.
+    pub(super) refused: Option<crate::request_form::BadRequest>,
     /// The upstream server this request was last sent to.
     pub(super) upstream: Option<SocketAddr>,
     /// The rules this request started under (a reload mid-request does not affect it).

@@ -82,6 +82,7 @@ impl SlideGate {
         match (outcome, route) {
             (Outcome::BadRequest(why), _) => {
                 log::debug!("400: {why}");
+                ctx.refused = Some(*why);
                 METRICS.bad_requests.inc();
             }
             (Outcome::NoRoute, _) => METRICS.no_route.inc(),

@@ -351,6 +351,7 @@ impl ProxyHttp for SlideGate {
             None if e.is_some_and(crate::log_hygiene::is_client_abort) => 499,
             None => 0,
         };
+        let refused = ctx.refused.map(|why| why.to_string());
         log.send(Record {
             time: SystemTime::now(),
             client: ctx.client,
@@ -375,7 +376,7 @@ impl ProxyHttp for SlideGate {
                 .and_then(|_| crate::request_id::of(req))
                 .map(http::HeaderValue::as_bytes),
             request_line: None,
-            error: edge_408,
+            error: edge_408.or(refused.as_deref()),
         });
     }
 
