@@ -19,43 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::admin::{reloads, wait_reloads};
 use common::proxy::{get, limited, request, send, ConfigBuilder, Proxy, ProxyOptions, Reply};
 use common::upstream::{Upstream, DELAY_HEADER, UPSTREAM_BODY};
 use slidegate::config::Config;
-
-/// `slidegate_config_reloads_total{result}` (0 while the series does not exist yet).
-fn reloads(proxy: &Proxy, result: &str) -> u64 {
-    proxy
-        .metric(&format!(
-            r#"slidegate_config_reloads_total{{result="{result}"}}"#
-        ))
-        .unwrap_or(0.0) as u64
-}
-
-/// Poll `/metrics` until `slidegate_config_reloads_total{result}` reaches `want` (then check it
-/// did not overshoot), or panic after `timeout` with the log.
-fn wait_reloads(proxy: &Proxy, result: &str, want: u64, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = reloads(proxy, result);
-        if got >= want {
-            assert_eq!(
-                got,
-                want,
-                "reloads{{result={result}}}; log:\n{}",
-                proxy.log()
-            );
-            return;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "reloads{{result={result}}} is {got}, not {want}, after {timeout:?}; log:\n{}",
-                proxy.log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// SIGHUP, once the process has its SIGHUP handler (before that, SIGHUP would kill it).
 fn sighup(proxy: &Proxy) {

@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::admin::wait_readyz;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,23 +47,6 @@ fn route(path: &str, key: &str, requests: u32, window: &str, extra: &str) -> Str
         "path_prefix = \"{path}\"\nkey = \"{key}\"\n{extra}\n\
          limits = [ {{ requests = {requests}, window = \"{window}\" }} ]"
     )
-}
-
-/// Poll `/readyz` until it answers `want`; how long that took. Panics after `within`.
-fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let (status, _) = proxy.admin_get("/readyz");
-        if status == want {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "/readyz still {status} (want {want}) after {within:?}; log:\n{}",
-            proxy.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `slidegate_store_errors_total` by kind (absent series count as 0).

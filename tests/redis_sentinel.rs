@@ -238,7 +238,7 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
     let toml = failover_config(&set, &up);
     let proxies = [Proxy::start(&toml), Proxy::start(&toml)];
     for p in &proxies {
-        wait_ready(p);
+        common::admin::wait_readyz(p, 200, Duration::from_secs(10));
     }
     let addrs = [proxies[0].addr(), proxies[1].addr()];
 
@@ -319,19 +319,6 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
             "no re-discovery logged:\n{}",
             p.log()
         );
-    }
-}
-
-/// Poll `/readyz` until 200 (the proxy found the master through the Sentinels).
-fn wait_ready(proxy: &Proxy) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while proxy.admin_get("/readyz").0 != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "/readyz not 200 within 10 s; log:\n{}",
-            proxy.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

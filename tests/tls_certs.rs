@@ -7,8 +7,10 @@
 
 mod common;
 
+use common::admin::wait_reloads;
+
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::cli::check_config;
 use common::config::assert_invalid;
@@ -141,20 +143,6 @@ async fn a_tls12_only_client_is_refused_at_min_13_and_accepted_at_12() {
     assert_eq!(old.unwrap().version, rustls::ProtocolVersion::TLSv1_2);
 }
 
-/// Poll `slidegate_config_reloads_total{result}` until it reaches `n` (10 s at most).
-fn wait_reloads(proxy: &Proxy, result: &str, n: u64) {
-    let sample = format!("slidegate_config_reloads_total{{result=\"{result}\"}}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (proxy.metric(&sample).unwrap_or(0.0) as u64) < n {
-        assert!(
-            Instant::now() < deadline,
-            "no {result} reload:\n{}",
-            proxy.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// One SIGHUP swaps an entry's certificate and raises the minimum version together (counted
 /// `ok`: neither needs a restart); a reload whose entry key does not match its certificate is
 /// refused, naming the key and line, and both the certificate and "1.3" keep serving.
@@ -182,7 +170,7 @@ async fn reload_swaps_certificates_and_min_version_and_a_bad_one_keeps_the_old()
     assert_ne!(strict, proxy.server_section());
     proxy.write_config_text(&format!("{strict}{base}{}", entry(&second, None)));
     proxy.signal(libc::SIGHUP).unwrap();
-    wait_reloads(&proxy, "ok", 1);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
     let now = api().await.unwrap();
     assert_eq!(
         (now.leaf, now.version),
@@ -202,7 +190,7 @@ async fn reload_swaps_certificates_and_min_version_and_a_bad_one_keeps_the_old()
     let line = text.lines().position(|l| l.starts_with("key = ")).unwrap() + 1;
     proxy.write_config_text(&text);
     proxy.signal(libc::SIGHUP).unwrap();
-    wait_reloads(&proxy, "error", 1);
+    wait_reloads(&proxy, "error", 1, Duration::from_secs(10));
     assert_eq!(api().await.unwrap().leaf, second.der);
     let refused = handshake(tls, Some("api.example.test"), TLS_12_ONLY).await;
     assert!(refused.is_err(), "the refused reload's 1.2 was applied");

@@ -7,17 +7,50 @@ use serde_json::Value;
 
 use super::proxy::{send, Proxy, Reply};
 
-/// Poll `/readyz` until it answers `want`. Panics after `within`.
-pub fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) {
+/// Poll `/readyz` until it answers `want`; how long that took. Panics after `within`.
+pub fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) -> Duration {
     let start = Instant::now();
     loop {
         let (status, _) = proxy.admin_get("/readyz");
         if status == want {
-            return;
+            return start.elapsed();
         }
         assert!(
             start.elapsed() < within,
             "/readyz still {status} (want {want}) after {within:?}; log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `slidegate_config_reloads_total{result}` (0 while the series does not exist yet).
+pub fn reloads(proxy: &Proxy, result: &str) -> u64 {
+    proxy
+        .metric(&format!(
+            r#"slidegate_config_reloads_total{{result="{result}"}}"#
+        ))
+        .unwrap_or(0.0) as u64
+}
+
+/// Poll `/metrics` until `slidegate_config_reloads_total{result}` reaches `want` (then check it
+/// did not overshoot), or panic after `timeout` with the log.
+pub fn wait_reloads(proxy: &Proxy, result: &str, want: u64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = reloads(proxy, result);
+        if got >= want {
+            assert_eq!(
+                got,
+                want,
+                "reloads{{result={result}}}; log:\n{}",
+                proxy.log()
+            );
+            return;
+        }
+        assert!(
+            Instant::now() <= deadline,
+            "reloads{{result={result}}} is {got}, not {want}, after {timeout:?}; log:\n{}",
             proxy.log()
         );
         std::thread::sleep(Duration::from_millis(20));
