@@ -18,12 +18,16 @@
 //! forgotten that way is counted from empty in an outage, as before this existed.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::{Limit, LimitId, Verdict};
+use super::{IdHasher, Limit, LimitId, Verdict};
+
+/// Buckets by the hash of their key (already a hash: not hashed again).
+type Shard = Mutex<HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>>;
 
 /// Most buckets remembered, over all shards (about 100 bytes each).
 pub const MAX_LEARNED: usize = 1 << 16;
@@ -105,8 +109,10 @@ impl LearnedBucket {
 
 /// The learned buckets, by the hash of their key.
 pub struct Learned {
-    shards: Box<[Mutex<HashMap<u64, LearnedBucket>>]>,
+    shards: Box<[Shard]>,
     per_shard: usize,
+    /// A secret per process, so a client cannot choose keys that share a hash with another's.
+    seed: u64,
 }
 
 impl Default for Learned {
@@ -121,16 +127,21 @@ impl Learned {
         Learned {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
+            seed: fastrand::u64(..),
         }
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<HashMap<u64, LearnedBucket>> {
+    fn shard(&self, hash: u64) -> &Shard {
         &self.shards[(hash >> 60) as usize % SHARDS]
+    }
+
+    fn hash(&self, bucket: &str) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(bucket.as_bytes(), self.seed)
     }
 
     /// Remember what the store's `verdict` for `bucket` under `limits` said at `now`.
     pub fn learn(&self, bucket: &str, limits: &[Limit], verdict: &Verdict, now: Instant) {
-        let hash = xxhash_rust::xxh3::xxh3_64(bucket.as_bytes());
+        let hash = self.hash(bucket);
         let learned = LearnedBucket::from_verdict(limits, verdict, now);
         let mut shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
         if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
@@ -144,14 +155,14 @@ impl Learned {
 
     /// What was learned of `bucket`, if anything.
     pub fn get(&self, bucket: &str) -> Option<LearnedBucket> {
-        let hash = xxhash_rust::xxh3::xxh3_64(bucket.as_bytes());
+        let hash = self.hash(bucket);
         let shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
         shard.get(&hash).cloned()
     }
 
     /// Buckets remembered.
     pub fn len(&self) -> usize {
-        let len = |s: &Mutex<HashMap<u64, LearnedBucket>>| s.lock().map_or(0, |s| s.len());
+        let len = |s: &Shard| s.lock().map_or(0, |s| s.len());
         self.shards.iter().map(len).sum()
     }
 

@@ -32,6 +32,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+/// A hasher for map keys that already are hashes (of bucket keys, under a secret seed): the
+/// map need not hash them again.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 /// The state of one limit after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitState {

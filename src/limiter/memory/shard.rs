@@ -3,7 +3,7 @@
 //! buckets still count), a bucket (one log per window), a log.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use super::log::WindowLog;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{Limit, LimitId, LimitState, Verdict};
+use crate::limiter::{IdHasher, Limit, LimitId, LimitState, Verdict};
 
 /// All logs of one bucket (route + client), keyed by [`LimitId`] (which leaves `requests` out)
 /// so that a reload that only changes `requests` keeps the recorded entries.
@@ -152,24 +152,6 @@ impl Bucket {
         for log in &self.logs {
             summary.record(self.key, log.id, log.held(), now);
         }
-    }
-}
-
-/// A hasher for keys that already are hashes.
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
     }
 }
 
