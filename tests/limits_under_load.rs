@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::config::ConfigBuilder;
 use common::http::send;
 use common::load::{h2load, Burst, BurstResult};
-use common::proxy::{Proxy, ProxyOptions};
+use common::proxy::{start_ready, Proxy, ProxyOptions};
 use common::redis::{RedisCluster, RedisServer};
 use common::upstream::Upstream;
 
@@ -46,29 +46,6 @@ fn config(store: &str, upstream: &Upstream, on_error: &str) -> String {
         .build()
 }
 
-/// h2c on, two worker threads: the product's HTTP/2 path under real concurrency.
-fn options() -> ProxyOptions {
-    ProxyOptions {
-        threads: 2,
-        server_extra: "h2c = true".into(),
-        ..ProxyOptions::default()
-    }
-}
-
-fn start(toml: &str) -> Proxy {
-    let proxy = Proxy::start_with(toml, options());
-    common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
-    proxy
-}
-
-/// `slidegate_store_errors_total` summed over kinds.
-fn store_errors(proxy: &Proxy) -> u64 {
-    ["timeout", "unavailable", "backend"]
-        .iter()
-        .map(|k| proxy.counter(&format!("slidegate_store_errors_total{{kind=\"{k}\"}}")))
-        .sum()
-}
-
 /// Run one burst per proxy at once, all with the same fresh key; the results by proxy.
 fn burst_all(proxies: &[&Proxy], connections: usize, key: &str) -> Vec<BurstResult> {
     let per_proxy = (connections / proxies.len()).max(1);
@@ -98,7 +75,7 @@ fn exact_under_bursts(proxies: &[&Proxy], label: &str) {
             "{label}: {connections} connections x 10 streams: {admitted} admitted of limit \
              {LIMIT}, {denied} denied, {unanswered} failed/5xx, slowest {slowest:?}"
         );
-        let errors: u64 = proxies.iter().map(|p| store_errors(p)).sum();
+        let errors: u64 = proxies.iter().map(|p| p.store_errors()).sum();
         if errors > 0 {
             for p in proxies {
                 let text = p.metrics_text();
@@ -134,7 +111,10 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
-    let proxy = start(&config(&store, &upstream, ""));
+    let proxy = start_ready(
+        &config(&store, &upstream, ""),
+        ProxyOptions::h2c_two_threads(),
+    );
     exact_under_bursts(&[&proxy], "one proxy");
 }
 
@@ -148,7 +128,7 @@ fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
     let upstream = Upstream::start();
     let opts = ProxyOptions {
         server_extra: "h2c = true\nforwarded_headers = []\nrequest_id = \"off\"".into(),
-        ..options()
+        ..ProxyOptions::h2c_two_threads()
     };
     let proxy = Proxy::start_with(&config(&redis.store_toml(), &upstream, ""), opts);
     common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
@@ -162,7 +142,10 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
     let upstream = Upstream::start();
     let store = redis.store_toml();
     let toml = config(&store, &upstream, "");
-    let (a, b) = (start(&toml), start(&toml));
+    let (a, b) = (
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+    );
     exact_under_bursts(&[&a, &b], "two proxies");
 }
 
@@ -172,7 +155,10 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
     let cluster = RedisCluster::start(3);
     let upstream = Upstream::start();
     let store = format!("backend = \"redis_cluster\"\nurls = {:?}", cluster.urls());
-    let proxy = start(&config(&store, &upstream, ""));
+    let proxy = start_ready(
+        &config(&store, &upstream, ""),
+        ProxyOptions::h2c_two_threads(),
+    );
     exact_under_bursts(&[&proxy], "cluster");
 }
 
@@ -184,7 +170,10 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
-    let proxy = start(&config(&store, &upstream, "deny"));
+    let proxy = start_ready(
+        &config(&store, &upstream, "deny"),
+        ProxyOptions::h2c_two_threads(),
+    );
     let addr = proxy.addr();
     let done = std::sync::atomic::AtomicBool::new(false);
     let (flood, polite) = std::thread::scope(|s| {
@@ -224,7 +213,7 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
     );
     let admitted = polite.iter().filter(|&&s| s == 200).count() as u64;
     assert_eq!(admitted, LIMIT.min(polite.len() as u64), "{polite:?}");
-    assert_eq!(store_errors(&proxy), 0);
+    assert_eq!(proxy.store_errors(), 0);
 }
 
 /// Redis frozen (SIGSTOP) under traffic over HTTP/1.1 and h2c, two proxies with
@@ -239,7 +228,10 @@ fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
     let upstream = Upstream::start();
     let store = format!("{}\ntimeout = \"50ms\"", redis.store_toml());
     let toml = config(&store, &upstream, "local");
-    let proxies = [start(&toml), start(&toml)];
+    let proxies = [
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+    ];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -15,33 +15,12 @@ use std::time::Duration;
 use common::delay_proxy::DelayProxy;
 use common::http::send;
 use common::load::{h2load, Burst};
-use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
+use common::proxy::{start_ready, ConfigBuilder, Proxy, ProxyOptions};
 use common::redis::RedisServer;
 use common::upstream::Upstream;
 
 /// The flood test would starve the outage test's proxies of CPU: one at a time.
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn options() -> ProxyOptions {
-    ProxyOptions {
-        threads: 2,
-        server_extra: "h2c = true".into(),
-        ..ProxyOptions::default()
-    }
-}
-
-fn start(toml: &str) -> Proxy {
-    let proxy = Proxy::start_with(toml, options());
-    common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
-    proxy
-}
-
-fn store_errors(proxy: &Proxy) -> u64 {
-    ["timeout", "unavailable", "backend"]
-        .iter()
-        .map(|k| proxy.counter(&format!("slidegate_store_errors_total{{kind=\"{k}\"}}")))
-        .sum()
-}
 
 async fn status(proxy: &Proxy, path: &str, headers: &[(&str, &str)]) -> u16 {
     send(proxy.addr(), "GET", path, headers).await.status
@@ -83,7 +62,7 @@ async fn an_overloaded_proxy_sheds_and_never_opens_a_limit() {
              limits = [{ requests = 1000000, window = \"5m\" }]",
         )
         .build();
-    let proxy = start(&toml);
+    let proxy = start_ready(&toml, ProxyOptions::h2c_two_threads());
     let mut admitted = 0;
     for _ in 0..VICTIM_LIMIT {
         admitted += usize::from(status(&proxy, "/victim?who=v", &[]).await == 200);
@@ -136,7 +115,7 @@ async fn an_overloaded_proxy_sheds_and_never_opens_a_limit() {
         answers.iter().all(|s| [429, 503].contains(s)),
         "{answers:?}"
     );
-    assert_eq!(store_errors(&proxy), 0, "Redis answered all along");
+    assert_eq!(proxy.store_errors(), 0, "Redis answered all along");
     for route in ["victim", "flood"] {
         assert_eq!(proxy.decisions(route, "local_allowed"), 0, "{route}");
         assert_eq!(proxy.decisions(route, "error_allowed"), 0, "{route}");
@@ -169,7 +148,10 @@ async fn an_outage_mid_window_admits_at_most_proxies_times_the_limit() {
                        { requests = 6, window = \"10m\" }]",
         )
         .build();
-    let proxies = [start(&toml), start(&toml)];
+    let proxies = [
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+        start_ready(&toml, ProxyOptions::h2c_two_threads()),
+    ];
     let cases = [("/log", "k1", 5usize), ("/slots", "k2", 4usize)];
     for (path, key, limit) in cases {
         // The limit, admitted by Redis, alternating proxies (A, B, A, ...).

@@ -32,6 +32,14 @@ impl Proxy {
         }
     }
 
+    /// `slidegate_store_errors_total`, summed over every kind.
+    pub fn store_errors(&self) -> u64 {
+        ["timeout", "unavailable", "backend"]
+            .iter()
+            .map(|k| self.counter(&format!("slidegate_store_errors_total{{kind=\"{k}\"}}")))
+            .sum()
+    }
+
     /// `slidegate_requests_total{route,decision}`.
     pub fn decisions(&self, route: &str, decision: &str) -> u64 {
         self.counter(&format!(

@@ -67,6 +67,24 @@ pub struct ProxyOptions {
     pub dual_stack: bool,
 }
 
+impl ProxyOptions {
+    /// h2c on, two worker threads: the product's HTTP/2 path under real concurrency.
+    pub fn h2c_two_threads() -> ProxyOptions {
+        ProxyOptions {
+            threads: 2,
+            server_extra: "h2c = true".into(),
+            ..ProxyOptions::default()
+        }
+    }
+}
+
+/// Start a proxy with `opts` and wait until its store answers (`/readyz` 200).
+pub fn start_ready(config_toml: &str, opts: ProxyOptions) -> Proxy {
+    let proxy = Proxy::start_with(config_toml, opts);
+    super::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
+    proxy
+}
+
 impl Default for ProxyOptions {
     fn default() -> Self {
         ProxyOptions {
