@@ -55,8 +55,9 @@ impl Limiter {
 
     /// What the limits say of a request for `bucket` on `route`. A denial whose slot frees
     /// within the route's `max_delay` waits for it, with a place in the bucket's queue and
-    /// one of the process's `max_delayed` (none left: answered at once), and is decided again until admitted or out of budget (see
-    /// [`delay::wait_for`]); a client that leaves meanwhile ends it with [`Checked::ClientGone`].
+    /// one of the process's `max_delayed` (none left: answered at once), and is decided again
+    /// until admitted or out of budget (see [`delay::wait_for`]); a client that leaves
+    /// meanwhile ends it with [`Checked::ClientGone`].
     pub(super) async fn check(
         &self,
         session: &mut Session,
@@ -120,14 +121,15 @@ impl Limiter {
         let (name, limits) = (&route.spec.name, &route.spec.limits);
         let started = Instant::now();
         let result = self.store.check_in(name, bucket, limits).await;
-        self.duration.observe(started.elapsed().as_secs_f64());
+        let answered = Instant::now();
+        self.duration.observe((answered - started).as_secs_f64());
         let fallback = self
             .local
             .as_ref()
             .filter(|_| policy.on_error == OnError::Local);
         let Err(e) = &result else {
             if let (Some(_), Ok(verdict)) = (fallback, &result) {
-                self.learned.learn(bucket, limits, verdict, Instant::now());
+                self.learned.learn(bucket, limits, verdict, answered);
             }
             return (result, DecidedBy::Store);
         };
