@@ -1,6 +1,7 @@
 //! The response fields of a decision: `RateLimit-Policy` / `RateLimit`
-//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields) and `Retry-After`. The
-//! body of a 429 is built in [`crate::problem`].
+//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields), `Retry-After`, and
+//! the older `X-RateLimit-*` trio a route may opt into (`legacy_headers`). The body of a 429 is
+//! built in [`crate::problem`].
 
 use std::time::Duration;
 
@@ -67,6 +68,32 @@ pub fn ratelimit_field(out: &mut String, names: &[String], verdict: &Verdict) {
     write_items(out, ["r", "t"], items);
 }
 
+/// The `X-RateLimit-*` fields of one decision (a route's `legacy_headers`): the values of its
+/// tightest limit, the one with the fewest requests left (of those, the one that frees last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Legacy {
+    /// `X-RateLimit-Limit`: that limit's quota.
+    pub limit: u32,
+    /// `X-RateLimit-Remaining`: requests it still admits.
+    pub remaining: u32,
+    /// `X-RateLimit-Reset`: seconds (rounded up) until a slot of it frees; on a denial the
+    /// `Retry-After` of a limit that denied.
+    pub reset: u64,
+}
+
+/// The tightest of `limits` in `verdict` (see [`Legacy`]); `None` without limits.
+pub fn tightest(limits: &[Limit], verdict: &Verdict) -> Option<Legacy> {
+    let (limit, state) = limits
+        .iter()
+        .zip(&verdict.states)
+        .min_by(|(_, a), (_, b)| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)))?;
+    Some(Legacy {
+        limit: limit.requests,
+        remaining: state.remaining,
+        reset: ceil_secs(state.reset),
+    })
+}
+
 /// `Retry-After` for a denied verdict: whole seconds, at least 1.
 pub fn retry_after_secs(verdict: &Verdict) -> u64 {
     verdict.retry_after().map(ceil_secs).unwrap_or(1).max(1)
@@ -92,5 +119,29 @@ mod tests {
         ratelimit_field(&mut out, &names, &v);
         assert_eq!(out, "\"login-1s\";r=0;t=2, \"login-60s\";r=40;t=30");
         assert_eq!(retry_after_secs(&v), 2);
+    }
+
+    #[test]
+    fn the_tightest_limit_has_the_fewest_left() {
+        let limits = [
+            Limit::log(5, Duration::from_secs(1)),
+            Limit::log(100, Duration::from_secs(60)),
+        ];
+        let v = crate::limiter::fixtures::denied_by_the_first_of_two();
+        let legacy = tightest(&limits, &v).unwrap();
+        assert_eq!(
+            legacy,
+            Legacy {
+                limit: 5,
+                remaining: 0,
+                reset: 2
+            }
+        );
+        assert_eq!(legacy.reset, retry_after_secs(&v));
+        // A tie on what is left: the limit that frees last.
+        let mut tie = v.clone();
+        tie.states[1].remaining = 0;
+        assert_eq!(tightest(&limits, &tie).unwrap().limit, 100);
+        assert_eq!(tightest(&[], &v), None);
     }
 }

@@ -6,6 +6,8 @@
 //!   `deny_content_type`: the denial's status and body change, `Retry-After` and the RateLimit
 //!   fields stay.
 //!
+//! - `legacy_headers`: the `X-RateLimit-*` trio of the tightest limit beside the draft's fields.
+//!
 //! And the config errors of those keys, with file, line and key.
 
 mod common;
@@ -154,6 +156,70 @@ async fn exempt_clients_and_the_deny_answer_on_the_redis_store() {
     exercise(&proxy, &ca).await;
 }
 
+/// `legacy_headers = true`: `X-RateLimit-Limit`, `-Remaining` and `-Reset` of the tightest
+/// limit on allowed and denied responses, over HTTP/1.1, h2c, and HTTP/1.1 and HTTP/2 over TLS;
+/// a route without it sends none.
+#[tokio::test]
+async fn legacy_fields_of_the_tightest_limit_over_every_protocol() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let limits = r#"limits = [{ requests = 3, window = "1m" }, { requests = 5, window = "1h" }]"#;
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "legacy",
+            &format!("path_prefix = \"/legacy\"\nkey = \"header:X-Client\"\nlegacy_headers = true\n{limits}"),
+        )
+        .route(
+            "modern",
+            &format!("path_prefix = \"/modern\"\nkey = \"header:X-Client\"\n{limits}"),
+        )
+        .build();
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
+    for protocol in Protocol::ALL {
+        let client = protocol.client(&ca.ca_pem());
+        let who = format!("{protocol:?}");
+        let mut seen = Vec::new();
+        for path in ["/legacy", "/legacy", "/legacy", "/legacy", "/modern"] {
+            let resp = client
+                .get(url(&proxy, protocol, path))
+                .header("x-client", &who)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.version(), protocol.version());
+            let h = |n: &str| {
+                resp.headers()
+                    .get(n)
+                    .map(|v| v.to_str().unwrap().parse::<u64>().unwrap())
+            };
+            seen.push((
+                resp.status().as_u16(),
+                h("x-ratelimit-limit"),
+                h("x-ratelimit-remaining"),
+                h("x-ratelimit-reset"),
+                h("retry-after"),
+            ));
+        }
+        let statuses: Vec<u16> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(statuses, [200, 200, 200, 429, 200], "{protocol:?} {seen:?}");
+        for (i, (_, limit, remaining, reset, _)) in seen[..4].iter().enumerate() {
+            // The 1-minute limit is the tightest: 2, 1, 0 left of 3 (the hour's 4, 3, 2 of 5).
+            assert_eq!(*limit, Some(3), "{protocol:?} {seen:?}");
+            assert_eq!(*remaining, Some(2u64.saturating_sub(i as u64)));
+            assert!(reset.is_some_and(|t| (1..=60).contains(&t)), "{seen:?}");
+        }
+        let denied = &seen[3];
+        assert_eq!(
+            denied.3, denied.4,
+            "on the denial Reset is Retry-After: {denied:?}"
+        );
+        assert_eq!(
+            seen[4].1, None,
+            "no legacy_headers, no X-RateLimit-*: {seen:?}"
+        );
+    }
+}
+
 /// Each bad value is refused with the file, its line and its key.
 #[test]
 fn bad_policy_keys_name_file_line_and_key() {
@@ -186,6 +252,12 @@ fn bad_policy_keys_name_file_line_and_key() {
             "media type",
         ),
         ("exempt = [\"10.0.0.0/33\"]\n", "routes[0].exempt[0]", 9, ""),
+        (
+            "legacy_headers = \"yes\"\n",
+            "routes[0].legacy_headers",
+            9,
+            "expected a boolean",
+        ),
     ] {
         let text = format!("{base}{extra}");
         assert_invalid(&text, key, line, message);

@@ -289,6 +289,9 @@ pub struct RouteSpec {
     pub smoothing: Option<Smoothing>,
     /// `response_headers`: set on every response of the route, proxied or the proxy's own.
     pub response_headers: ResponseHeaders,
+    /// `legacy_headers`: also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` of the tightest limit wherever the RateLimit fields go.
+    pub legacy_headers: bool,
 }
 
 /// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, whose

@@ -62,6 +62,8 @@ pub struct RequestCtx {
     pub(super) route: Option<usize>,
     /// `RateLimit` field to add to the upstream response.
     pub(super) ratelimit: Option<HeaderValue>,
+    /// `X-RateLimit-*` values to add to the upstream response (`legacy_headers`).
+    pub(super) legacy: Option<crate::ratelimit_headers::Legacy>,
     /// The bucket key (route and client) of this request.
     pub(super) key: String,
     /// Servers this request could not connect to (each retried on another server).

@@ -96,6 +96,7 @@ impl SlideGate {
                 Some(route),
             ) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
+                ctx.legacy = respond::legacy_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.count_status, verdict.recorded_at)
                 {

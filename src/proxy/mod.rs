@@ -67,7 +67,7 @@ use gather::peer_ip;
 use limiter::Limiter;
 use outcome::outcome;
 use refund::Settle;
-use respond::{close_delimit_for_http10, insert_ratelimit_fields};
+use respond::{close_delimit_for_http10, insert_legacy_fields, insert_ratelimit_fields};
 
 #[async_trait]
 impl ProxyHttp for SlideGate {
@@ -303,6 +303,9 @@ impl ProxyHttp for SlideGate {
             on(Layer::RateLimitFields),
         ) {
             insert_ratelimit_fields(resp, route, r)?;
+            if let Some(legacy) = ctx.legacy.take() {
+                insert_legacy_fields(resp, legacy)?;
+            }
         }
         if let (Some(rules), true) = (&ctx.rules, on(Layer::AnswerHeaders)) {
             let fields = ctx.route().map(|r| &r.spec.response_headers);

@@ -15,7 +15,7 @@ use super::stamp::stamp;
 use crate::config::ResponseHeaders;
 use crate::limiter::Verdict;
 use crate::problem::{self, Problem};
-use crate::ratelimit_headers::{ratelimit_field, retry_after_secs};
+use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
 use crate::routes::{Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10.
@@ -23,6 +23,11 @@ const RATELIMIT_POLICY: &str = "RateLimit-Policy";
 const RATELIMIT: &str = "RateLimit";
 /// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
 const RETRY_AFTER: &str = "Retry-After";
+
+/// The `X-RateLimit-*` fields of `legacy_headers`, spelled as clients know them.
+const X_LIMIT: &str = "X-RateLimit-Limit";
+const X_REMAINING: &str = "X-RateLimit-Remaining";
+const X_RESET: &str = "X-RateLimit-Reset";
 
 /// Bodies of the responses that never vary, built once.
 static NOT_FOUND_BODY: LazyLock<Bytes> =
@@ -116,12 +121,15 @@ pub(super) async fn write_early(
 
 /// The head and body of a denial for `verdict` on `route`: the route's `deny_status` (429
 /// unless configured) and its `deny_body_file`, else the problem document; `Retry-After` and
-/// the RateLimit fields either way.
+/// the RateLimit fields (and the `X-RateLimit-*` ones with `legacy_headers`) either way.
 fn too_many_requests(route: &Route, verdict: &Verdict) -> Result<(ResponseHeader, Bytes)> {
     let deny = &route.spec.deny;
     let mut header = ResponseHeader::build(deny.status, Some(6))?;
     if let Some(r) = ratelimit_value(route, verdict) {
         insert_ratelimit_fields(&mut header, route, r)?;
+    }
+    if let Some(legacy) = legacy_value(route, verdict) {
+        insert_legacy_fields(&mut header, legacy)?;
     }
     header.insert_header(RETRY_AFTER, retry_after_secs(verdict))?;
     if let (Some(body), Some(kind)) = (&route.deny_body, &deny.body) {
@@ -137,6 +145,21 @@ pub(super) fn ratelimit_value(route: &Route, verdict: &Verdict) -> Option<Header
     let mut field = String::with_capacity(48 * route.spec.limits.len());
     ratelimit_field(&mut field, &route.policy_names, verdict);
     HeaderValue::try_from(field).ok()
+}
+
+/// The `X-RateLimit-*` values of `verdict` on `route`, when it has `legacy_headers`.
+pub(super) fn legacy_value(route: &Route, verdict: &Verdict) -> Option<Legacy> {
+    match route.spec.legacy_headers {
+        true => crate::ratelimit_headers::tightest(&route.spec.limits, verdict),
+        false => None,
+    }
+}
+
+/// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds) to a response.
+pub(super) fn insert_legacy_fields(header: &mut ResponseHeader, legacy: Legacy) -> Result<()> {
+    header.insert_header(X_LIMIT, legacy.limit)?;
+    header.insert_header(X_REMAINING, legacy.remaining)?;
+    header.insert_header(X_RESET, legacy.reset)
 }
 
 /// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no

@@ -343,6 +343,9 @@ pub(super) struct RawRoute {
     /// Fields set on every response of the route (name → value).
     #[serde(default)]
     pub response_headers: BTreeMap<String, Spanned<String>>,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` of the tightest limit beside the draft's.
+    #[serde(default)]
+    pub legacy_headers: bool,
 }
 
 fn default_path_prefix() -> Spanned<String> {

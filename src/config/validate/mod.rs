@@ -289,6 +289,7 @@ impl Validator<'_> {
             deny,
             count_status: self.count_status(i, r.count_status.as_ref())?,
             response_headers,
+            legacy_headers: r.legacy_headers,
         })
     }
 }
