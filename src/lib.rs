@@ -8,6 +8,7 @@
 //! - [`limiter`]: the store trait and its memory and Redis implementations.
 //! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`.
 //! - [`problem`]: the `application/problem+json` bodies of the proxy and the admin API.
+//! - [`grpc`]: the trailers-only answers a refused gRPC call gets instead.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`request_form`]: method, request-target, Host and Content-Length checks before routing.
 //! - [`edge`]: client connection deadlines, the connection cap, coalesced response writes.
@@ -36,6 +37,7 @@ pub mod config;
 pub mod drain;
 pub mod edge;
 pub mod forwarding;
+pub mod grpc;
 pub mod healthcheck;
 pub mod keys;
 pub mod limiter;

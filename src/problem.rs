@@ -55,6 +55,15 @@ impl<'a> Problem<'a> {
     }
 }
 
+/// What a denial says: the route and how long to wait (the problem's `detail`, a gRPC
+/// denial's `grpc-message`).
+pub fn quota_detail(route: &str, verdict: &Verdict) -> String {
+    format!(
+        "rate limit exceeded on route {route}; retry after {} s",
+        retry_after_secs(verdict)
+    )
+}
+
 /// The body of a denial (429, or the route's `deny_status`): the quota-exceeded type, naming the violated policies (`names` are the
 /// route's policy names, in limit order).
 pub fn quota_exceeded(
@@ -63,10 +72,7 @@ pub fn quota_exceeded(
     verdict: &Verdict,
     status: StatusCode,
 ) -> Vec<u8> {
-    let detail = format!(
-        "rate limit exceeded on route {route}; retry after {} s",
-        retry_after_secs(verdict)
-    );
+    let detail = quota_detail(route, verdict);
     Problem {
         kind: QUOTA_EXCEEDED_TYPE,
         title: "Too Many Requests",

@@ -13,6 +13,7 @@ use super::discard::{self, Leftover, DISCARD_MAX};
 use super::outcome::Outcome;
 use super::stamp::stamp;
 use crate::config::ResponseHeaders;
+use crate::grpc::{self, GrpcStatus};
 use crate::limiter::Verdict;
 use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
@@ -29,16 +30,55 @@ const X_LIMIT: &str = "X-RateLimit-Limit";
 const X_REMAINING: &str = "X-RateLimit-Remaining";
 const X_RESET: &str = "X-RateLimit-Reset";
 
+/// What the answers that never vary say (problem `detail`, gRPC `grpc-message`).
+const NOT_FOUND: &str = "no route matches this request";
+const BAD_REQUEST: &str = "malformed request";
+const UNAVAILABLE: &str = "rate limiter unavailable";
+
 /// Bodies of the responses that never vary, built once.
-static NOT_FOUND_BODY: LazyLock<Bytes> =
-    LazyLock::new(|| fixed(StatusCode::NOT_FOUND, "no route matches this request"));
+static NOT_FOUND_BODY: LazyLock<Bytes> = LazyLock::new(|| fixed(StatusCode::NOT_FOUND, NOT_FOUND));
 static BAD_REQUEST_BODY: LazyLock<Bytes> =
-    LazyLock::new(|| fixed(StatusCode::BAD_REQUEST, "malformed request"));
+    LazyLock::new(|| fixed(StatusCode::BAD_REQUEST, BAD_REQUEST));
 static UNAVAILABLE_BODY: LazyLock<Bytes> =
-    LazyLock::new(|| fixed(StatusCode::SERVICE_UNAVAILABLE, "rate limiter unavailable"));
+    LazyLock::new(|| fixed(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE));
 
 fn fixed(status: StatusCode, detail: &str) -> Bytes {
     Problem::new(status, detail).to_json().into()
+}
+
+/// Who reads an answer of the proxy's own: an HTTP client (status and problem body), or a gRPC
+/// client (a trailers-only answer, see [`crate::grpc`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Http,
+    Grpc {
+        /// Over HTTP/2: the head ends the stream; over HTTP/1.1 it says `Content-Length: 0`.
+        h2: bool,
+    },
+}
+
+impl Reader {
+    fn of(session: &mut Session) -> Reader {
+        let content_type = session.req_header().headers.get(http::header::CONTENT_TYPE);
+        match grpc::is_grpc(content_type) {
+            true => Reader::Grpc {
+                h2: session.as_downstream_mut().is_http2(),
+            },
+            false => Reader::Http,
+        }
+    }
+
+    /// The head and body of an answer that never varies: `status` with its problem `body`, or
+    /// the gRPC status of `status` saying `detail`.
+    fn fixed(self, status: u16, detail: &str, body: &Bytes) -> Result<(ResponseHeader, Bytes)> {
+        Ok(match self {
+            Reader::Http => (ResponseHeader::build(status, Some(4))?, body.clone()),
+            Reader::Grpc { h2 } => (
+                grpc::answer(GrpcStatus::for_http(status), detail, h2)?,
+                Bytes::new(),
+            ),
+        })
+    }
 }
 
 /// The status of a request Pingora could not proxy: nginx's answers, which apps and alerts
@@ -70,26 +110,24 @@ pub(super) async fn write_early(
     route: Option<&Route>,
     rules: &Rules,
 ) -> Result<bool> {
+    let reader = Reader::of(session);
     let (mut header, body) = match outcome {
         Outcome::BadRequest(_) => {
             // Like nginx: 400 and close; nothing of this request reaches a route.
             session.set_keepalive(None);
-            (
-                ResponseHeader::build(400, Some(4))?,
-                BAD_REQUEST_BODY.clone(),
-            )
+            reader.fixed(400, BAD_REQUEST, &BAD_REQUEST_BODY)?
         }
-        Outcome::NoRoute => (ResponseHeader::build(404, Some(4))?, NOT_FOUND_BODY.clone()),
+        Outcome::NoRoute => reader.fixed(404, NOT_FOUND, &NOT_FOUND_BODY)?,
         Outcome::ErrorDenied | Outcome::Overloaded => {
-            let mut header = ResponseHeader::build(503, Some(4))?;
+            let (mut header, body) = reader.fixed(503, UNAVAILABLE, &UNAVAILABLE_BODY)?;
             header.insert_header(RETRY_AFTER, "1")?;
-            (header, UNAVAILABLE_BODY.clone())
+            (header, body)
         }
         Outcome::Denied(verdict) | Outcome::LocalDenied(verdict) => {
             let Some(route) = route else {
                 return Error::e_explain(ErrorType::InternalError, "a 429 without a route");
             };
-            too_many_requests(route, verdict)?
+            too_many_requests(route, verdict, reader)?
         }
         // The client is gone: nothing to send, the request ends as a client abort (499).
         Outcome::ClientGone => {
@@ -114,17 +152,31 @@ pub(super) async fn write_early(
         _ => discard::leftover(discard::framing(session), DISCARD_MAX),
     };
     discard::prepare(session, leftover);
-    respond(session, header, body).await?;
+    match reader {
+        Reader::Http => respond(session, header, body).await?,
+        Reader::Grpc { .. } => trailers_only(session, header).await?,
+    }
     discard::finish(session, leftover).await;
     Ok(true)
 }
 
 /// The head and body of a denial for `verdict` on `route`: the route's `deny_status` (429
-/// unless configured) and its `deny_body_file`, else the problem document; `Retry-After` and
-/// the RateLimit fields (and the `X-RateLimit-*` ones with `legacy_headers`) either way.
-fn too_many_requests(route: &Route, verdict: &Verdict) -> Result<(ResponseHeader, Bytes)> {
+/// unless configured) and its `deny_body_file`, else the problem document; to a gRPC client
+/// `RESOURCE_EXHAUSTED` whatever the status. `Retry-After` and the RateLimit fields (and the
+/// `X-RateLimit-*` ones with `legacy_headers`) either way.
+fn too_many_requests(
+    route: &Route,
+    verdict: &Verdict,
+    reader: Reader,
+) -> Result<(ResponseHeader, Bytes)> {
     let deny = &route.spec.deny;
-    let mut header = ResponseHeader::build(deny.status, Some(6))?;
+    let mut header = match reader {
+        Reader::Http => ResponseHeader::build(deny.status, Some(6))?,
+        Reader::Grpc { h2 } => {
+            let detail = problem::quota_detail(&route.spec.name, verdict);
+            grpc::answer(GrpcStatus::ResourceExhausted, &detail, h2)?
+        }
+    };
     if let Some(r) = ratelimit_value(route, verdict) {
         insert_ratelimit_fields(&mut header, route, r)?;
     }
@@ -132,6 +184,9 @@ fn too_many_requests(route: &Route, verdict: &Verdict) -> Result<(ResponseHeader
         insert_legacy_fields(&mut header, legacy)?;
     }
     header.insert_header(RETRY_AFTER, retry_after_secs(verdict))?;
+    if let Reader::Grpc { .. } = reader {
+        return Ok((header, Bytes::new()));
+    }
     if let (Some(body), Some(kind)) = (&route.deny_body, &deny.body) {
         header.insert_header(http::header::CONTENT_TYPE, kind.content_type.clone())?;
         return Ok((header, body.clone()));
@@ -208,6 +263,23 @@ pub(super) async fn write_failure(
     fields: Option<&ResponseHeaders>,
     echo_id: bool,
 ) -> Result<()> {
+    if let Reader::Grpc { h2 } = Reader::of(session) {
+        let mut header = grpc::answer(GrpcStatus::for_http(code), failure_detail(code), h2)?;
+        stamp(&mut header, server, fields)?;
+        if echo_id {
+            crate::request_id::echo(session.req_header(), &mut header)?;
+        }
+        let downstream = session.as_downstream_mut();
+        // As `write_error_response`: the connection closes, and nothing is written after a
+        // response has started.
+        downstream.set_keepalive(None);
+        if let Some(written) = downstream.response_written() {
+            if !written.status.is_informational() || written.status == 101 {
+                return Ok(());
+            }
+        }
+        return trailers_only(session, header).await;
+    }
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
     let body: Bytes = Problem::new(status, failure_detail(code)).to_json().into();
     let mut header = ResponseHeader::build(status, Some(5))?;
@@ -235,6 +307,18 @@ async fn respond(session: &mut Session, mut header: ResponseHeader, body: Bytes)
         .write_response_header(Box::new(header), false)
         .await?;
     session.write_response_body(Some(body), true).await
+}
+
+/// Write a head that is the whole response: over HTTP/2 one HEADERS frame that ends the stream
+/// (the trailers-only form of a gRPC answer; Pingora's `write_response_header` always leaves
+/// the stream open for a body), over HTTP/1.1 the head and the end of its empty body.
+async fn trailers_only(session: &mut Session, header: ResponseHeader) -> Result<()> {
+    let task = pingora::protocols::http::HttpTask::Header(Box::new(header), true);
+    session
+        .as_downstream_mut()
+        .response_duplex_vec(vec![task])
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
