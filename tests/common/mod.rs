@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 pub mod delay_proxy;
 pub mod fetch;
+pub mod grpc;
 pub mod http;
 pub mod kept;
 pub mod load;
