@@ -13,6 +13,10 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 pub const QUOTA_EXCEEDED_TYPE: &str =
     "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// The title registered for [`QUOTA_EXCEEDED_TYPE`] (draft-ietf-httpapi-ratelimit-headers
+/// §10.2.1): RFC 9457 asks that a type's title not vary between occurrences.
+pub const QUOTA_EXCEEDED_TITLE: &str = "Quota Exceeded";
+
 /// One problem body. Serialized from a struct, so no map is built per request, and the members
 /// always come in the same order.
 #[derive(Debug, serde::Serialize)]
@@ -75,7 +79,7 @@ pub fn quota_exceeded(
     let detail = quota_detail(route, verdict);
     Problem {
         kind: QUOTA_EXCEEDED_TYPE,
-        title: "Too Many Requests",
+        title: QUOTA_EXCEEDED_TITLE,
         status: status.as_u16(),
         detail: &detail,
         violated_policies: Some(verdict.violated().map(|i| names[i].as_str()).collect()),
@@ -99,6 +103,9 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(body["violated-policies"], serde_json::json!(["login-1s"]));
+        assert_eq!(body["type"], QUOTA_EXCEEDED_TYPE);
+        assert_eq!(body["title"], "Quota Exceeded");
+        assert_eq!(body["status"], 429);
         assert_eq!(
             body["detail"],
             "rate limit exceeded on route login; retry after 2 s"

@@ -76,6 +76,8 @@ pub fn violated(reply: &Reply) -> Vec<String> {
         body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded",
         "{body}"
     );
+    // The title the draft registers with the type (RFC 9457: a type's title does not vary).
+    assert_eq!(body["title"], "Quota Exceeded", "{body}");
     serde_json::from_value(body["violated-policies"].clone())
         .unwrap_or_else(|e| panic!("violated-policies is not a list of strings ({e}): {body}"))
 }
