@@ -28,7 +28,10 @@ pub fn require_grpcio() {
         out.status.success(),
         "the gRPC tests need Python's grpcio, which `python3` cannot import ({}). \
          Install it with `python3 -m pip install grpcio` (scripts/test does).",
-        String::from_utf8_lossy(&out.stderr).trim()
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
     );
 }
 
