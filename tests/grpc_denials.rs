@@ -3,8 +3,8 @@
 //! client as `RESOURCE_EXHAUSTED` with slidegate's message and the RateLimit fields as metadata,
 //! over h2c and over h2 with TLS, on the memory store and on Redis; the denied call never
 //! reaches the upstream. The proxy's other refusals map to gRPC statuses the client reads
-//! (`UNIMPLEMENTED` for no route, `UNAVAILABLE` for an unreachable upstream and for a store
-//! failure under `on_error = "deny"`), and over HTTP/1.1 a gRPC call is answered the same way
+//! (`UNIMPLEMENTED` for no route, `INVALID_ARGUMENT` for a malformed request, `UNAVAILABLE` for an
+//! unreachable upstream and for a store failure under `on_error = "deny"`), and over HTTP/1.1 a gRPC call is answered the same way
 //! (`200`, `grpc-status: 8`, `Content-Length: 0`).
 
 mod common;
@@ -107,11 +107,11 @@ fn denials_over_both_transports(store: Option<&str>) -> Proxy {
         (proxy.addr(), &GrpcTransport::H2c, "h2c"),
         (proxy.tls_addr(), &tls, "h2+tls"),
     ] {
-        let calls = grpc_calls(target, transport, ECHO, who, 4);
+        let calls = grpc_calls(target, transport, ECHO, &[who], 4);
         assert_limited(&calls, who);
     }
     // Only the admitted calls reached the upstream: 3 per transport.
-    let count = grpc_calls(proxy.addr(), &GrpcTransport::H2c, COUNT, "count", 1);
+    let count = grpc_calls(proxy.addr(), &GrpcTransport::H2c, COUNT, &["count"], 1);
     assert_eq!(count[0].reply.as_deref(), Some("6"), "{count:?}");
     proxy
 }
@@ -130,7 +130,7 @@ fn a_grpc_client_reads_denials_as_resource_exhausted_on_redis_and_unavailable_wi
     // Redis gone and the route fails closed: UNAVAILABLE (the status gRPC clients retry), with
     // `Retry-After: 1`, not a denial.
     redis.kill();
-    let calls = grpc_calls(proxy.addr(), &GrpcTransport::H2c, ECHO, "after-redis", 1);
+    let calls = grpc_calls(proxy.addr(), &GrpcTransport::H2c, ECHO, &["after-redis"], 1);
     assert_eq!(calls[0].code, "UNAVAILABLE", "{calls:?}");
     assert_eq!(calls[0].details, "rate limiter unavailable");
     assert_eq!(calls[0].meta("retry-after"), Some("1"));
@@ -146,12 +146,17 @@ fn other_refusals_of_grpc_calls_are_grpc_statuses() {
     };
     let proxy = Proxy::start_with(&config(&grpc, &plain, None), h2c_listener);
     let h2c = GrpcTransport::H2c;
-    let none = grpc_calls(proxy.addr(), &h2c, "/slidegate.test.Other/Call", "a", 1);
+    let none = grpc_calls(proxy.addr(), &h2c, "/slidegate.test.Other/Call", &["a"], 1);
     assert_eq!(none[0].code, "UNIMPLEMENTED", "{none:?}");
     assert_eq!(none[0].details, "no route matches this request");
-    let down = grpc_calls(proxy.addr(), &h2c, "/slidegate.test.Down/Call", "a", 1);
+    let down = grpc_calls(proxy.addr(), &h2c, "/slidegate.test.Down/Call", &["a"], 1);
     assert_eq!(down[0].code, "UNAVAILABLE", "{down:?}");
     assert!(down[0].details.contains("upstream"), "{down:?}");
+    // The route's key header on two lines names no one client: slidegate's 400, nothing
+    // counted.
+    let twice = grpc_calls(proxy.addr(), &h2c, ECHO, &["a", "b"], 1);
+    assert_eq!(twice[0].code, "INVALID_ARGUMENT", "{twice:?}");
+    assert_eq!(twice[0].details, "malformed request");
 }
 
 /// The denial is *trailers-only*: one HEADERS frame that ends the stream (no DATA frame, no

@@ -120,12 +120,13 @@ pub enum GrpcTransport {
 }
 
 /// Make `calls` calls of `method` (e.g. `/slidegate.test.Echo/Echo`) to `target`, one after
-/// the other on one channel, each with metadata `x-client: <client>`.
+/// the other on one channel, each with metadata `x-client: <client>` for each of `clients` (one
+/// line each: two make the key's header ambiguous).
 pub fn grpc_calls(
     target: SocketAddr,
     transport: &GrpcTransport,
     method: &str,
-    client: &str,
+    clients: &[&str],
     calls: usize,
 ) -> Vec<GrpcCall> {
     require_grpcio();
@@ -133,8 +134,10 @@ pub fn grpc_calls(
     cmd.arg(script("client.py"))
         .arg(target.to_string())
         .args(["--calls", &calls.to_string()])
-        .args(["--client", client])
         .args(["--method", method]);
+    for client in clients {
+        cmd.args(["--client", client]);
+    }
     if let GrpcTransport::Tls(ca) = transport {
         cmd.arg("--ca").arg(ca);
     }

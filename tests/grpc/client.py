@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A real gRPC client for the tests (grpcio): makes `--calls` unary calls of `--method` to
-TARGET, one after the other on one channel, each with metadata `x-client: <--client>`, and
+TARGET, one after the other on one channel, each with metadata `x-client: <--client>` (one
+line per `--client` given), and
 prints one JSON array: per call its status code name (`OK`, `RESOURCE_EXHAUSTED`, ...), the
 status message (`details`, percent-decoded by grpcio), the reply (text, or null), and the
 initial and trailing metadata (a trailers-only answer's fields arrive as trailing metadata).
@@ -28,7 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("target")
     ap.add_argument("--calls", type=int, default=1)
-    ap.add_argument("--client", default="client")
+    ap.add_argument("--client", action="append")
     ap.add_argument("--method", default="/slidegate.test.Echo/Echo")
     ap.add_argument("--ca")
     ap.add_argument("--tls-name", default="localhost")
@@ -46,7 +47,7 @@ def main():
     results = []
     for i in range(args.calls):
         request = b"hello %d" % i
-        md = (("x-client", args.client),)
+        md = tuple(("x-client", c) for c in (args.client or ["client"]))
         try:
             reply, c = call.with_call(request, metadata=md, timeout=20)
             results.append({
