@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use slidegate::limiter::slots::{SlotCounts, SlotShape};
+use slidegate::limiter::algo::slots::{SlotCounts, SlotShape};
 
 /// A limit and a sequence of arrival gaps, in µs.
 #[derive(Debug, Clone)]

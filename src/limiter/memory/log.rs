@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::summary::Held;
-use crate::limiter::slots::{SlotCounts, SlotShape};
+use crate::limiter::algo::slots::{SlotCounts, SlotShape};
 use crate::limiter::{Limit, LimitId, LimitView};
 
 /// The record of one limit of one bucket, µs on the store's monotonic clock.

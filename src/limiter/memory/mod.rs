@@ -12,7 +12,7 @@
 //! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
 //! eviction in O(1)). A bucket is the hash, its newest activity and one log per limit (found by
 //! its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond timestamps, or
-//! for a slotted limit its slot counters (`log.rs`, [`SlotCounts`](crate::limiter::slots::SlotCounts)). Two
+//! for a slotted limit its slot counters (`log.rs`, [`SlotCounts`](crate::limiter::algo::slots::SlotCounts)). Two
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,
 //! never looser; with a secret seed a client cannot aim for that.
 //!

@@ -1,7 +1,10 @@
-//! What a limit is: [`Limit`] (requests, window and how admissions are recorded) and its
-//! identity [`LimitId`], which names its Redis key, its policy and its memory-store log.
+//! The kinds of limit, one module each, and their registry here: what a limit is ([`Limit`]:
+//! requests, window and its [`LimitKind`]) and its identity [`LimitId`], which names its Redis
+//! key, its policy and its memory-store record.
 
 use std::time::Duration;
+
+pub mod slots;
 
 /// One sliding-window limit: at most `requests` admitted requests in any `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
