@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+pub mod clock;
 pub mod slots;
 
 /// One sliding-window limit: at most `requests` admitted requests in any `window`.
