@@ -11,9 +11,10 @@
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
 //! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
 //! eviction in O(1)). A bucket is the hash, its newest activity and one log per limit (found by
-//! its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond timestamps, or
-//! for a slotted limit its slot counters (`log.rs`, [`SlotCounts`](crate::limiter::algo::slots::SlotCounts)),
-//! on the store's [`Clock`]. Two
+//! its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
+//! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
+//! slot counters for a slotted limit), decided by that kind's rules on the store's
+//! [`Clock`]. Two
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,
 //! never looser; with a secret seed a client cannot aim for that.
 //!
@@ -77,7 +78,7 @@ use super::{Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
 use room::{shard_of, Room};
 use shard::Bucket;
 
-mod log;
+mod record;
 mod room;
 mod shard;
 mod summary;

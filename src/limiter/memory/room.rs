@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use super::log::WindowLog;
+use super::record::LimitRecord;
 use super::shard::{Bucket, Shard};
 use super::summary::{Held, Summary, MAX_COUNT};
 use super::SHARDS;
@@ -228,7 +228,7 @@ pub(super) fn decide_in_summary(
                     count: h.count + 1,
                     frees_us: h
                         .frees_us
-                        .max(WindowLog::frees_if_recorded(limit.id(), now)),
+                        .max(LimitRecord::frees_if_recorded(limit.id(), now)),
                 };
                 summary.record(key, limit.id(), h, now);
             }

@@ -13,7 +13,7 @@ pub const REFUND_SOURCE: &str = include_str!("../../../lua/refund.lua");
 static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REFUND_SOURCE));
 
 impl Inner {
-    /// One `EVALSHA` of `lua/refund.lua` for the admission of `bucket` recorded at
+    /// One `EVALSHA` of the refund script for the admission of `bucket` recorded at
     /// `recorded_at`. Like the inspector's calls, it stays out of the gate's health
     /// bookkeeping: a refund that fails leaves the slot taken, which only errs on the safe side.
     pub(super) async fn refund_entry(
@@ -31,7 +31,8 @@ impl Inner {
         }
         call.arg(recorded_at);
         for limit in limits {
-            call.arg(limit.resolution_us().unwrap_or(0));
+            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log).
+            call.arg(limit.script_args()[2]);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
