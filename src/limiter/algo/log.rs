@@ -1,7 +1,7 @@
 //! The exact sliding-window log ([`LimitKind::Log`](super::LimitKind::Log)): one timestamp per
 //! admitted request. Its record ([`Entries`]) and pure rules, which the memory store runs; the
-//! Redis script runs the same rules on a Redis LIST (`lua/sliding_window.lua`, DATA in
-//! its header).
+//! Redis script runs the same rules on a Redis LIST (`lua/kinds/log.lua`, DATA in its
+//! header).
 //!
 //! An entry recorded at `t` counts while `t > now - window`: it leaves at exactly
 //! `t + window`. Entries are pushed with a clock that never goes back, so they are sorted

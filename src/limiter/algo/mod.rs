@@ -5,16 +5,22 @@
 //!
 //! Each kind's module owns its record type and pure rules ([`Rules`], unit-tested on a
 //! [`clock::FakeClock`]), its ARGV value and reply decoding for the sliding-window script, and
-//! its branch of each pass of the Redis scripts (`lua/`). A new kind is its module, a
-//! [`LimitKind`] variant and a [`Record`] variant with its arm in `each_kind!` (`record.rs`).
+//! has its Lua file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis
+//! scripts ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind
+//! is its module and Lua file, a [`LimitKind`] variant, a [`Record`] variant with its arm in
+//! `each_kind!` (`record.rs`), and its name on the deciding skeleton's `@kinds` line: see
+//! `docs/design.md`.
 
 use std::time::Duration;
 
 use super::{LimitState, LimitView};
 
+#[cfg(test)]
+mod assemble;
 pub mod clock;
 pub mod log;
 mod record;
+pub mod script;
 pub mod slots;
 
 pub use record::{Record, Rules};
@@ -92,7 +98,7 @@ impl Limit {
     }
 
     /// This limit's three ARGV values in the sliding-window script: requests, window in µs,
-    /// and the kind's own value (see ARGV in `lua/sliding_window.lua`).
+    /// and the kind's own value (see ARGV in `lua/sliding_window/skeleton.lua`).
     pub fn script_args(&self) -> [u64; 3] {
         let kind = match self.kind {
             LimitKind::Log => log::SCRIPT_ARG,

@@ -1,7 +1,7 @@
 //! The counters of one slotted limit ([`LimitKind::Slotted`](super::LimitKind::Slotted)): the
 //! pure decision both the memory store and the bounds proofs in the tests use. The Lua script
-//! implements the same rules on a packed string (SLOTS in
-//! `lua/sliding_window.lua`).
+//! implements the same rules on a packed string (`lua/kinds/slots.lua`, SLOTS in its
+//! header).
 //!
 //! Time is cut into slots of `resolution`; slot `s` holds the requests admitted in
 //! `[s r, (s+1) r)`. With `n = window / resolution`, the slots that overlap `(now - window, now]`

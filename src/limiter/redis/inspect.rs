@@ -1,4 +1,5 @@
-//! The admin inspector's reads and resets on Redis (`lua/inspect.lua`, plain `DEL`).
+//! The admin inspector's reads and resets on Redis (the inspector script,
+//! `lua/inspect/skeleton.lua` with `lua/kinds/*.lua`; plain `DEL`).
 
 use std::sync::LazyLock;
 
@@ -6,8 +7,8 @@ use super::conn::{within, Conn};
 use super::Inner;
 use crate::limiter::{Limit, StoreError, WindowView};
 
-/// Source of the read-only inspector script (`lua/inspect.lua`).
-pub const INSPECT_SOURCE: &str = include_str!("../../../lua/inspect.lua");
+/// Source of the read-only inspector script (`lua/inspect/skeleton.lua` with `lua/kinds/*.lua`).
+pub const INSPECT_SOURCE: &str = crate::limiter::algo::script::INSPECT;
 
 /// The inspector script with its SHA1 computed once.
 static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(INSPECT_SOURCE));
@@ -71,7 +72,7 @@ impl Inner {
     }
 }
 
-/// Decode the inspector script's reply (documented in the header of `lua/inspect.lua`),
+/// Decode the inspector script's reply (documented in the header of `lua/inspect/skeleton.lua`),
 /// checking its shape; each limit's values are its kind's to read.
 fn parse_inspect(reply: &[i64], limits: &[Limit]) -> Result<WindowView, StoreError> {
     let bad = || {

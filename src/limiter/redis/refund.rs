@@ -1,4 +1,5 @@
-//! Giving an admission back on Redis (`lua/refund.lua`), for a route's `count_status`.
+//! Giving an admission back on Redis (the refund script, `lua/refund/skeleton.lua` with
+//! `lua/kinds/*.lua`), for a route's `count_status`.
 
 use std::sync::LazyLock;
 
@@ -6,8 +7,8 @@ use super::conn::within;
 use super::Inner;
 use crate::limiter::{Limit, StoreError};
 
-/// Source of the refund script (`lua/refund.lua`).
-pub const REFUND_SOURCE: &str = include_str!("../../../lua/refund.lua");
+/// Source of the refund script (`lua/refund/skeleton.lua` with `lua/kinds/*.lua`).
+pub const REFUND_SOURCE: &str = crate::limiter::algo::script::REFUND;
 
 /// The refund script with its SHA1 computed once.
 static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REFUND_SOURCE));

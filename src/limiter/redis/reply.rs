@@ -1,4 +1,4 @@
-//! The sliding-window script's reply (see REPLY in `lua/sliding_window.lua`): one binary
+//! The sliding-window script's reply (see REPLY in `lua/sliding_window/skeleton.lua`): one binary
 //! string of integers packed as big-endian doubles, 1 + 2n per decision; when a decision
 //! failed, an array of that string and one message per failed decision. This module reads the
 //! envelope (the status of each decision, the errors); each limit's integers are decoded by its
