@@ -9,7 +9,7 @@ or via EVALSHA_RO): no eviction, no TTL refresh, no entry. Reading a window a th
 changes nothing a decision of the sliding-window script (lua/sliding_window/skeleton.lua) will
 see. Expired entries still in a list are skipped, not trimmed.
 
-KEYS  (n = #KEYS >= 1; every key shares one hash tag, so one Cluster slot)
+KEYS  (n = #KEYS >= 1; every key shares one hash tag, so one Cluster hash slot)
   KEYS[i]       the log or slot counters of limit i, named as by the deciding script
 
 ARGV  (3n + 1 integers, in decimal)
@@ -24,7 +24,7 @@ REPLY  an array of integers: now, then for each limit i a group of 4 + k values
                 deciding script: max(Redis TIME, newest entry of any list of this call)
   count         entries in the window (t > now - window)
   remaining     max(requests - count, 0)
-  reset         µs until one more slot frees, the deciding script's rule: the full window when
+  reset         µs, the deciding script's `reset` (see its REPLY): the full window when
                 the window is empty, else (entry[count - requests], or the oldest, + window - now)
   k             number of values that follow
   a log:        min(count, cap) values: the newest in-window entries, oldest first, µs since

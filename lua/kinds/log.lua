@@ -49,7 +49,7 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
   TIME, i.e. head + window <= TIME, the newest entry is behind TIME and cannot move `now`: the
   steady state with eviction needs no read of the tail.
 
-  Scratch of limit i (see the head):
+  Scratch of limit i (its cells of `st`, see the skeleton):
     st[6i-5] entries in the list           st[6i-2] window (µs)
     st[6i-4] head, then first entry left   st[6i-1] expired entries at the head
              in the window (false: none)   st[6i]   requests

@@ -25,7 +25,7 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   another shape, fails the decision as for a log.
   Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k.
 
-  Scratch of limit i (see the head):
+  Scratch of limit i (its cells of `st`, see the skeleton):
     st[6i-5] its pairs as unpacked (false: no key)   st[6i-2] window (µs)
     st[6i-4] k, the number of pairs                 st[6i-1] sum over the window
     st[6i-3] the first pair in the window           st[6i]   requests

@@ -5,7 +5,7 @@ one admission of the sliding-window script (lua/sliding_window/skeleton.lua), fo
 build time as the deciding script is (see ASSEMBLY there).
 
 KEYS  (n = #KEYS >= 1) the keys of one admitted decision, as the deciding script got them: one
-      per limit, one hash tag, so one Cluster slot
+      per limit, one hash tag, so one Cluster hash slot
 ARGV  (1 + n values, decimal integers)
   ARGV[1]       `at`: the admitted decision's status, i.e. its `now` in µs, which every entry it
                 recorded carries

@@ -22,7 +22,7 @@ than `requests` in any window. The decisions of one call run in order, each seei
 the ones before it (two requests of one client in a batch are two decisions, like two calls).
 
 KEYS  (the lists of every decision, in order; a Cluster call carries one decision, whose keys
-      share one hash tag, so one slot)
+      share one hash tag, so one Cluster hash slot)
   the n_d keys of decision d, one per limit: "<prefix>:{<route>:<client>}:<window in ms>" for
   a log, "...:<window in ms>@<resolution in ms>" for slots
 
@@ -99,10 +99,9 @@ local time = t[1] * 1000000 + t[2]
 -- TIME as the decimal string of µs RPUSH stores (built once per call, when first needed).
 local time_str = nil
 
--- Scratch, 6 slots per limit, shared by the decisions of this call (one table: each table is
 -- Scratch, 6 cells per limit, shared by the decisions of this call (one table: each table is
--- an allocation plus GC work): cell st[6i-5 .. 6i] of limit i, laid out by its kind (see its
--- read.lua).
+-- an allocation plus GC work): cells st[6i-5 .. 6i] of limit i, laid out by its kind (see the
+-- kind's file, lua/kinds/<kind>.lua).
 local st = { 0, 0, 0, 0, 0, 0 }
 local reply = { 0, 0, 0 }
 -- Messages of failed decisions (nil: none failed).
