@@ -19,6 +19,8 @@ COPY Cargo.toml Cargo.lock ./
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && cargo build --release --locked && rm -rf src
 COPY src src
+# build.rs assembles the Redis scripts from lua/ (lua/<script>/skeleton.lua, lua/kinds/).
+COPY build.rs ./
 COPY lua lua
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked
 

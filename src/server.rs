@@ -62,9 +62,11 @@ fn memory_store(config: &Config) -> MemoryStore {
         .routes
         .iter()
         .filter(|r| !r.limits.is_empty());
+    let metrics = &crate::metrics::METRICS;
     MemoryStore::with_max_memory(config.store.max_memory)
+        .with_overflow_counter(metrics.memory_overflow.clone())
         .with_routes(limited.map(|r| r.name.as_str()))
-        .with_eviction_counter(crate::metrics::METRICS.store_evictions.clone())
+        .with_eviction_counter(metrics.store_evictions.clone())
 }
 
 /// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects.

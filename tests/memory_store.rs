@@ -1,6 +1,6 @@
 //! The memory store stays bounded: buckets whose logs have all slid out of their windows are
 //! swept away, both by a direct `sweep()` and by `Store::sweep_expired()` (what the proxy's
-//! once-a-second background task calls).
+//! once-a-second background task calls). Windows pass on a fake clock, not in sleeps.
 
 mod common;
 
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::store::limit;
 
+use slidegate::limiter::algo::clock::FakeClock;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::{Limit, Store};
 
@@ -30,8 +31,8 @@ async fn fill(store: &MemoryStore, prefix: &str, keys: usize, limits: &[Limit]) 
 
 #[tokio::test]
 async fn hundred_thousand_one_off_clients_are_swept() {
-    let store = MemoryStore::new();
-    // Short, yet long enough that filling (~0.2 s in a debug build) fits well inside it.
+    let clock = FakeClock::default();
+    let store = MemoryStore::new().with_clock(clock.clone());
     let window = Duration::from_secs(1);
     let started = Instant::now();
     fill(&store, "route:ip:", KEYS, &[limit(5, window)]).await;
@@ -39,28 +40,26 @@ async fn hundred_thousand_one_off_clients_are_swept() {
     assert_eq!(store.len(), KEYS);
     assert_eq!(store.entries(), KEYS);
 
-    // Nothing has expired yet (unless a very loaded machine took longer than the window to
-    // fill): a sweep now must keep what is still inside its window.
-    let live_sweep_checked = filled_in < window / 2;
-    if live_sweep_checked {
-        store.sweep();
-        assert_eq!(store.len(), KEYS, "sweep dropped live buckets");
-    }
+    // Nothing has expired yet (the clock stands still): a sweep now must keep what is still
+    // inside its window, and so must one a microsecond before the entries leave.
+    store.sweep();
+    assert_eq!(store.len(), KEYS, "sweep dropped live buckets");
+    clock.advance(window - Duration::from_micros(1));
+    store.sweep();
+    assert_eq!(store.len(), KEYS, "sweep dropped live buckets");
 
-    tokio::time::sleep(window + Duration::from_millis(50)).await;
+    clock.advance(Duration::from_micros(1));
     store.sweep();
     assert_eq!(store.len(), 0, "expired buckets survived the sweep");
     assert_eq!(store.entries(), 0);
     assert!(store.is_empty());
-    println!(
-        "filled {KEYS} keys in {filled_in:?} (live sweep checked: {live_sweep_checked}); \
-         all swept after the window"
-    );
+    println!("filled {KEYS} keys in {filled_in:?}; all swept after the window");
 }
 
 #[tokio::test]
 async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
-    let store = MemoryStore::new();
+    let clock = FakeClock::default();
+    let store = MemoryStore::new().with_clock(clock.clone());
     let short = Duration::from_millis(200);
     let long = Duration::from_secs(60);
     fill(&store, "short:", KEYS, &[limit(3, short)]).await;
@@ -71,7 +70,7 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     assert_eq!(store.len(), KEYS + 11);
     assert_eq!(store.entries(), KEYS + 10 + 2);
 
-    tokio::time::sleep(short + Duration::from_millis(50)).await;
+    clock.advance(short);
     // The background path: the proxy's sweeper calls `sweep_expired()` about once a second.
     store.sweep_expired();
     assert_eq!(

@@ -1,6 +1,6 @@
-//! Script-level tests of `lua/sliding_window.lua`, run against a real `redis-server`: keys and
-//! TTLs, entries, the clock guard, eviction, reset values, NOSCRIPT recovery, memory per entry
-//! and Redis CPU per call.
+//! Script-level tests of the sliding-window script (`lua/sliding_window/skeleton.lua` with
+//! `lua/kinds/*.lua`), run against a real `redis-server`: keys and TTLs, entries, the clock
+//! guard, eviction, reset values, NOSCRIPT recovery, memory per entry and Redis CPU per call.
 
 mod common;
 

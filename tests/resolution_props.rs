@@ -1,13 +1,13 @@
 //! Property tests of the slotted limit (`resolution`) against a brute-force checker: for random
 //! arrival sequences, the slot counters both stores share ([`SlotCounts`], the rules
-//! `lua/slots.lua` implements too) never admit more than `requests` in any window, refuse only
-//! where the exact log of a window one slot longer would refuse as well, keep at most
+//! `lua/kinds/slots.lua` implements too) never admit more than `requests` in any window, refuse
+//! only where the exact log of a window one slot longer would refuse as well, keep at most
 //! window/resolution + 1 counters, and report a `reset` that is exact: the limit is still full
 //! a microsecond before it and admits at it.
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use slidegate::limiter::slots::{SlotCounts, SlotShape};
+use slidegate::limiter::algo::slots::{SlotCounts, SlotShape};
 
 /// A limit and a sequence of arrival gaps, in µs.
 #[derive(Debug, Clone)]

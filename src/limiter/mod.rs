@@ -17,15 +17,14 @@
 //! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
 //! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
 
+pub mod algo;
 pub mod deny_cache;
 pub mod learned;
-mod limit;
 pub mod memory;
 pub mod redis;
-pub mod slots;
 mod view;
 
-pub use limit::{Limit, LimitId, LimitKind, MAX_SLOTS};
+pub use algo::{Limit, LimitId, LimitKind, MAX_SLOTS};
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 
 use std::time::Duration;

@@ -1,4 +1,6 @@
-//! Calling `lua/sliding_window.lua` directly, as the store does, and decoding its reply.
+//! Calling the sliding-window script ([`SCRIPT_SOURCE`], assembled from
+//! `lua/sliding_window/skeleton.lua` and `lua/kinds/*.lua`) directly, as the store does, and
+//! decoding its reply.
 
 use redis::{Connection, Script};
 use slidegate::limiter::redis::SCRIPT_SOURCE;
@@ -58,8 +60,8 @@ pub fn redis_time(conn: &mut Connection) -> i64 {
     s * 1_000_000 + us
 }
 
-/// A slotted limit's stored value (see SLOTS in the script): its non-empty slots, (slot index,
-/// counter) oldest first; `None` when the key does not exist.
+/// A slotted limit's stored value (see SLOTS in `lua/kinds/slots.lua`): its non-empty slots,
+/// (slot index, counter) oldest first; `None` when the key does not exist.
 pub fn slot_counters(conn: &mut Connection, key: &str) -> Option<Vec<(i64, u32)>> {
     let raw: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
     let raw = raw?;

@@ -11,8 +11,10 @@
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
 //! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
 //! eviction in O(1)). A bucket is the hash, its newest activity and one log per limit (found by
-//! its `LimitId`) held inline (`SmallVec`), each log a `VecDeque` of microsecond timestamps, or
-//! for a slotted limit its slot counters (`log.rs`, [`SlotCounts`](crate::limiter::slots::SlotCounts)). Two
+//! its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
+//! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
+//! slot counters for a slotted limit), decided by that kind's rules on the store's
+//! [`Clock`]. Two
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,
 //! never looser; with a secret seed a client cannot aim for that.
 //!
@@ -66,16 +68,17 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 
+use super::algo::clock::{Clock, MonotonicClock};
 use super::{Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
 use room::{shard_of, Room};
 use shard::Bucket;
 
-mod log;
+mod record;
 mod room;
 mod shard;
 mod summary;
@@ -105,12 +108,15 @@ pub struct MemoryStore {
     adding: Mutex<()>,
     max_memory: u64,
     seed: u64,
-    epoch: Instant,
-    /// Wall-clock time of `epoch`, µs since the Unix epoch: the inspector shows timestamps on a
-    /// clock people can read, while decisions stay on the monotonic one.
+    /// Every decision's `now` (read once, under the bucket's shard lock).
+    clock: Arc<dyn Clock>,
+    /// Wall-clock time of the clock's 0, µs since the Unix epoch: the inspector shows
+    /// timestamps on a clock people can read, while decisions stay on the monotonic one.
     epoch_unix_us: u64,
     evictions: AtomicU64,
     eviction_counter: Option<prometheus::IntCounter>,
+    /// `slidegate_memory_overflow_total`, handed to every room made after it is set.
+    overflow_counters: Option<prometheus::IntCounterVec>,
 }
 
 impl Default for MemoryStore {
@@ -132,12 +138,13 @@ impl MemoryStore {
             adding: Mutex::new(()),
             max_memory,
             seed: fastrand::u64(..),
-            epoch: Instant::now(),
+            clock: Arc::new(MonotonicClock::new()),
             epoch_unix_us: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros() as u64),
             evictions: AtomicU64::new(0),
             eviction_counter: None,
+            overflow_counters: None,
         }
     }
 
@@ -150,15 +157,30 @@ impl MemoryStore {
         self
     }
 
+    /// Count the decisions each room makes in a summary alone in `counters{route}`
+    /// (`slidegate_memory_overflow_total`). Before [`MemoryStore::with_routes`]: only rooms
+    /// made after this count.
+    pub fn with_overflow_counter(mut self, counters: prometheus::IntCounterVec) -> Self {
+        self.overflow_counters = Some(counters);
+        self
+    }
+
+    /// Decide on `clock` instead of the process's monotonic clock (tests: a
+    /// [`FakeClock`](crate::limiter::algo::clock::FakeClock), so windows pass without sleeps).
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// Also count evictions in `counter` (`slidegate_store_evictions_total`).
     pub fn with_eviction_counter(mut self, counter: prometheus::IntCounter) -> Self {
         self.eviction_counter = Some(counter);
         self
     }
 
-    /// Microseconds on a monotonic clock; offset by one so that 0 never is a valid timestamp.
+    /// Microseconds on the store's clock (never 0).
     fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64 + 1
+        self.clock.now_us()
     }
 
     fn hash(&self, bucket: &str) -> u64 {
@@ -176,7 +198,10 @@ impl MemoryStore {
         let share = share(self.max_memory, n);
         let room = rooms
             .entry(route.into())
-            .or_insert_with(|| Arc::new(Room::new(route, share)))
+            .or_insert_with(|| {
+                let counters = self.overflow_counters.clone();
+                Arc::new(Room::new(route, share, counters))
+            })
             .clone();
         for r in rooms.values() {
             r.set_budget(share);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use super::log::WindowLog;
+use super::record::LimitRecord;
 use super::shard::{Bucket, Shard};
 use super::summary::{Held, Summary, MAX_COUNT};
 use super::SHARDS;
@@ -34,9 +34,11 @@ pub(super) struct Room {
     shard_budget: AtomicUsize,
     /// Decisions made in the summary alone.
     overflows: AtomicU64,
-    /// `slidegate_memory_overflow_total{route}`, resolved at the first such decision (a room
-    /// that never has one creates no series).
-    overflow_counter: OnceLock<prometheus::IntCounter>,
+    /// `slidegate_memory_overflow_total` (passed in by the store, `None` in tests).
+    overflow_counters: Option<prometheus::IntCounterVec>,
+    /// This room's series of it, resolved at the first such decision (a room that never has
+    /// one creates no series).
+    overflow_counter: OnceLock<Option<prometheus::IntCounter>>,
     log: StateLog,
 }
 
@@ -46,8 +48,13 @@ pub(super) fn shard_of(key: u64) -> usize {
 }
 
 impl Room {
-    /// An empty room named `name` holding at most `budget` bytes of buckets and summaries.
-    pub(super) fn new(name: &str, budget: usize) -> Room {
+    /// An empty room named `name` holding at most `budget` bytes of buckets and summaries,
+    /// counting its decisions made in a summary alone in `overflow_counters{route=name}`.
+    pub(super) fn new(
+        name: &str,
+        budget: usize,
+        overflow_counters: Option<prometheus::IntCounterVec>,
+    ) -> Room {
         let room = Room {
             name: name.into(),
             shards: (0..SHARDS)
@@ -56,6 +63,7 @@ impl Room {
             summary_bytes: AtomicUsize::new(0),
             shard_budget: AtomicUsize::new(0),
             overflows: AtomicU64::new(0),
+            overflow_counters,
             overflow_counter: OnceLock::new(),
             log: StateLog::default(),
         };
@@ -182,13 +190,13 @@ impl Room {
         let verdict = decide_in_summary(&mut shard.summary, key, limits, now);
         drop(shard);
         self.overflows.fetch_add(1, Ordering::Relaxed);
-        self.overflow_counter
-            .get_or_init(|| {
-                crate::metrics::METRICS
-                    .memory_overflow
-                    .with_label_values(&[&self.name])
-            })
-            .inc();
+        let counter = self.overflow_counter.get_or_init(|| {
+            let counters = self.overflow_counters.as_ref()?;
+            Some(counters.with_label_values(&[&self.name]))
+        });
+        if let Some(c) = counter {
+            c.inc();
+        }
         self.log.note(&self.name, LimiterState::Overflow);
         (verdict, Placed::Summary, evicted)
     }
@@ -220,7 +228,7 @@ pub(super) fn decide_in_summary(
                     count: h.count + 1,
                     frees_us: h
                         .frees_us
-                        .max(WindowLog::frees_if_recorded(limit.id(), now)),
+                        .max(LimitRecord::frees_if_recorded(limit.id(), now)),
                 };
                 summary.record(key, limit.id(), h, now);
             }

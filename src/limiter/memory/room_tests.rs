@@ -14,7 +14,7 @@ fn hour(requests: u32) -> [Limit; 1] {
 /// 0), and its summary beside them.
 fn room(buckets: usize) -> Room {
     let shard = buckets * (BUCKET_COST + 32) * 2;
-    Room::new("r", shard * SHARDS)
+    Room::new("r", shard * SHARDS, None)
 }
 
 /// Decide for `key` at `t` µs.
@@ -98,7 +98,7 @@ fn a_room_full_of_clients_at_their_limit_still_takes_new_clients() {
 #[test]
 fn a_shard_too_small_for_one_bucket_decides_in_the_summary_and_never_past_the_limit() {
     // No byte for buckets: every decision is the summary's.
-    let room = Room::new("r", 0);
+    let room = Room::new("r", 0, None);
     let limits = hour(2);
     let got: Vec<_> = (0..4).map(|i| at(&room, 1, &limits, 10 + i)).collect();
     assert_eq!(
@@ -124,7 +124,7 @@ fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
     let shard = (BUCKET_COST..BUCKET_COST + 512)
         .find(|&s| s - Summary::sized_for(s).bytes() == BUCKET_COST + 24)
         .expect("a shard size leaving BUCKET_COST + 24 for buckets");
-    let room = Room::new("r", shard * SHARDS);
+    let room = Room::new("r", shard * SHARDS, None);
     assert_eq!(room.budget() / SHARDS, BUCKET_COST + 24);
     let limits = hour(3);
     assert_eq!(at(&room, 1, &limits, 10), (true, Placed::Own, 0));

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::log::WindowLog;
+use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
 use crate::limiter::{IdHasher, Limit, LimitId, LimitState, Verdict};
@@ -20,7 +20,7 @@ pub struct Bucket {
     pub(super) key: u64,
     /// Newest activity (µs): the eviction tie-breaker.
     pub(super) last_us: u64,
-    pub(super) logs: SmallVec<[WindowLog; 1]>,
+    pub(super) logs: SmallVec<[LimitRecord; 1]>,
 }
 
 impl Bucket {
@@ -89,32 +89,32 @@ impl Bucket {
         match self.logs.iter().position(|l| l.id == id) {
             Some(i) => i,
             None => {
-                self.logs.push(WindowLog::new(id));
+                self.logs.push(LimitRecord::new(id));
                 self.logs.len() - 1
             }
         }
     }
 
-    /// Bytes its logs grow by if `limits` record one more entry (see [`WindowLog::growth`]).
+    /// Bytes its logs grow by if `limits` record one more entry (see [`LimitRecord::growth`]).
     pub(super) fn growth(&self, limits: &[Limit]) -> usize {
         limits
             .iter()
             .map(|l| match self.logs.iter().find(|g| g.id == l.id()) {
                 Some(g) => g.growth(),
-                None => WindowLog::new(l.id()).growth(),
+                None => LimitRecord::new(l.id()).growth(),
             })
             .sum()
     }
 
     pub(super) fn cost(&self) -> usize {
-        BUCKET_COST + self.logs.iter().map(WindowLog::heap_bytes).sum::<usize>()
+        BUCKET_COST + self.logs.iter().map(LimitRecord::heap_bytes).sum::<usize>()
     }
 
     /// The newest recorded timestamp, so a decision's `now` never goes back in time.
     pub(super) fn newest(&self) -> u64 {
         self.logs
             .iter()
-            .filter_map(WindowLog::newest)
+            .filter_map(LimitRecord::newest)
             .max()
             .unwrap_or(0)
     }

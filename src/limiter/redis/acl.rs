@@ -21,7 +21,9 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "EVALSHA",
     "SCRIPT|LOAD",
     "PING",
-    // Inside lua/sliding_window.lua, lua/inspect.lua and lua/refund.lua.
+    // Inside the sliding-window script (lua/sliding_window/skeleton.lua
+    // with lua/kinds/*.lua), lua/inspect/skeleton.lua
+    // and lua/refund/skeleton.lua.
     "TIME",
     "LLEN",
     "LINDEX",
@@ -32,7 +34,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "LREM",
     "PTTL",
     "PEXPIRE",
-    // Slotted limits' counters (SLOTS in lua/sliding_window.lua).
+    // Slotted limits' counters (SLOTS in lua/kinds/slots.lua).
     "GET",
     "SET",
     // The script's cleanup, and the admin inspector's reset.

@@ -75,9 +75,9 @@ impl Inner {
         for (_, limits) in decisions {
             cmd.arg(limits.len());
             for limit in limits {
-                cmd.arg(limit.requests)
-                    .arg(limit.window_us())
-                    .arg(limit.resolution_us().unwrap_or(0));
+                for arg in limit.script_args() {
+                    cmd.arg(arg);
+                }
             }
         }
         cmd

@@ -1,14 +1,14 @@
-//! The admin inspector's reads and resets on Redis (`lua/inspect.lua`, plain `DEL`).
+//! The admin inspector's reads and resets on Redis (the inspector script,
+//! `lua/inspect/skeleton.lua` with `lua/kinds/*.lua`; plain `DEL`).
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use super::conn::{within, Conn};
 use super::Inner;
-use crate::limiter::{Limit, LimitView, StoreError, WindowView};
+use crate::limiter::{Limit, StoreError, WindowView};
 
-/// Source of the read-only inspector script (`lua/inspect.lua`).
-pub const INSPECT_SOURCE: &str = include_str!("../../../lua/inspect.lua");
+/// Source of the read-only inspector script (`lua/inspect/skeleton.lua` with `lua/kinds/*.lua`).
+pub const INSPECT_SOURCE: &str = crate::limiter::algo::script::INSPECT;
 
 /// The inspector script with its SHA1 computed once.
 static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(INSPECT_SOURCE));
@@ -21,7 +21,7 @@ impl Inner {
         self.live_conn().map(|conn| (*conn).clone())
     }
 
-    /// One `EVALSHA` of the read-only `lua/inspect.lua`.
+    /// One `EVALSHA` of the read-only inspector script.
     pub(super) async fn inspect_window(
         &self,
         bucket: &str,
@@ -41,9 +41,10 @@ impl Inner {
             call.key(self.key(bucket, limit));
         }
         for limit in limits {
-            call.arg(limit.requests)
-                .arg(limit.window_us())
-                .arg(limit.resolution_us().unwrap_or(0));
+            // The same three values per limit as the deciding script.
+            for arg in limit.script_args() {
+                call.arg(arg);
+            }
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
         let mut conn = self.admin_conn()?;
@@ -71,7 +72,8 @@ impl Inner {
     }
 }
 
-/// Decode `lua/inspect.lua`'s reply (documented in its header), checking its shape.
+/// Decode the inspector script's reply (documented in the header of `lua/inspect/skeleton.lua`),
+/// checking its shape; each limit's values are its kind's to read.
 fn parse_inspect(reply: &[i64], limits: &[Limit]) -> Result<WindowView, StoreError> {
     let bad = || {
         StoreError::Backend(format!(
@@ -87,29 +89,8 @@ fn parse_inspect(reply: &[i64], limits: &[Limit]) -> Result<WindowView, StoreErr
         };
         let k = usize::try_from(k).map_err(|_| bad())?;
         let values = rest.get(4..4 + k).ok_or_else(bad)?;
-        let reset = Duration::from_micros(reset.max(0) as u64);
-        let view = if limit.resolution_us().is_some() {
-            // (slot start, counter) pairs.
-            if k % 2 != 0 {
-                return Err(bad());
-            }
-            let slots = values.chunks_exact(2).map(|p| {
-                (
-                    p[0].max(0) as u64,
-                    p[1].clamp(0, i64::from(u32::MAX)) as u32,
-                )
-            });
-            LimitView::from_slots(limit, slots.collect(), reset)
-        } else {
-            LimitView {
-                count: count.max(0) as u64,
-                remaining: remaining.clamp(0, i64::from(u32::MAX)) as u32,
-                reset,
-                entries_us: values.iter().map(|&t| t.max(0) as u64).collect(),
-                slots: Vec::new(),
-            }
-        };
-        views.push(view);
+        let head = [count, remaining, reset];
+        views.push(limit.view_from_inspect(head, values).ok_or_else(bad)?);
         rest = &rest[4 + k..];
     }
     if !rest.is_empty() {

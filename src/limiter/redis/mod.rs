@@ -3,7 +3,8 @@
 //!
 //! # At most one round trip per request
 //!
-//! Each decision is made by one `EVALSHA` of `lua/sliding_window.lua` (its header documents
+//! Each decision is made by one `EVALSHA` of the sliding-window script, assembled from
+//! `lua/sliding_window/` and `lua/kinds/` ([`crate::limiter::algo::script`]; its head documents
 //! KEYS, ARGV and the reply); on one Redis, decisions pending at the same instant share one
 //! call (`batch.rs`). The script reads Redis's own clock (`TIME`), evicts, counts and records in
 //! every limit of the route atomically, so proxies never disagree about time and never race.
@@ -67,8 +68,9 @@ mod sentinel;
 
 pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
 
-/// Source of the sliding-window script, compiled into the binary.
-pub const SCRIPT_SOURCE: &str = include_str!("../../../lua/sliding_window.lua");
+/// Source of the sliding-window script, compiled into the binary (assembled from its parts:
+/// [`crate::limiter::algo::script::SLIDING_WINDOW`]).
+pub const SCRIPT_SOURCE: &str = crate::limiter::algo::script::SLIDING_WINDOW;
 
 /// The script with its SHA1 computed once; shared by every store.
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCRIPT_SOURCE));

@@ -1,4 +1,5 @@
-//! Giving an admission back on Redis (`lua/refund.lua`), for a route's `count_status`.
+//! Giving an admission back on Redis (the refund script, `lua/refund/skeleton.lua` with
+//! `lua/kinds/*.lua`), for a route's `count_status`.
 
 use std::sync::LazyLock;
 
@@ -6,14 +7,14 @@ use super::conn::within;
 use super::Inner;
 use crate::limiter::{Limit, StoreError};
 
-/// Source of the refund script (`lua/refund.lua`).
-pub const REFUND_SOURCE: &str = include_str!("../../../lua/refund.lua");
+/// Source of the refund script (`lua/refund/skeleton.lua` with `lua/kinds/*.lua`).
+pub const REFUND_SOURCE: &str = crate::limiter::algo::script::REFUND;
 
 /// The refund script with its SHA1 computed once.
 static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REFUND_SOURCE));
 
 impl Inner {
-    /// One `EVALSHA` of `lua/refund.lua` for the admission of `bucket` recorded at
+    /// One `EVALSHA` of the refund script for the admission of `bucket` recorded at
     /// `recorded_at`. Like the inspector's calls, it stays out of the gate's health
     /// bookkeeping: a refund that fails leaves the slot taken, which only errs on the safe side.
     pub(super) async fn refund_entry(
@@ -31,7 +32,8 @@ impl Inner {
         }
         call.arg(recorded_at);
         for limit in limits {
-            call.arg(limit.resolution_us().unwrap_or(0));
+            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log).
+            call.arg(limit.script_args()[2]);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;

@@ -1,15 +1,16 @@
-//! The sliding-window script's reply (see REPLY in `lua/sliding_window.lua`): one binary string
-//! of integers packed as big-endian doubles, 1 + 2n per decision; when a decision failed, an
-//! array of that string and one message per failed decision.
+//! The sliding-window script's reply (see REPLY in `lua/sliding_window/skeleton.lua`): one binary
+//! string of integers packed as big-endian doubles, 1 + 2n per decision; when a decision
+//! failed, an array of that string and one message per failed decision. This module reads the
+//! envelope (the status of each decision, the errors); each limit's integers are decoded by its
+//! kind ([`Limit::state_from_reply`]).
 //!
 //! One string, not an array of integers: redis-rs parses every RESP value through a general
 //! parser at about 1.5k instructions each, so a reply of 3 integers per decision cost more
 //! than the rest of the decision's client side. Doubles, not decimal text: Lua formats a number
 //! as text with `sprintf`, about 1 µs of Redis CPU per call; packing it is a copy.
 
-use std::time::Duration;
-
-use crate::limiter::{Limit, LimitState, StoreError, Verdict};
+use crate::limiter::algo::REPLY_LEN;
+use crate::limiter::{Limit, StoreError, Verdict};
 
 /// A parsed reply, read decision by decision.
 pub(super) struct ScriptReply {
@@ -46,15 +47,15 @@ impl ScriptReply {
         }
     }
 
-    /// How many integers the reply carries (1 + 2n per decision).
+    /// How many integers the reply carries (1 + [`REPLY_LEN`] n per decision).
     pub(super) fn len(&self) -> usize {
         self.numbers.len()
     }
 
     /// The verdict of the next decision, which has `limits`.
     pub(super) fn next_verdict(&mut self, limits: &[Limit]) -> Result<Verdict, StoreError> {
-        let len = 1 + 2 * limits.len();
-        let Some(slot) = self.numbers.get(self.at..self.at + len) else {
+        let len = 1 + REPLY_LEN * limits.len();
+        let Some(decision) = self.numbers.get(self.at..self.at + len) else {
             return Err(StoreError::Backend(format!(
                 "script reply too short: {} integers, decision at {} needs {len}",
                 self.numbers.len(),
@@ -63,7 +64,7 @@ impl ScriptReply {
         };
         self.at += len;
         // The status is the decision's `now` when admitted.
-        let (admitted, recorded_at) = match slot[0] {
+        let (admitted, recorded_at) = match decision[0] {
             at if at > 0 => (true, Some(at as u64)),
             0 => (false, None),
             // This decision failed inside the script (a key of another type, say).
@@ -77,12 +78,10 @@ impl ScriptReply {
                 return Err(StoreError::Backend(message));
             }
         };
-        let states = slot[1..]
-            .chunks_exact(2)
-            .map(|pair| LimitState {
-                remaining: pair[0].clamp(0, i64::from(u32::MAX)) as u32,
-                reset: Duration::from_micros(pair[1].max(0) as u64),
-            })
+        let states = decision[1..]
+            .chunks_exact(REPLY_LEN)
+            .zip(limits)
+            .map(|(values, limit)| limit.state_from_reply(values))
             .collect();
         Ok(Verdict {
             admitted,
@@ -110,6 +109,8 @@ fn parse_integers(packed: &[u8]) -> Option<Vec<i64>> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A reply as the script packs it.

@@ -1,6 +1,7 @@
 //! The counters of one slotted limit ([`LimitKind::Slotted`](super::LimitKind::Slotted)): the
 //! pure decision both the memory store and the bounds proofs in the tests use. The Lua script
-//! (`lua/slots.lua`) implements the same rules on a packed string.
+//! implements the same rules on a packed string (`lua/kinds/slots.lua`, SLOTS in its
+//! header).
 //!
 //! Time is cut into slots of `resolution`; slot `s` holds the requests admitted in
 //! `[s r, (s+1) r)`. With `n = window / resolution`, the slots that overlap `(now - window, now]`
@@ -12,6 +13,33 @@
 //! longer would refuse too (the "one slot early" bound).
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::{Limit, LimitId, Rules};
+use crate::limiter::LimitView;
+
+/// The third ARGV value of a slotted limit in the sliding-window script: its resolution in µs
+/// (never 0, which names the log).
+pub fn script_arg(resolution: Duration) -> u64 {
+    resolution.as_micros() as u64
+}
+
+/// The inspector script's view of a slotted limit: its `reset` (count and remaining follow
+/// from the counters), then (slot start in µs since the Unix epoch, counter) pairs; `None`
+/// for an odd number of values.
+pub fn view_from_inspect(limit: &Limit, head: [i64; 3], pairs: &[i64]) -> Option<LimitView> {
+    if !pairs.len().is_multiple_of(2) {
+        return None;
+    }
+    let reset = Duration::from_micros(head[2].max(0) as u64);
+    let counted = pairs.chunks_exact(2).map(|p| {
+        (
+            p[0].max(0) as u64,
+            p[1].clamp(0, i64::from(u32::MAX)) as u32,
+        )
+    });
+    Some(LimitView::from_slots(limit, counted.collect(), reset))
+}
 
 /// The counters of slots `first ..`, contiguous, the first one non-zero (or none at all).
 #[derive(Debug, Default, Clone)]
@@ -30,6 +58,14 @@ pub struct SlotShape {
 }
 
 impl SlotShape {
+    /// The shape of the slotted limit `id` (a log's id gives slots of 1 ms: never asked).
+    pub fn of(id: LimitId) -> SlotShape {
+        SlotShape {
+            window_us: id.window_us(),
+            resolution_us: id.resolution_us().unwrap_or(1000),
+        }
+    }
+
     fn slots(self) -> u64 {
         self.window_us / self.resolution_us
     }
@@ -160,6 +196,79 @@ impl SlotCounts {
             .enumerate()
             .filter(|(_, &c)| c > 0)
             .map(move |(i, &c)| ((first + i as u64) * shape.resolution_us, c))
+    }
+}
+
+impl Rules for SlotCounts {
+    fn evict(&mut self, id: LimitId, now: u64) {
+        SlotCounts::evict(self, SlotShape::of(id), now);
+    }
+
+    fn count(&self) -> u64 {
+        SlotCounts::count(self)
+    }
+
+    fn push(&mut self, id: LimitId, now: u64) {
+        SlotCounts::push(self, SlotShape::of(id), now);
+    }
+
+    fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64 {
+        SlotCounts::reset_us(self, SlotShape::of(id), requests, now)
+    }
+
+    fn refund(&mut self, id: LimitId, at: u64) {
+        SlotCounts::refund(self, SlotShape::of(id), at);
+    }
+
+    /// The start of the newest non-empty slot.
+    fn newest(&self, id: LimitId) -> Option<u64> {
+        (!self.is_empty()).then(|| SlotCounts::newest(self, SlotShape::of(id)))
+    }
+
+    /// When the newest non-empty slot leaves.
+    fn frees_us(&self, id: LimitId) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
+        let shape = SlotShape::of(id);
+        shape.leaves_at(shape.slot_of(SlotCounts::newest(self, shape)))
+    }
+
+    /// When `now`'s slot leaves.
+    fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
+        let shape = SlotShape::of(id);
+        shape.leaves_at(shape.slot_of(now))
+    }
+
+    /// `count` requests in the slot that leaves at or after `frees_us`:
+    /// `(s + 1) r + window >= frees_us`.
+    fn seed(&mut self, id: LimitId, count: u64, frees_us: u64) {
+        let shape = SlotShape::of(id);
+        let r = shape.resolution_us;
+        let at = frees_us.saturating_sub(shape.window_us);
+        let slot_start = (at.div_ceil(r)).saturating_sub(1) * r;
+        for _ in 0..count {
+            SlotCounts::push(self, shape, slot_start);
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        SlotCounts::heap_bytes(self)
+    }
+
+    /// Every counter is reserved at the first push, none after.
+    fn growth(&self, id: LimitId) -> usize {
+        SlotCounts::growth(self, SlotShape::of(id))
+    }
+
+    /// Each counted slot's start with its count, oldest first.
+    fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
+        let shape = SlotShape::of(limit.id());
+        let mut counts = self.clone();
+        counts.evict(shape, now);
+        let reset = Duration::from_micros(counts.reset_us(shape, limit.requests, now));
+        let counted = counts.slots(shape).map(|(t, c)| (to_unix(t), c));
+        LimitView::from_slots(limit, counted.collect(), reset)
     }
 }
 

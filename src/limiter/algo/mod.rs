@@ -1,7 +1,29 @@
-//! What a limit is: [`Limit`] (requests, window and how admissions are recorded) and its
-//! identity [`LimitId`], which names its Redis key, its policy and its memory-store log.
+//! The kinds of limit, one module each, and their registry here: what a limit is ([`Limit`]:
+//! requests, window and its [`LimitKind`]), its identity [`LimitId`] (which names its Redis
+//! key, its policy and its memory-store record), and [`Record`], the memory store's record of
+//! one limit, which hands every rule to its kind's module.
+//!
+//! Each kind's module owns its record type and pure rules ([`Rules`], unit-tested on a
+//! [`clock::FakeClock`]), its ARGV value and reply decoding for the sliding-window script, and
+//! has its Lua file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis
+//! scripts ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind
+//! is its module and Lua file, a [`LimitKind`] variant, a [`Record`] variant with its arm in
+//! `each_kind!` (`record.rs`), and its name on the deciding skeleton's `@kinds` line: see
+//! `docs/design.md`.
 
 use std::time::Duration;
+
+use super::{LimitState, LimitView};
+
+#[cfg(test)]
+mod assemble;
+pub mod clock;
+pub mod log;
+mod record;
+pub mod script;
+pub mod slots;
+
+pub use record::{Record, Rules};
 
 /// One sliding-window limit: at most `requests` admitted requests in any `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +50,9 @@ pub enum LimitKind {
         resolution: Duration,
     },
 }
+
+/// Integers per limit in a script reply (`remaining`, `reset`), whatever its kind.
+pub const REPLY_LEN: usize = 2;
 
 /// Most slots a window may be divided into (`window / resolution`): a decision reads and
 /// rewrites every slot, so this bounds its cost (and a client's memory: `MAX_SLOTS + 1`
@@ -72,6 +97,35 @@ impl Limit {
         }
     }
 
+    /// This limit's three ARGV values in the sliding-window script: requests, window in µs,
+    /// and the kind's own value (see ARGV in `lua/sliding_window/skeleton.lua`).
+    pub fn script_args(&self) -> [u64; 3] {
+        let kind = match self.kind {
+            LimitKind::Log => log::SCRIPT_ARG,
+            LimitKind::Slotted { resolution } => slots::script_arg(resolution),
+        };
+        [u64::from(self.requests), self.window_us(), kind]
+    }
+
+    /// This limit's state from its [`REPLY_LEN`] integers of a script reply.
+    pub fn state_from_reply(&self, reply: &[i64]) -> LimitState {
+        // Both kinds answer `remaining`, `reset` (µs): see REPLY in the script's head.
+        LimitState {
+            remaining: reply[0].clamp(0, i64::from(u32::MAX)) as u32,
+            reset: Duration::from_micros(reply[1].max(0) as u64),
+        }
+    }
+
+    /// This limit's view from the inspector script's reply: its `[count, remaining, reset]`
+    /// and the values its kind's `inspect-answer` section sends; `None` when they are of the
+    /// wrong shape.
+    pub fn view_from_inspect(&self, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
+        match self.kind {
+            LimitKind::Log => Some(log::view_from_inspect(head, values)),
+            LimitKind::Slotted { .. } => slots::view_from_inspect(self, head, values),
+        }
+    }
+
     /// What this limit is, apart from how many requests it admits: see [`LimitId`].
     pub fn id(&self) -> LimitId {
         LimitId {
@@ -113,6 +167,16 @@ impl LimitId {
     /// The slot length in microseconds, `None` for a log.
     pub fn resolution_us(self) -> Option<u64> {
         (self.resolution_ms > 0).then(|| u64::from(self.resolution_ms) * 1000)
+    }
+
+    /// The kind of limit this names.
+    pub fn kind(self) -> LimitKind {
+        match self.resolution_ms {
+            0 => LimitKind::Log,
+            r => LimitKind::Slotted {
+                resolution: Duration::from_millis(u64::from(r)),
+            },
+        }
     }
 
     /// Append the Redis key suffix (`<window ms>`, or `<window ms>@<resolution ms>` for a

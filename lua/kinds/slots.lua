@@ -1,0 +1,201 @@
+--[[
+KIND slots: counters per slot of `resolution` (ARGV resolution > 0; src/limiter/algo/slots.rs)
+
+SLOTS  (a limit with a resolution: bounded memory whatever the rate)
+  One Redis STRING per limit, packed with struct.pack('>d' .. ('HI4' x k)): the index `first`
+  of its oldest non-empty slot (slot s holds the admissions of [s res, (s+1) res) on the
+  script's clock; 8 bytes, exact below 2^53), then k >= 1 pairs, oldest first, of a slot's
+  offset from `first` (2 bytes) and its counter (> 0, 4 bytes), big endian: only non-empty
+  slots are stored. With n = window / resolution, the slots that overlap (now - window, now]
+  are cur - n ..= cur (cur = floor(now / res)): k <= n + 1 and offsets <= n <= 1000, so a
+  client costs at most 8 + 6 (n + 1) bytes of value however fast it sends (74 B at 1 s /
+  100 ms), and no more than 6 bytes per admission when it sends slowly.
+  A decision admits only if the sum over those slots is below `requests`. Every admission in
+  any window (a, a + window] is counted by the last of them, so no window ever holds more than
+  `requests`; the oldest slot may hold admissions that already left the window, so a limit may
+  refuse up to one slot early: a refusal at `now` means `requests` admissions in
+  (now - window - resolution, now]. An admission rewrites the whole string with one
+  SET .. PX (window + resolution in ms + TTL_MARGIN_MS): a counter stays counted until
+  (s + 1) res + window, at most window + resolution after it was written. A denial writes
+  nothing. `remaining` is requests - sum (0 when full); `reset` is when enough of the oldest
+  slots have left for the sum to drop below `requests` (full), or when the oldest leaves (not
+  full), or the window (empty): (s + 1) res + window - now, at least 1. The clock guard holds
+  too: now >= the start of the newest slot of any limit of the decision. The memory store
+  implements the same rules (src/limiter/algo/slots.rs); a key of another type, or a string of
+  another shape, fails the decision as for a log.
+  Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k.
+
+  Scratch of limit i (its cells of `st`, see the skeleton):
+    st[6i-5] its pairs as unpacked (false: no key)   st[6i-2] window (µs)
+    st[6i-4] k, the number of pairs                 st[6i-1] sum over the window
+    st[6i-3] the first pair in the window           st[6i]   requests
+--]]
+-- @when res > 0
+-- @section read
+            -- SLOTS: one GET; a key of another type or shape fails this decision alone.
+            local s = redis.pcall('GET', key)
+            if type(s) == 'table' then
+                failed = s.err or 'GET failed'
+                break
+            end
+            local v, kk = false, 0
+            if s then
+                if #s < 14 or (#s - 8) % 6 ~= 0 then
+                    failed = 'sliding_window: ' .. key .. ' holds no slot counters'
+                    break
+                end
+                kk = (#s - 8) / 6
+                v = { struct.unpack('>d' .. string.rep('HI4', kk), s) }
+                local newest = (v[1] + v[2 * kk]) * res
+                if newest > now then
+                    -- Formatted when a log limit of this decision needs it (pass 3).
+                    now, now_s = newest, nil
+                end
+            end
+            st[j - 5], st[j - 4], st[j - 2] = v, kk, w
+-- @section decide
+                -- SLOTS: the counters of cur - n ..= cur, i.e. from pair `from` on.
+                local v, kk, sum, from = st[j - 5], st[j - 4], 0, 1
+                if v then
+                    local oldest = floor(now / res) - st[j - 2] / res
+                    while from <= kk and v[1] + v[2 * from] < oldest do
+                        from = from + 1
+                    end
+                    for p = from, kk do
+                        sum = sum + v[2 * p + 1]
+                    end
+                end
+                st[j - 3], st[j - 1], st[j] = from, sum, r
+                if sum >= r then
+                    admitted = false
+                end
+-- @section answer
+                -- Rewrite the counters (admitted only) and answer, admitted or denied.
+                local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
+                local sum, r, cur = st[j - 1], st[j], floor(now / res)
+                if admitted then
+                    -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
+                    -- slots as offsets from the first.
+                    local o = {}
+                    if v then
+                        for p = from, kk do
+                            o[#o + 1], o[#o + 2] = v[1] + v[2 * p], v[2 * p + 1]
+                        end
+                    end
+                    if #o > 0 and o[#o - 1] == cur then
+                        o[#o] = o[#o] + 1
+                    else
+                        o[#o + 1], o[#o + 2] = cur, 1
+                    end
+                    local first = o[1]
+                    for q = 1, #o, 2 do
+                        o[q] = o[q] - first
+                    end
+                    local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
+                    local ttl = math.ceil((w + res) / 1000) + TTL_MARGIN_MS
+                    call('SET', key, packed, 'PX', ttl)
+                    sum = sum + 1
+                end
+                -- Full: when enough of the oldest slots left for the sum to drop below r; else
+                -- when the oldest leaves (the slot of this admission if it is the only one).
+                local reset = w
+                if sum > 0 then
+                    local must, at, dropped = sum + 1 - r, cur, 0
+                    if must < 1 then
+                        must = 1
+                    end
+                    if v then
+                        for p = from, kk do
+                            dropped = dropped + v[2 * p + 1]
+                            if dropped >= must then
+                                at = v[1] + v[2 * p]
+                                break
+                            end
+                        end
+                    end
+                    reset = (at + 1) * res + w - now
+                    if reset < 1 then
+                        reset = 1
+                    end
+                end
+                if sum > r then
+                    sum = r
+                end
+                reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - sum, reset
+-- @section inspect-read
+        local s = call('GET', KEYS[i])
+        local v = {}
+        if s and #s >= 14 and (#s - 8) % 6 == 0 then
+            local k = (#s - 8) / 6
+            v = { struct.unpack('>d' .. string.rep('HI4', k), s) }
+            v.k = k
+            local newest = (v[1] + v[2 * k]) * res
+            if newest > now then
+                now = newest
+            end
+        end
+        len[i] = v
+-- @section inspect-answer
+        -- The counters of slots cur - n ..= cur (the deciding script's SLOTS rules).
+        local oldest = floor(now / res) - w / res
+        local count, pairs_ = 0, {}
+        for p = 1, c.k or 0 do
+            local slot = c[1] + c[2 * p]
+            if slot >= oldest then
+                count = count + c[2 * p + 1]
+                pairs_[#pairs_ + 1] = slot * res
+                pairs_[#pairs_ + 1] = c[2 * p + 1]
+            end
+        end
+        local reset = w
+        if count > 0 then
+            local must, dropped = math.max(count + 1 - r, 1), 0
+            for p = 2, #pairs_, 2 do
+                dropped = dropped + pairs_[p]
+                if dropped >= must then
+                    reset = math.max(pairs_[p - 1] + res + w - now, 1)
+                    break
+                end
+            end
+        end
+        reply[#reply + 1] = count
+        reply[#reply + 1] = math.max(r - count, 0)
+        reply[#reply + 1] = reset
+        reply[#reply + 1] = #pairs_
+        for p = 1, #pairs_ do
+            reply[#reply + 1] = pairs_[p]
+        end
+-- @section refund
+        local s = call('GET', key)
+        if s and #s >= 14 and (#s - 8) % 6 == 0 then
+            local k = (#s - 8) / 6
+            local v = { struct.unpack('>d' .. string.rep('HI4', k), s) }
+            local slot, o, hit = floor(at / res), {}, false
+            for p = 1, k do
+                local idx, c = v[1] + v[2 * p], v[2 * p + 1]
+                if idx == slot and not hit then
+                    c, hit = c - 1, true
+                end
+                if c > 0 then
+                    o[#o + 1], o[#o + 2] = idx, c
+                end
+            end
+            if hit then
+                given = given + 1
+                if #o == 0 then
+                    call('DEL', key)
+                else
+                    local ttl = call('PTTL', key)
+                    local first = o[1]
+                    for q = 1, #o, 2 do
+                        o[q] = o[q] - first
+                    end
+                    local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
+                    if ttl > 0 then
+                        call('SET', key, packed, 'PX', ttl)
+                    else
+                        call('SET', key, packed)
+                    end
+                end
+            end
+        end

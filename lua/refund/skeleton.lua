@@ -1,0 +1,34 @@
+--[[
+refund (lua/refund/skeleton.lua with each kind's `refund` section, lua/kinds/*.lua): give back
+one admission of the sliding-window script (lua/sliding_window/skeleton.lua), for a route's
+`count_status` (the upstream answered with a status the route does not count). Assembled at
+build time as the deciding script is (see ASSEMBLY there).
+
+KEYS  (n = #KEYS >= 1) the keys of one admitted decision, as the deciding script got them: one
+      per limit, one hash tag, so one Cluster hash slot
+ARGV  (1 + n values, decimal integers)
+  ARGV[1]       `at`: the admitted decision's status, i.e. its `now` in µs, which every entry it
+                recorded carries
+  ARGV[1+i]     resolution of limit i in µs, 0 for a log (as the deciding script's ARGV)
+
+A log loses one entry equal to `at`, searched from the newest end (LREM key -1 at), where a
+request that just got its answer has its entry: that request's own entry (another admission in
+the same µs has the same value, so which one goes does not matter). A slotted limit loses one
+count from the slot `at` falls in; a pair that reaches 0 is dropped, a key left with none is
+deleted, and the rewritten string keeps its TTL (PTTL, then SET .. PX). Nothing else changes: a
+refund never adds, never moves the clock, and an entry that already left its window (trimmed or
+expired) is left alone, so a refund can only lower a count that it raised.
+
+REPLY  the number of limits that gave an entry back (0 ..= n)
+--]]
+
+local call = redis.call
+local floor = math.floor
+local at_s = ARGV[1]
+local at = tonumber(at_s)
+local given = 0
+for i = 1, #KEYS do
+    local key, res = KEYS[i], tonumber(ARGV[1 + i])
+    -- @each-kind refund
+end
+return given

@@ -1,0 +1,201 @@
+--[[
+sliding_window (lua/sliding_window/skeleton.lua with lua/kinds/*.lua): exact sliding-window
+decisions, each over every limit of a route, for every kind of limit (lua/kinds/log.lua: the
+exact log; lua/kinds/slots.lua: slotted counters).
+
+ASSEMBLY
+  Built into the binary by build.rs (src/limiter/algo/assemble.rs): this skeleton, with each
+  kind of limit's file lua/kinds/<kind>.lua spliced in, loaded as ONE script with one SHA. The
+  kinds are the `@kinds` line below, in dispatch order, the default kind last. A line
+  `-- @each-kind <section>` becomes, at its indentation, one if/elseif chain over the kinds on
+  their `@when` test (the default kind's is the `else`), each branch the kind's `@section` of
+  that name; `-- @each-kind doc` becomes each kind's documentation. Passes of a decision are
+  read, decide and answer; the per-limit locals each section may use are set just above its
+  marker. Nothing else changes: no function is called per kind. The same `@kinds` and kind
+  files give the inspector's and the refund's scripts (lua/inspect/skeleton.lua,
+  lua/refund/skeleton.lua: sections inspect-read, inspect-answer and refund).
+
+One call decides one request or a batch of them (the store coalesces the decisions pending at
+the same instant for one Redis into one EVALSHA: one dispatch and one TIME for all). The script
+is atomic, so concurrent calls for the same bucket, from any number of proxies, never admit more
+than `requests` in any window. The decisions of one call run in order, each seeing the writes of
+the ones before it (two requests of one client in a batch are two decisions, like two calls).
+
+KEYS  (the lists of every decision, in order; a Cluster call carries one decision, whose keys
+      share one hash tag, so one Cluster hash slot)
+  the n_d keys of decision d, one per limit: "<prefix>:{<route>:<client>}:<window in ms>" for
+  a log, "...:<window in ms>@<resolution in ms>" for slots
+
+ARGV  (per decision d, in the same order: 1 + 3 n_d values, integers written in decimal)
+  n_d           number of limits of decision d (>= 1); its keys are the next n_d of KEYS
+  then per limit i of d:
+    requests    admitted requests allowed per window (>= 1)
+    window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
+    resolution  0: the limit is an exact log (DATA); else its slot length in MICROseconds, a
+                whole number of milliseconds dividing `window` (see SLOTS)
+  ARGV that does not account for exactly every key is an error reply (a caller bug).
+
+REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endian
+       (struct.pack '>d': exact for integers below 2^53); when a decision failed, an array of
+       that string then one error message per failed decision, in order. One string, not an
+       decimal formatting in Redis. The integers are, per decision d, in order, 1 + 2 n_d:
+  status        > 0: admitted (recorded in every limit of d), and the value is the decision's
+                `now` in µs, the time every entry of it carries (what a refund names: see
+                lua/refund/skeleton.lua); 0 = denied (recorded in none); -1 = this decision failed
+                (e.g. a key of another type; its message follows the string) and the rest
+                are 0. Other decisions of the call are unaffected.
+  then per limit i of d:
+    remaining   requests it would still admit right now, after this decision (0 when full)
+    reset       in MICROseconds from the decision's `now`: the full window when nothing is
+                counted after the decision; when the limit is full (remaining = 0), exactly
+                the time until it admits again; otherwise when the oldest counted request
+                leaves. Always > 0 and <= window (slots: <= window + resolution). Each kind
+                details it (lua/kinds/log.lua: DATA; lua/kinds/slots.lua: SLOTS).
+  These three are every field the reply carries (docs/redis.md names the same).
+
+CLOCK
+  now = max(Redis TIME, newest entry of any limit of this decision). Every proxy shares the one
+  Redis clock; the max() keeps each record sorted if that clock steps backwards (NTP), at the
+  price of freezing the window until the clock catches up. Redis keeps expiries as absolute
+  wall-clock times, so a TTL does not shorten that: after a step back of X, a bucket that was
+  full stays full for up to X longer (nothing is ever admitted beyond the limit; clients of that
+  bucket wait). Each kind reads its newest entry only when it could be ahead of TIME.
+
+DENIAL
+  A denied call writes nothing at all: it records nothing, refreshes no TTL and evicts nothing.
+  Its counts and resets are computed from reads alone (expired entries are skipped, not
+  trimmed); the next admitted call evicts them, or the key's TTL does.
+
+COST
+  Each redis.call is a full command inside Redis. Measured with callgrind on Redis 7.0: about 3k
+  instructions for an integer reply (LLEN, PTTL), 4.5k for a string (LINDEX, LPOP) or a push,
+  6.6k for TIME, 1k to turn a 16-digit string into a number, 1.2k per Lua table, against 21k
+  for an EVALSHA that calls nothing (scripts/bench-script measures the whole in us): the
+  dispatch and TIME are most of a one-limit decision's cost, which is why calls are batched.
+  TIME is read once per call; each kind lists its own commands. Arguments of the hot calls are
+  Lua strings: a Lua number argument costs a float-to-decimal conversion inside Redis, so `now`
+  is pushed as the string it was read or built as.
+--]]
+-- @kinds slots log
+-- @each-kind doc
+
+local TTL_MARGIN_MS = 1000
+local TTL_REFRESH_US = 500000 -- 500 ms: must stay well below TTL_MARGIN_MS (see TTL)
+
+local call = redis.call
+local floor = math.floor
+
+-- Redis 3.2 to 4.x replicate scripts verbatim and refuse writes after TIME unless told to
+-- replicate effects. 5.0+ always do (7.x has no other mode); REDIS_VERSION_NUM exists from 7.0,
+-- so on 7+ this costs one field lookup.
+if redis.REDIS_VERSION_NUM == nil and redis.replicate_commands then
+    redis.replicate_commands()
+end
+
+local keys, argv = KEYS, ARGV
+local t = call('TIME')
+-- Arithmetic coerces the decimal strings; every value here is exact in a double (< 2^53).
+local time = t[1] * 1000000 + t[2]
+-- TIME as the decimal string of µs RPUSH stores (built once per call, when first needed).
+local time_str = nil
+
+-- Scratch, 6 cells per limit, shared by the decisions of this call (one table: each table is
+-- an allocation plus GC work): cells st[6i-5 .. 6i] of limit i, laid out by its kind (see the
+-- kind's file, lua/kinds/<kind>.lua).
+local st = { 0, 0, 0, 0, 0, 0 }
+local reply = { 0, 0, 0 }
+-- Messages of failed decisions (nil: none failed).
+local errors = nil
+
+-- The shape of ARGV is checked before anything is decided: a caller bug decides nothing. (No
+-- function is defined and no pcall made per call: each closure is an allocation, and Redis runs
+-- this whole body on every call.)
+local nk, na = #keys, #argv
+if na ~= 3 * nk + 1 or tonumber(argv[1]) ~= nk then
+    local k0, a0 = 0, 0
+    while a0 < na do
+        local n = tonumber(argv[a0 + 1])
+        if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 3 * n > na then
+            return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
+        end
+        k0, a0 = k0 + n, a0 + 1 + 3 * n
+    end
+    if k0 ~= nk then
+        return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
+    end
+end
+
+-- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind) triples
+-- at ARGV[a0+1 .. a0+3n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
+local k0, a0, r0 = 0, 1, 0
+while a0 <= na do
+    local n = argv[a0] + 0
+    local now = time
+    -- `now` as the decimal string RPUSH stores, when the clock guard set it (see pass 3).
+    local now_s = nil
+
+    local failed = false
+
+    -- Pass 1: what each limit holds, and the newest entry where it may matter. `now` must be
+    -- final before anything is compared with a cutoff. A failure (a key of another type or
+    -- shape) fails this decision alone, before it has written anything.
+    for i = 1, n do
+        local key, j = keys[k0 + i], 6 * i
+        local w, res = argv[a0 + 3 * i - 1] + 0, argv[a0 + 3 * i] + 0
+        -- @each-kind read
+    end
+
+    if failed then
+        reply[r0 + 1] = -1
+        for j = r0 + 2, r0 + 1 + 2 * n do
+            reply[j] = 0
+        end
+        errors = errors or {}
+        errors[#errors + 1] = failed
+    else
+        -- Pass 2, reads only: what each limit counts at `now`, and the decision. Nothing is
+        -- written yet, so a denial leaves every key as it is.
+        local admitted = true
+        for i = 1, n do
+            local j = 6 * i
+            local r, res = argv[a0 + 3 * i - 2] + 0, argv[a0 + 3 * i] + 0
+            -- @each-kind decide
+        end
+
+        -- Pass 3: record in every limit (admitted) or in none (denied), and answer.
+        local epoch = 0
+        if admitted then
+            reply[r0 + 1] = now
+            if now_s == nil and now > time then
+                -- A slot ahead of TIME moved the clock (see SLOTS).
+                now_s = string.format('%.0f', now)
+            elseif now_s == nil then
+                if time_str == nil then
+                    -- TIME's microseconds come without leading zeros.
+                    local us = t[2]
+                    if #us < 6 then
+                        us = string.sub('00000', #us) .. us
+                    end
+                    time_str = t[1] .. us
+                end
+                now_s = time_str
+            end
+            epoch = now - now % TTL_REFRESH_US -- start of the current TTL epoch (see the log's TTL)
+        else
+            reply[r0 + 1] = 0
+        end
+        for i = 1, n do
+            local key, j = keys[k0 + i], 6 * i
+            local res = argv[a0 + 3 * i] + 0
+            -- @each-kind answer
+        end
+    end
+    k0, a0, r0 = k0 + n, a0 + 1 + 3 * n, r0 + 1 + 2 * n
+end
+
+-- One binary string; an array only when a decision failed (one table less per call).
+local packed = struct.pack('>' .. string.rep('d', #reply), unpack(reply))
+if errors == nil then
+    return packed
+end
+return { packed, unpack(errors) }

@@ -1,0 +1,197 @@
+//! Splicing the Redis scripts together: each skeleton (`lua/<script>/skeleton.lua`: the
+//! deciding `sliding_window`, `inspect` and `refund`) with each kind of limit's file
+//! (`lua/kinds/<kind>.lua`), the kinds named once, on the deciding skeleton's `-- @kinds` line.
+//! `build.rs` runs this (the same file, by `#[path]`) so the binary carries the assembled texts,
+//! and `scripts/bench-script` follows the same rules; the format is described in the deciding
+//! skeleton's ASSEMBLY section.
+//!
+//! Text only, no Lua is parsed: a kind's sections are copied verbatim, so the assembled script
+//! is what one would write by hand, with one `if`/`elseif` chain per pass.
+
+use std::fmt;
+
+/// The skeleton's line naming the kinds, in dispatch order (the default kind last).
+const KINDS: &str = "-- @kinds ";
+/// A skeleton line replaced by one section of every kind.
+const EACH_KIND: &str = "-- @each-kind ";
+/// A kind file's line giving its test on the locals (`default`: the `else` branch).
+const WHEN: &str = "-- @when ";
+/// A kind file's line starting a section (up to the next one or the end).
+const SECTION: &str = "-- @section ";
+/// The `@each-kind` section that takes every kind's documentation, not a dispatch chain.
+const DOC: &str = "doc";
+
+/// Why the parts could not be assembled (a build error: the parts are in the repository).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssembleError {
+    /// The deciding skeleton has no `-- @kinds` line.
+    NoKinds,
+    /// A kind file has no `-- @when` line.
+    NoWhen(String),
+    /// The default kind is not the one listed last, or there is not exactly one.
+    Default,
+    /// A kind has no section the skeleton asks for.
+    NoSection(String, String),
+}
+
+impl fmt::Display for AssembleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AssembleError::NoKinds => write!(f, "the skeleton has no `{KINDS}` line"),
+            AssembleError::NoWhen(kind) => write!(f, "kind {kind}: no `{WHEN}` line"),
+            AssembleError::Default => {
+                write!(
+                    f,
+                    "exactly one kind, the last listed, must be `{WHEN}default`"
+                )
+            }
+            AssembleError::NoSection(kind, s) => write!(f, "kind {kind}: no section `{s}`"),
+        }
+    }
+}
+
+impl std::error::Error for AssembleError {}
+
+/// One kind's file, cut at its marker lines.
+struct Kind {
+    /// Its `@when` test; `None` for the default kind.
+    when: Option<String>,
+    /// The text before its first marker.
+    doc: String,
+    /// Each section's name and text.
+    sections: Vec<(String, String)>,
+}
+
+impl Kind {
+    fn parse(name: &str, text: &str) -> Result<Kind, AssembleError> {
+        let (mut when, mut doc, mut sections) =
+            (None, String::new(), Vec::<(String, String)>::new());
+        for line in text.split_inclusive('\n') {
+            let trimmed = line.trim();
+            if let Some(test) = trimmed.strip_prefix(WHEN) {
+                when = Some((test != "default").then(|| test.to_owned()));
+            } else if let Some(section) = trimmed.strip_prefix(SECTION) {
+                sections.push((section.to_owned(), String::new()));
+            } else if let Some((_, text)) = sections.last_mut() {
+                text.push_str(line);
+            } else {
+                doc.push_str(line);
+            }
+        }
+        let when = when.ok_or_else(|| AssembleError::NoWhen(name.to_owned()))?;
+        Ok(Kind {
+            when,
+            doc,
+            sections,
+        })
+    }
+}
+
+/// The kinds the deciding skeleton names on its `-- @kinds` line, in dispatch order.
+pub fn kind_names(skeleton: &str) -> Result<Vec<&str>, AssembleError> {
+    let names = skeleton
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(KINDS))
+        .ok_or(AssembleError::NoKinds)?;
+    Ok(names.split_whitespace().collect())
+}
+
+/// A script: `skeleton` with `kinds` (each a name and its file's text, in dispatch order)
+/// spliced in at its markers; the `-- @kinds` line itself is dropped.
+pub fn assemble(skeleton: &str, kinds: &[(&str, String)]) -> Result<String, AssembleError> {
+    let kinds = kinds
+        .iter()
+        .map(|(name, text)| Ok((*name, Kind::parse(name, text)?)))
+        .collect::<Result<Vec<_>, AssembleError>>()?;
+    let defaults = kinds.iter().filter(|(_, k)| k.when.is_none()).count();
+    if defaults != 1 || kinds.last().is_some_and(|(_, k)| k.when.is_some()) {
+        return Err(AssembleError::Default);
+    }
+    let mut out = String::with_capacity(skeleton.len() * 2);
+    for line in skeleton.split_inclusive('\n') {
+        match line.trim().strip_prefix(EACH_KIND) {
+            Some(section) => splice(&mut out, line, section, &kinds)?,
+            None if line.trim_start().starts_with(KINDS) => {}
+            None => out.push_str(line),
+        }
+    }
+    Ok(out)
+}
+
+/// Write what the marker `line` asking for `section` becomes.
+fn splice(
+    out: &mut String,
+    line: &str,
+    section: &str,
+    kinds: &[(&str, Kind)],
+) -> Result<(), AssembleError> {
+    if section == DOC {
+        kinds.iter().for_each(|(_, k)| out.push_str(&k.doc));
+        return Ok(());
+    }
+    let indent = &line[..line.len() - line.trim_start().len()];
+    for (i, (name, kind)) in kinds.iter().enumerate() {
+        match (&kind.when, i) {
+            (Some(test), 0) => out.push_str(&format!("{indent}if {test} then\n")),
+            (Some(test), _) => out.push_str(&format!("{indent}elseif {test} then\n")),
+            (None, _) => out.push_str(&format!("{indent}else\n")),
+        }
+        let text = kind
+            .sections
+            .iter()
+            .find(|(s, _)| s == section)
+            .map(|(_, text)| text)
+            .ok_or_else(|| AssembleError::NoSection(name.to_string(), section.to_owned()))?;
+        out.push_str(text);
+    }
+    out.push_str(&format!("{indent}end\n"));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SKELETON: &str = "--[[ head --]]\n-- @kinds b a\n-- @each-kind doc\nfor i = 1, n do\n    -- @each-kind read\nend\n";
+
+    fn kinds(names: &[&'static str]) -> Vec<(&'static str, String)> {
+        let text = |name| match name {
+            "a" => "--[[ a --]]\n-- @when default\n-- @section read\n        x = 1\n",
+            _ => "--[[ b --]]\n-- @when res > 0\n-- @section read\n        x = 2\n",
+        };
+        names.iter().map(|&n| (n, text(n).to_owned())).collect()
+    }
+
+    #[test]
+    fn each_marker_becomes_one_chain_over_the_kinds_with_the_default_as_else() {
+        assert_eq!(kind_names(SKELETON), Ok(vec!["b", "a"]));
+        let script = assemble(SKELETON, &kinds(&["b", "a"])).unwrap();
+        assert_eq!(
+            script,
+            "--[[ head --]]\n--[[ b --]]\n--[[ a --]]\nfor i = 1, n do\n    if res > 0 then\n        x = 2\n    else\n        x = 1\n    end\nend\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_section_or_default_is_an_error() {
+        assert_eq!(
+            assemble(SKELETON, &kinds(&["b"])),
+            Err(AssembleError::Default)
+        );
+        assert_eq!(
+            assemble(SKELETON, &kinds(&["a", "b"])),
+            Err(AssembleError::Default)
+        );
+        let no_section = SKELETON.replace("read\nend", "answer\nend");
+        assert!(matches!(
+            assemble(&no_section, &kinds(&["b", "a"])),
+            Err(AssembleError::NoSection(..))
+        ));
+        let no_when = [("c", "-- @section read\n".to_owned())];
+        assert_eq!(
+            assemble(SKELETON, &no_when),
+            Err(AssembleError::NoWhen("c".into()))
+        );
+        assert_eq!(kind_names("x\n"), Err(AssembleError::NoKinds));
+    }
+}
