@@ -18,6 +18,7 @@ mod raw;
 mod request_headers;
 mod secrets;
 mod store;
+mod tls;
 mod validate;
 mod values;
 
@@ -38,6 +39,7 @@ pub use raw::MAX_WINDOW;
 pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
+pub use tls::{CertFiles, ConfigFile, SniCert, TlsListenerSettings, TlsVersion, UpstreamTls};
 pub use values::{HostMatch, HostPort, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.
@@ -111,78 +113,6 @@ fn redacted<S: serde::Serializer>(v: &Option<Secret>, s: S) -> Result<S::Ok, S::
     s.serialize_u64(fingerprint(v))
 }
 
-/// The TLS listener: `server.tls_listen`, `server.tls_min_version`, the default certificate
-/// (`server.tls_cert`/`tls_key`) and the `[[tls.certs]]` chosen by SNI. The address needs a
-/// restart to change; everything else is loaded again on every reload and swapped in at once
-/// ([`crate::edge::TlsPort::replace`]), so it is left out of the restart-only diff.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TlsListenerSettings {
-    /// Listening address.
-    pub listen: SocketAddr,
-    /// The oldest protocol version a client may use.
-    #[serde(skip)]
-    pub min_version: TlsVersion,
-    /// What a client without SNI, or with a name no entry claims, gets.
-    #[serde(skip)]
-    pub default_cert: CertFiles,
-    /// `[[tls.certs]]`, in file order.
-    #[serde(skip)]
-    pub certs: Vec<SniCert>,
-}
-
-/// `server.tls_min_version`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-pub enum TlsVersion {
-    /// TLS 1.2 and 1.3 (the default, as nginx's and Mozilla's "intermediate").
-    #[default]
-    #[serde(rename = "1.2")]
-    Tls12,
-    /// TLS 1.3 only.
-    #[serde(rename = "1.3")]
-    Tls13,
-}
-
-impl TlsVersion {
-    /// As written in the config: `"1.2"` or `"1.3"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TlsVersion::Tls12 => "1.2",
-            TlsVersion::Tls13 => "1.3",
-        }
-    }
-}
-
-/// A file the config names, with the key and line that named it (for errors found when the
-/// file is read, after validation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigFile {
-    /// The path, as configured.
-    pub path: PathBuf,
-    /// The key naming it, e.g. `tls.certs[1].key`.
-    pub key: String,
-    /// 1-based line of that key, when known.
-    pub line: Option<usize>,
-}
-
-/// A certificate chain and its private key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertFiles {
-    /// PEM certificate chain, leaf first.
-    pub cert: ConfigFile,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: ConfigFile,
-}
-
-/// One `[[tls.certs]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SniCert {
-    /// The certificate and key.
-    pub files: CertFiles,
-    /// `names`: the SNI names it is served for; `None`: the DNS names of the certificate's
-    /// subjectAltName, read when it is loaded.
-    pub names: Option<Vec<HostMatch>>,
-}
-
 /// Where access log lines go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum AccessTarget {
@@ -212,17 +142,6 @@ pub struct LogSettings {
     pub access: AccessTarget,
     /// How they are written.
     pub format: AccessFormat,
-}
-
-/// `[upstreams.<name>]` TLS settings (`tls = true`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamTls {
-    /// SNI and the name the certificate is checked against; `None`: each server's host.
-    pub sni: Option<String>,
-    /// Verify the upstream's certificate (chain and name).
-    pub verify: bool,
-    /// Roots trusted for this upstream instead of the system's (PEM), read when rules are built.
-    pub ca_file: Option<PathBuf>,
 }
 
 /// `[client_ip]`: how the client address is found.
