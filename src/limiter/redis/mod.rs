@@ -124,12 +124,9 @@ struct Inner {
     timeout: Duration,
     /// The current connection; `None` until `maintain` connects, or after it gave one up.
     conn: ArcSwapOption<Conn>,
-    /// Whether `check` and the inspector may use `conn`, and the generation of its state.
+    /// Whether `check` and the inspector may use `conn`, the generation of its state, and
+    /// `maintain`'s bookkeeping.
     gate: Gate,
-    /// Serializes `maintain`, in case a caller runs it from two places.
-    maintaining: tokio::sync::Mutex<()>,
-    /// Why the store is not ready, as last logged (each new reason is logged once).
-    reported: std::sync::Mutex<Option<String>>,
     /// Decisions waiting to be sent, calls in flight and denials found, per lane.
     coalescer: Coalescer,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
@@ -152,8 +149,6 @@ impl RedisStore {
                 timeout: target.timeout,
                 conn: ArcSwapOption::empty(),
                 gate,
-                maintaining: tokio::sync::Mutex::new(()),
-                reported: std::sync::Mutex::new(None),
                 coalescer,
                 io,
             }),
