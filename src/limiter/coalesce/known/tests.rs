@@ -127,3 +127,28 @@ fn an_admission_teaches_nothing() {
     known.learn("b", &[], &admitted, Instant::now(), STAMP);
     assert!(known.denied.is_empty());
 }
+
+#[tokio::test]
+async fn a_cache_reading_a_stores_memory_answers_what_the_store_learned_and_learns_nothing() {
+    let store = Arc::new(Counting::default());
+    let known = Arc::new(KnownDenials::new(Duration::from_secs(1)));
+    let cache = DenyCache::reading(store.clone(), known.clone());
+    let limits = [limit(1, Duration::from_secs(60))];
+    // The store itself learns (here: would learn) its denials: the cache adds none of its own.
+    fill(&cache, &limits).await;
+    assert!(!cache.check("b", &limits).await.unwrap().admitted);
+    assert_eq!(store.reached(), 3, "nothing learned by the cache");
+    // What the store learns, under the cache's stamp (epoch 0), answers at the cache.
+    let stamp = Stamp {
+        generation: 0,
+        epoch: 0,
+    };
+    let now = Instant::now();
+    known.learn("b", &limits, &denial(Duration::from_secs(30)), now, stamp);
+    assert!(!cache.check("b", &limits).await.unwrap().admitted);
+    assert_eq!(store.reached(), 3, "answered from the shared memory");
+    assert!(
+        known.outlives_lanes(),
+        "the lanes keep denials for the cache"
+    );
+}
