@@ -1,13 +1,13 @@
 //! Coalescing: decisions pending for one lane go out as few calls, with a small window of calls
 //! in flight, and a bucket known to be full is answered without a call.
 //!
-//! Generic over what a call is ([`sender::Backend::send`]: a batch in, one verdict per decision
+//! Generic over what a call is (`sender::Backend::send`: a batch in, one verdict per decision
 //! out): the Redis store plugs its `EVALSHA` in, and nothing here knows of Redis.
 //!
-//! - [`lane`]: one lane's state machine (queue, calls in flight, idleness), pure;
-//! - [`sender`]: the front a request meets ([`sender::Coalescer::decide`]) and the task per lane
-//!   that sends its batches and delivers the verdicts;
-//! - [`patience`]: how long a decision waits for an answer;
+//! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure;
+//! - `sender`: the front a request meets (`sender::decide`) and the task per lane that sends
+//!   its batches and delivers the verdicts;
+//! - `patience`: how long a decision waits for an answer;
 //! - [`known`]: the one memory of provable denials, read by the lanes and by the local deny
 //!   cache ([`known::DenyCache`]) in front of any store.
 //!
