@@ -19,7 +19,7 @@ use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
 use crate::edge::{ConnLimits, EdgeApp, TlsPort};
-use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::coalesce::known::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
@@ -37,12 +37,15 @@ pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let Some(target) = settings.redis_target() else {
         return Ok(Arc::new(memory_store(config)));
     };
-    let store: Arc<dyn Store> =
-        Arc::new(RedisStore::new(&target).context("cannot set up the Redis store")?);
+    let store = RedisStore::new(&target).context("cannot set up the Redis store")?;
     Ok(if settings.local_deny_cache {
-        Arc::new(DenyCache::new(store).with_max_age(settings.deny_cache_max_age))
+        // One memory of denials: the store's lanes learn into it, the cache reads it.
+        let known = store.known_denials();
+        Arc::new(
+            DenyCache::reading(Arc::new(store), known).with_max_age(settings.deny_cache_max_age),
+        )
     } else {
-        store
+        Arc::new(store)
     })
 }
 

@@ -491,7 +491,14 @@ proptest! {
             Just(KeySpec::One(Part::ClientIp)),
             Just(KeySpec::Global),
             Just(KeySpec::One(Part::Header(HeaderName::from_static("x-api-key")))),
-            Just("[\"header:x-api-key\", \"client_ip\", \"path\"]".parse().unwrap()),
+            Just(
+                KeySpec::from_parts(vec![
+                    Part::Header(HeaderName::from_static("x-api-key")),
+                    Part::ClientIp,
+                    Part::Path,
+                ])
+                .unwrap()
+            ),
         ],
         value in prop::option::of(prop_oneof![
             header_bytes(3000),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::store::limit;
 use futures::future::join_all;
-use slidegate::limiter::deny_cache::DenyCache;
+use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::redis::RedisStore;
 use slidegate::limiter::{Limit, Store, Verdict};
@@ -33,42 +33,58 @@ async fn memory() -> Fixture {
     (Arc::new(MemoryStore::new()), Box::new(()))
 }
 
-async fn redis_single() -> Fixture {
+/// A Redis store, typed (a deny cache reads its memory of denials), and what keeps its server.
+type RedisFixture = (RedisStore, Box<dyn Any + Send>);
+
+async fn redis_single_store() -> RedisFixture {
     let server = tokio::task::spawn_blocking(RedisServer::start)
         .await
         .unwrap();
     let store = RedisStore::new(&server.redis_target(STORE_TIMEOUT)).unwrap();
     assert_eq!(store.backend(), "redis");
     wait_ready(&store, Duration::from_secs(10)).await;
-    (Arc::new(store), Box::new(server))
+    (store, Box::new(server))
 }
 
-async fn redis_cluster() -> Fixture {
+async fn redis_cluster_store() -> RedisFixture {
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
         .await
         .unwrap();
     let store = RedisStore::new(&cluster.redis_target(STORE_TIMEOUT)).unwrap();
     assert_eq!(store.backend(), "redis_cluster");
     wait_ready(&store, Duration::from_secs(20)).await;
-    (Arc::new(store), Box::new(cluster))
+    (store, Box::new(cluster))
 }
 
-/// `fixture`'s store behind a [`DenyCache`], as the proxy runs a shared store.
-async fn deny_cached(fixture: impl std::future::Future<Output = Fixture>) -> Fixture {
+async fn redis_single() -> Fixture {
+    let (store, guard) = redis_single_store().await;
+    (Arc::new(store), guard)
+}
+
+async fn redis_cluster() -> Fixture {
+    let (store, guard) = redis_cluster_store().await;
+    (Arc::new(store), guard)
+}
+
+/// `fixture`'s Redis store behind a [`DenyCache`] reading the store's memory of denials, as
+/// the proxy runs a shared store.
+async fn deny_cached(fixture: impl std::future::Future<Output = RedisFixture>) -> Fixture {
     let (store, guard) = fixture.await;
-    (Arc::new(DenyCache::new(store)), guard)
+    let known = store.known_denials();
+    (Arc::new(DenyCache::reading(Arc::new(store), known)), guard)
 }
 
 async fn deny_cache_memory() -> Fixture {
-    deny_cached(memory()).await
+    let (store, guard) = memory().await;
+    (Arc::new(DenyCache::new(store)), guard)
 }
 
 async fn deny_cache_redis() -> Fixture {
-    deny_cached(redis_single()).await
+    deny_cached(redis_single_store()).await
 }
 
 async fn deny_cache_redis_cluster() -> Fixture {
-    deny_cached(redis_cluster()).await
+    deny_cached(redis_cluster_store()).await
 }
 
 async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {

@@ -160,14 +160,17 @@ fn bucket_keys_are_built_without_allocating() {
         ..KeyInput::headers(&headers, "192.0.2.7".parse().unwrap())
     };
     let mut out = String::with_capacity(256);
-    for text in [
-        "client_ip",
-        "header:X-K",
-        "cookie:sid",
-        "query:t",
-        r#"["header:X-K", "query:t", "cookie:sid", "client_ip"]"#,
+    for texts in [
+        &["client_ip"][..],
+        &["header:X-K"],
+        &["cookie:sid"],
+        &["query:t"],
+        &["header:X-K", "query:t", "cookie:sid", "client_ip"],
     ] {
-        let spec: KeySpec = text.parse().unwrap();
+        // Parts as the config reads them, one or a list.
+        let parts = texts.iter().map(|t| t.parse().unwrap()).collect();
+        let spec = KeySpec::from_parts(parts).unwrap();
+        let text = texts.join(", ");
         let before = ALLOCATIONS.with(|n| n.get());
         spec.write_request_key(&mut out, "route", &req).unwrap();
         let allocated = ALLOCATIONS.with(|n| n.get()) - before;

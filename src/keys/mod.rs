@@ -7,10 +7,8 @@
 //! allocating (`ip_text.rs`).
 //!
 //! A new kind of part is a new [`Part`] variant and its arms in `parts.rs`; the config parses
-//! it through [`FromStr`], the admin API and page read it through
+//! it through [`Part`]'s [`FromStr`](std::str::FromStr), the admin API and page read it through
 //! [`Display`](std::fmt::Display) and [`Serialize`].
-
-use std::str::FromStr;
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -86,9 +84,6 @@ pub enum KeySpecError {
     /// One part listed twice.
     #[error("{0} is listed twice")]
     Duplicate(String),
-    /// A `[...]` text that is not a list of strings.
-    #[error("not a list of strings: {0}")]
-    NotAList(String),
 }
 
 impl KeySpec {
@@ -150,25 +145,6 @@ impl KeySpec {
             }
         }
         Ok(())
-    }
-}
-
-impl FromStr for KeySpec {
-    type Err = KeySpecError;
-
-    /// `global`, one part, or a list of parts as TOML or JSON writes it:
-    /// `["header:x-api-key", "client_ip"]`.
-    fn from_str(text: &str) -> Result<KeySpec, KeySpecError> {
-        if text == "global" {
-            return Ok(KeySpec::Global);
-        }
-        if text.trim_start().starts_with('[') {
-            let list: Vec<String> =
-                serde_json::from_str(text).map_err(|e| KeySpecError::NotAList(e.to_string()))?;
-            let parts = list.iter().map(|p| p.parse()).collect::<Result<_, _>>()?;
-            return KeySpec::from_parts(parts);
-        }
-        text.parse().map(KeySpec::One)
     }
 }
 

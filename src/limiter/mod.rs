@@ -18,7 +18,7 @@
 //! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
 
 pub mod algo;
-pub mod deny_cache;
+pub mod coalesce;
 pub mod learned;
 pub mod memory;
 pub mod redis;
@@ -267,10 +267,39 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// Fixtures shared by the unit tests of the modules that render verdicts.
+/// Fixtures shared by the unit tests of the modules that render verdicts or wrap stores.
 #[cfg(test)]
 pub(crate) mod fixtures {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    /// A memory store that counts the decisions reaching it: in front of it, a wrapper's own
+    /// answers (a deny cache's) are the ones not counted.
+    #[derive(Default)]
+    pub(crate) struct Counting {
+        store: memory::MemoryStore,
+        checks: AtomicUsize,
+    }
+
+    impl Counting {
+        /// Decisions that reached the store so far.
+        pub(crate) fn reached(&self) -> usize {
+            self.checks.load(Ordering::Relaxed)
+        }
+    }
+
+    #[async_trait]
+    impl Store for Counting {
+        async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
+            self.checks.fetch_add(1, Ordering::Relaxed);
+            self.store.check(bucket, limits).await
+        }
+
+        fn backend(&self) -> &'static str {
+            "counting"
+        }
+    }
 
     /// A denial by the first of two limits (full, a slot frees in 1.2 s); the second has 40
     /// left and frees one in 30 s.

@@ -1,10 +1,55 @@
 //! One script call: the Redis keys of a decision, the `EVALSHA` of one or more decisions, and
-//! sending it through the gate's bookkeeping.
+//! sending it through the gate's bookkeeping; what the coalescer sends its batches through
+//! ([`Backend`]).
+
+use std::future::Future;
 
 use super::conn::{classified, Conn};
 use super::reply::ScriptReply;
-use super::{patience, Inner, SCRIPT};
-use crate::limiter::{Limit, StoreError};
+use super::{Inner, SCRIPT};
+use crate::limiter::coalesce::patience;
+use crate::limiter::coalesce::sender::{Backend, Coalescer};
+use crate::limiter::coalesce::Pending;
+use crate::limiter::{Checked, Limit, StoreError};
+
+impl Backend for Inner {
+    fn coalescer(&self) -> &Coalescer {
+        &self.coalescer
+    }
+
+    fn lane_of(&self, bucket: &str) -> usize {
+        self.target.lane_of(bucket)
+    }
+
+    fn generation(&self) -> u64 {
+        self.gate.generation()
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.io.spawn(task);
+    }
+
+    /// One `EVALSHA` of the whole batch; a reply of the wrong length fails every decision (it
+    /// is still an answer: the lane saw the store answering).
+    async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
+        let conn = self.live_conn()?;
+        let evalsha = self.evalsha(batch.iter().map(|p| (&*p.bucket, &*p.limits)));
+        let mut reply = self.call(&conn, &evalsha).await?;
+        let expected: usize = batch.iter().map(|p| 1 + 2 * p.limits.len()).sum();
+        if reply.len() != expected {
+            let error = StoreError::Backend(format!(
+                "script reply has {} integers for {} decisions, expected {expected}",
+                reply.len(),
+                batch.len()
+            ));
+            return Ok(vec![Err(error); batch.len()]);
+        }
+        Ok(batch
+            .iter()
+            .map(|p| reply.next_verdict(&p.limits))
+            .collect())
+    }
+}
 
 impl Inner {
     /// See [`super::RedisStore::key`].
@@ -32,11 +77,7 @@ impl Inner {
     /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
     /// it waits `store.timeout` for its own answer, not counting time the proxy itself was too
     /// busy to notice one (`patience.rs`). The gate learns of every answer and every failure.
-    pub(super) async fn call(
-        &self,
-        conn: &Conn,
-        evalsha: &redis::Cmd,
-    ) -> Result<ScriptReply, StoreError> {
+    async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
         let answer = async { classified(self.timeout, conn.decide(evalsha).await) };
         match patience::wait(self.timeout, || None, answer).await {
@@ -54,7 +95,7 @@ impl Inner {
     /// The `EVALSHA` of some decisions, written straight into one command buffer: keys built
     /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
     /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
-    pub(super) fn evalsha<'a>(
+    fn evalsha<'a>(
         &self,
         decisions: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
     ) -> redis::Cmd {

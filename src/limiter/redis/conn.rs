@@ -3,7 +3,7 @@
 //! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
 //! connection implementing [`redis::aio::ConnectionLike`]), and bounds every maintenance and
 //! admin call with [`within`], which also maps redis-rs errors to the store's error kinds
-//! (decisions are bounded by `patience.rs` instead).
+//! (decisions are bounded by `coalesce/patience.rs` instead).
 
 use std::future::Future;
 use std::time::Duration;
@@ -103,7 +103,7 @@ impl Target {
         }
     }
 
-    /// How many lanes decisions travel in (see `batch.rs`): one for one server, one per hash
+    /// How many lanes decisions travel in (see `coalesce/sender.rs`): one for one server, one per hash
     /// slot for a Cluster.
     pub(super) fn lanes(&self) -> usize {
         match self {

@@ -1,5 +1,6 @@
 //! The health gate: whether `check` and the inspector may use the connection, when to fail
-//! fast, when to rebuild the connection, and the generation that voids cached denials.
+//! fast, when to rebuild the connection, the generation that voids cached denials, and the
+//! bookkeeping of `maintain` (one at a time, each reason for not being ready logged once).
 //!
 //! The gate opens on a PING answered by `maintain` and closes on a failed PING; on one Redis
 //! it also closes on a lost connection or a few call timeouts in a row, so a frozen Redis costs
@@ -10,6 +11,7 @@
 //! found lost or rebuilt; a new master), in one place: [`Gate::state_may_be_lost`].
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::limiter::StoreError;
 
@@ -37,6 +39,10 @@ pub(super) struct Gate {
     failed_pings: AtomicU32,
     /// See [`crate::limiter::Store::generation`].
     generation: AtomicU64,
+    /// Serializes `maintain`, in case a caller runs it from two places.
+    maintaining: tokio::sync::Mutex<()>,
+    /// Why the store is not ready, as last logged (each new reason is logged once).
+    reported: Mutex<Option<String>>,
 }
 
 impl Gate {
@@ -49,7 +55,31 @@ impl Gate {
             timeouts: AtomicU32::new(0),
             failed_pings: AtomicU32::new(0),
             generation: AtomicU64::new(0),
+            maintaining: tokio::sync::Mutex::new(()),
+            reported: Mutex::new(None),
         }
+    }
+
+    /// Held while `maintain` runs; `None` when it already runs elsewhere.
+    pub(super) fn maintaining(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.maintaining.try_lock().ok()
+    }
+
+    /// Log why a store that is not ready stays so, once per reason (an open gate logs its own
+    /// closing): without it a proxy whose Redis refuses its certificate or its user would
+    /// only show a 503 on `/readyz`.
+    pub(super) fn report(&self, error: &StoreError) {
+        let why = error.to_string();
+        let mut last = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() == Some(why.as_str()) {
+            return;
+        }
+        let label = self.label;
+        match error {
+            StoreError::Backend(_) => log::error!("{label} store not ready: {why}"),
+            _ => log::warn!("{label} store not ready: {why}"),
+        }
+        *last = Some(why);
     }
 
     /// True while calls may be sent (used by `/readyz`).
@@ -109,6 +139,7 @@ impl Gate {
 
     /// A `maintain` PING was answered: open the gate.
     pub(super) fn ping_answered(&self) {
+        *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.failed_pings.store(0, Ordering::Release);
         self.timeouts.store(0, Ordering::Release);
         if !self.open.swap(true, Ordering::AcqRel) {

@@ -67,7 +67,7 @@ impl Inner {
         }
         let mut conn = self.admin_conn()?;
         let _: i64 = within(self.timeout, del.query_async(&mut conn)).await?;
-        self.lanes.get(self.target.lane_of(bucket)).forget(bucket);
+        self.coalescer.known().forget(bucket);
         Ok(())
     }
 }

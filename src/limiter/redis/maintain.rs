@@ -19,7 +19,7 @@ const REDISCOVER_FOR: Duration = Duration::from_millis(800);
 impl Inner {
     /// See [`crate::limiter::Store::maintain`].
     pub(super) async fn maintain(&self) {
-        let Ok(_guard) = self.maintaining.try_lock() else {
+        let Some(_guard) = self.gate.maintaining() else {
             return;
         };
         let started = Instant::now();
@@ -31,10 +31,7 @@ impl Inner {
             result = self.follow_master(result, started).await;
         }
         match result {
-            Ok(()) => {
-                *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                self.gate.ping_answered()
-            }
+            Ok(()) => self.gate.ping_answered(),
             Err(error) => self.ping_failed(&error),
         }
     }
@@ -101,27 +98,10 @@ impl Inner {
         result
     }
 
-    /// Log why a store that is not ready stays so, once per reason (an open gate logs its own
-    /// closing): without it a proxy whose Redis refuses its certificate or its user would
-    /// only show a 503 on `/readyz`.
-    fn report(&self, error: &StoreError) {
-        let why = error.to_string();
-        let mut last = self.reported.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_deref() == Some(why.as_str()) {
-            return;
-        }
-        let label = self.target.label();
-        match error {
-            StoreError::Backend(_) => log::error!("{label} store not ready: {why}"),
-            _ => log::warn!("{label} store not ready: {why}"),
-        }
-        *last = Some(why);
-    }
-
     /// Tell the gate; give the connection up when it says so.
     fn ping_failed(&self, error: &StoreError) {
         if !self.gate.is_open() {
-            self.report(error);
+            self.gate.report(error);
         }
         if self.gate.ping_failed(error) && self.conn.load().is_some() {
             log::warn!(

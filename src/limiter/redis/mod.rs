@@ -6,7 +6,7 @@
 //! Each decision is made by one `EVALSHA` of the sliding-window script, assembled from
 //! `lua/sliding_window/` and `lua/kinds/` ([`crate::limiter::algo::script`]; its head documents
 //! KEYS, ARGV and the reply); on one Redis, decisions pending at the same instant share one
-//! call (`batch.rs`). The script reads Redis's own clock (`TIME`), evicts, counts and records in
+//! call (the coalescer, [`crate::limiter::coalesce`]; `call.rs` is what it sends through). The script reads Redis's own clock (`TIME`), evicts, counts and records in
 //! every limit of the route atomically, so proxies never disagree about time and never race.
 //! The `EVALSHA` is built here (the script's SHA1 from [`redis::Script`]); on `NOSCRIPT` (after
 //! a restart, a failover or `SCRIPT FLUSH`) the store loads the script and sends it again.
@@ -43,25 +43,24 @@
 //! which `check` and the inspector share.
 
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 
-use super::{Limit, Store, StoreError, Verdict, WindowView};
+use super::coalesce::known::KnownDenials;
+use super::coalesce::sender::{self, Coalescer};
+use super::{Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
 mod acl;
-mod batch;
 mod call;
 mod conn;
 mod gate;
 mod inspect;
 mod io;
-mod lane;
 mod maintain;
-mod patience;
 mod refund;
 mod reply;
 mod sentinel;
@@ -113,7 +112,7 @@ pub struct SentinelNodes {
 }
 
 /// The Redis (or Redis Cluster) limiter store: a cheap handle on the state below, which the task
-/// that sends a batch of decisions (see `batch.rs`) shares.
+/// that sends a lane's batches of decisions (the coalescer's sender) shares.
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
@@ -127,14 +126,11 @@ struct Inner {
     timeout: Duration,
     /// The current connection; `None` until `maintain` connects, or after it gave one up.
     conn: ArcSwapOption<Conn>,
-    /// Whether `check` and the inspector may use `conn`, and the generation of its state.
+    /// Whether `check` and the inspector may use `conn`, the generation of its state, and
+    /// `maintain`'s bookkeeping.
     gate: Gate,
-    /// Serializes `maintain`, in case a caller runs it from two places.
-    maintaining: tokio::sync::Mutex<()>,
-    /// Why the store is not ready, as last logged (each new reason is logged once).
-    reported: std::sync::Mutex<Option<String>>,
-    /// Decisions waiting to be sent and calls in flight, per lane (see `batch.rs`).
-    lanes: lane::Lanes,
+    /// Decisions waiting to be sent, calls in flight and denials found, per lane.
+    coalescer: Coalescer,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
     io: io::IoThread,
 }
@@ -145,7 +141,7 @@ impl RedisStore {
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
         let client = Target::new(&target.nodes, target.tls.as_ref(), target.timeout)?;
         let gate = Gate::new(client.label(), client.one_server());
-        let lanes = lane::Lanes::new(client.lanes());
+        let coalescer = Coalescer::new(client.lanes(), target.timeout);
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
             .map_err(|e| StoreError::Backend(format!("cannot start the store I/O thread: {e}")))?;
         Ok(RedisStore {
@@ -155,9 +151,7 @@ impl RedisStore {
                 timeout: target.timeout,
                 conn: ArcSwapOption::empty(),
                 gate,
-                maintaining: tokio::sync::Mutex::new(()),
-                reported: std::sync::Mutex::new(None),
-                lanes,
+                coalescer,
                 io,
             }),
         })
@@ -166,6 +160,27 @@ impl RedisStore {
     /// The Redis key holding `limit`'s log for `bucket`: `<prefix>:{<bucket>}:<window ms>`.
     pub fn key(&self, bucket: &str, limit: &Limit) -> String {
         self.inner.key(bucket, limit)
+    }
+
+    /// The memory of denials this store learns from its calls, for a deny cache in front to
+    /// read ([`DenyCache::reading`](crate::limiter::coalesce::known::DenyCache::reading))
+    /// instead of keeping a second one.
+    pub fn known_denials(&self) -> Arc<KnownDenials> {
+        self.inner.coalescer.known().clone()
+    }
+
+    /// See [`Store::check`]. Fails at once while the gate is closed or nothing is connected,
+    /// rather than queue behind a reconnect.
+    async fn decide(&self, bucket: &str, limits: &[Limit]) -> Checked {
+        if limits.is_empty() {
+            return Ok(Verdict {
+                admitted: true,
+                states: Vec::new(),
+                recorded_at: None,
+            });
+        }
+        self.inner.live_conn()?;
+        sender::decide(&self.inner, bucket, limits).await
     }
 }
 
@@ -179,29 +194,17 @@ impl Inner {
         self.gate.pass()?;
         Ok(conn)
     }
-
-    /// See [`Store::check`]: concurrent decisions share calls per lane (`batch.rs`).
-    async fn check(
-        self: &Arc<Self>,
-        bucket: &str,
-        limits: &[Limit],
-    ) -> Result<Verdict, StoreError> {
-        if limits.is_empty() {
-            return Ok(Verdict {
-                admitted: true,
-                states: Vec::new(),
-                recorded_at: None,
-            });
-        }
-        self.live_conn()?;
-        self.check_coalesced(bucket, limits).await
-    }
 }
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
-        self.inner.check(bucket, limits).await
+    /// Concurrent decisions share calls per lane (the coalescer's sender).
+    async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
+        self.decide(bucket, limits).await
+    }
+
+    async fn check_in(&self, _route: &str, bucket: &str, limits: &[Limit]) -> Checked {
+        self.decide(bucket, limits).await
     }
 
     fn backend(&self) -> &'static str {
@@ -226,6 +229,14 @@ impl Store for RedisStore {
 
     fn generation(&self) -> u64 {
         self.inner.gate.generation()
+    }
+
+    fn sweep_expired(&self) {
+        let generation = self.inner.gate.generation();
+        self.inner
+            .coalescer
+            .known()
+            .sweep(Instant::now(), generation);
     }
 
     async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {

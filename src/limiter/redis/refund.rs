@@ -38,7 +38,7 @@ impl Inner {
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
         // A known denial of this bucket is too pessimistic now.
-        self.lanes.get(self.target.lane_of(bucket)).forget(bucket);
+        self.coalescer.known().forget(bucket);
         Ok(())
     }
 }

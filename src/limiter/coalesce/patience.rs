@@ -22,14 +22,14 @@ use std::time::{Duration, Instant};
 use crate::limiter::StoreError;
 
 /// A timer that fires later than this was late because the proxy was busy.
-pub(super) const LAG_TOLERANCE: Duration = Duration::from_millis(5);
+pub(crate) const LAG_TOLERANCE: Duration = Duration::from_millis(5);
 
 /// An answer on the lane this recent means the store is answering right now.
-pub(super) const RECENT: Duration = Duration::from_millis(10);
+pub(crate) const RECENT: Duration = Duration::from_millis(10);
 
 /// Wait for `call` under the rules above. `last_answer` tells when the lane last got an answer
-/// (`None` for a call, which waits for its own answer: see `call.rs`).
-pub(super) async fn wait<T>(
+/// (`None` for a call, which waits for its own answer: see `redis/call.rs`).
+pub(crate) async fn wait<T>(
     timeout: Duration,
     last_answer: impl Fn() -> Option<Instant>,
     call: impl Future<Output = Result<T, StoreError>>,
@@ -51,7 +51,7 @@ pub(super) async fn wait<T>(
 
 /// Pure: a wait that started at `started` had its timer (due at `due`) fire at `now`; the lane
 /// last answered at `last_answer`. The next due time, or `None` to give up.
-pub(super) fn next_due(
+pub(crate) fn next_due(
     now: Instant,
     due: Instant,
     started: Instant,

@@ -1,0 +1,192 @@
+//! One lane's state (see [`super::sender`]): whether its sender runs, how many calls it has in
+//! flight, what waits for the next one, when the lane last got an answer, and which busy period
+//! it is in. Pure: the sender asks it what to do next, handing it the [`Bounds`]; it imports
+//! nothing of the sender.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::sync::{oneshot, Notify};
+
+use super::known::{KnownDenials, Stamp};
+use super::{Answer, Arrival, Bounds, Next, Pending};
+use crate::limiter::Limit;
+
+/// Every lane of a store, one per seat.
+pub(crate) struct Lanes(Box<[Seat]>);
+
+/// One lane and the bell its sender listens to.
+struct Seat {
+    lane: Mutex<Lane>,
+    /// Rung when a decision queues while the window has room ([`Arrival::Send`]): the sender
+    /// sends it now instead of when a call returns. A ring while the sender is busy is kept
+    /// (one permit), so none is lost.
+    wake: Notify,
+}
+
+impl Lanes {
+    /// `count` idle lanes under `bounds`.
+    pub(crate) fn new(count: usize, bounds: Bounds) -> Lanes {
+        let seat = |_| Seat {
+            lane: Mutex::new(Lane::new(bounds)),
+            wake: Notify::new(),
+        };
+        Lanes((0..count).map(seat).collect())
+    }
+
+    /// Lane `i`, locked.
+    pub(crate) fn get(&self, i: usize) -> MutexGuard<'_, Lane> {
+        // The lock guards plain data: a panic while holding it leaves it usable.
+        self.0[i].lane.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lane `i`'s bell (see [`Arrival::Send`]).
+    pub(crate) fn bell(&self, i: usize) -> &Notify {
+        &self.0[i].wake
+    }
+}
+
+/// See the module documentation.
+pub(crate) struct Lane {
+    bounds: Bounds,
+    /// The lane's sender runs.
+    sending: bool,
+    /// Calls sent and not yet returned, at most `bounds.window`.
+    in_flight: usize,
+    pending: Vec<Pending>,
+    last_answer: Option<Instant>,
+    /// Busy periods ended so far: a denial learned in an earlier one no longer answers here
+    /// unless a deny cache keeps denials (see [`KnownDenials::outlives_lanes`]).
+    epoch: u64,
+}
+
+impl Lane {
+    /// An idle lane.
+    pub(crate) fn new(bounds: Bounds) -> Lane {
+        Lane {
+            bounds,
+            sending: false,
+            in_flight: 0,
+            pending: Vec::new(),
+            last_answer: None,
+            epoch: 0,
+        }
+    }
+
+    /// The stamp a denial learned or read on this lane now carries, under `generation`.
+    pub(crate) fn stamp(&self, known: &KnownDenials, generation: u64) -> Stamp {
+        let epoch = if known.outlives_lanes() {
+            0
+        } else {
+            self.epoch
+        };
+        Stamp { generation, epoch }
+    }
+
+    /// A decision for `bucket` arrives at `now`, under the store's `generation`; `verdict` is
+    /// where its answer goes if queued. A denial `known` holds answers it at once.
+    pub(crate) fn arrive(
+        &mut self,
+        bucket: &str,
+        limits: &[Limit],
+        verdict: Answer,
+        known: &KnownDenials,
+        generation: u64,
+        now: Instant,
+    ) -> Arrival {
+        let stamp = self.stamp(known, generation);
+        if let Some(known) = known.verdict(bucket, limits, stamp, now) {
+            return Arrival::Known(known);
+        }
+        if self.pending.len() >= self.bounds.max_pending {
+            return Arrival::Overloaded;
+        }
+        self.pending.push(Pending {
+            bucket: bucket.into(),
+            limits: limits.into(),
+            verdict,
+        });
+        if !self.sending {
+            self.sending = true;
+            Arrival::Start
+        } else if self.in_flight < self.bounds.window {
+            Arrival::Send
+        } else {
+            Arrival::Queued
+        }
+    }
+
+    /// A call of this lane was answered at `now`.
+    pub(crate) fn answered(&mut self, now: Instant) {
+        self.last_answer = Some(now);
+    }
+
+    /// When a call of this lane was last answered.
+    pub(crate) fn last_answer(&self) -> Option<Instant> {
+        self.last_answer
+    }
+
+    /// True while the lane's sender runs.
+    #[cfg(test)]
+    pub(crate) fn is_sending(&self) -> bool {
+        self.sending
+    }
+
+    /// Calls in flight.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Answer at once every queued decision whose bucket `known` proves full under `stamp`.
+    pub(crate) fn answer_known(&mut self, known: &KnownDenials, stamp: Stamp) {
+        let now = Instant::now();
+        self.pending.retain_mut(|p| {
+            let Some(verdict) = known.verdict(&p.bucket, &p.limits, stamp, now) else {
+                return true;
+            };
+            // Swap in a dead sender: the real one is consumed by answering.
+            let (dead, _) = oneshot::channel();
+            let answer = std::mem::replace(&mut p.verdict, dead);
+            let _ = answer.send(Ok(verdict));
+            false
+        });
+    }
+
+    /// What the sender does next: send the oldest `max_batch` queued decisions while the window
+    /// has room; wait while calls are in flight; else the lane is idle again and the next
+    /// request starts a sender.
+    pub(crate) fn next_batch(&mut self) -> Next {
+        if self.in_flight >= self.bounds.window {
+            return Next::Wait;
+        }
+        if self.pending.is_empty() {
+            if self.in_flight > 0 {
+                return Next::Wait;
+            }
+            self.release();
+            return Next::Idle;
+        }
+        self.in_flight += 1;
+        let n = self.pending.len().min(self.bounds.max_batch);
+        Next::Send(self.pending.drain(..n).collect())
+    }
+
+    /// A call the sender started (a [`Next::Send`]) has returned, answered or failed.
+    pub(crate) fn returned(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    /// Idle again, whatever waited: the waiters are returned to be dropped (they see their
+    /// batch dropped). The sender's calls in flight are dropped with it. The busy period ends:
+    /// without a deny cache its denials answer no more.
+    pub(crate) fn release(&mut self) -> Vec<Pending> {
+        self.sending = false;
+        self.in_flight = 0;
+        self.epoch += 1;
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,251 @@
+//! The lane state machine, unit by unit: window, order, idleness, denials, overload.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot::error::TryRecvError;
+
+use super::*;
+use crate::limiter::{Checked, LimitState, Verdict};
+
+const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
+
+/// Small bounds, so that the tests reach them quickly.
+const BOUNDS: Bounds = Bounds {
+    max_batch: 64,
+    max_pending: 256,
+    window: 4,
+};
+
+const GENERATION: u64 = 7;
+
+fn lane() -> Lane {
+    Lane::new(BOUNDS)
+}
+
+/// A memory of denials no deny cache reads (denials bound to the lane's busy period).
+fn known() -> KnownDenials {
+    KnownDenials::new(Duration::from_secs(1))
+}
+
+fn denial() -> Verdict {
+    Verdict {
+        admitted: false,
+        recorded_at: None,
+        states: vec![LimitState {
+            remaining: 0,
+            reset: Duration::from_secs(30),
+        }],
+    }
+}
+
+fn arrive(lane: &mut Lane, known: &KnownDenials, bucket: &str, limits: &[Limit]) -> Arrival {
+    let (tx, _rx) = oneshot::channel();
+    lane.arrive(bucket, limits, tx, known, GENERATION, Instant::now())
+}
+
+fn queue(lane: &mut Lane, bucket: &str) -> oneshot::Receiver<Checked> {
+    let (tx, rx) = oneshot::channel();
+    lane.arrive(bucket, &LIMITS, tx, &known(), GENERATION, Instant::now());
+    rx
+}
+
+/// `bucket` found full by a call of `lane`, just now.
+fn learn(lane: &Lane, known: &KnownDenials, bucket: &str) {
+    let stamp = lane.stamp(known, GENERATION);
+    known.learn(bucket, &LIMITS, &denial(), Instant::now(), stamp);
+}
+
+#[test]
+fn a_denial_answers_the_queued_decisions_of_its_bucket_only() {
+    let (mut lane, known) = (lane(), known());
+    let mut hot: Vec<_> = (0..5).map(|_| queue(&mut lane, "r:hot")).collect();
+    let mut cold = queue(&mut lane, "r:cold");
+    learn(&lane, &known, "r:hot");
+    lane.answer_known(&known, lane.stamp(&known, GENERATION));
+    for rx in &mut hot {
+        let v = rx.try_recv().expect("answered at once").unwrap();
+        assert!(!v.admitted && v.states[0].reset <= Duration::from_secs(30));
+    }
+    assert!(
+        matches!(cold.try_recv(), Err(TryRecvError::Empty)),
+        "another bucket still waits, unanswered"
+    );
+    assert_eq!(lane.pending.len(), 1);
+    // A later arrival is answered without queueing.
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:hot", &LIMITS),
+        Arrival::Known(_)
+    ));
+}
+
+#[test]
+fn a_denial_binds_only_its_limits_and_generation() {
+    let (mut lane, known) = (lane(), known());
+    learn(&lane, &known, "r:hot");
+    let (tx, _rx) = oneshot::channel();
+    let later = GENERATION + 1;
+    assert!(matches!(
+        lane.arrive("r:hot", &LIMITS, tx, &known, later, Instant::now()),
+        Arrival::Start
+    ));
+    let other = [Limit::log(5, Duration::from_secs(60))];
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:hot", &other),
+        Arrival::Send
+    ));
+}
+
+#[test]
+fn a_full_queue_answers_overloaded() {
+    let mut lane = lane();
+    let kept: Vec<_> = (0..BOUNDS.max_pending)
+        .map(|i| queue(&mut lane, &format!("r:{i}")))
+        .collect();
+    assert!(matches!(
+        arrive(&mut lane, &known(), "r:one-more", &LIMITS),
+        Arrival::Overloaded
+    ));
+    assert_eq!(kept.len(), BOUNDS.max_pending);
+}
+
+/// Go through one busy period: one decision sent and returned, then idle.
+fn one_busy_period(lane: &mut Lane) {
+    let _rx = queue(lane, "r:a");
+    assert!(matches!(lane.next_batch(), Next::Send(_)));
+    assert!(
+        matches!(lane.next_batch(), Next::Wait),
+        "a call is in flight"
+    );
+    lane.returned();
+    assert!(matches!(lane.next_batch(), Next::Idle));
+    assert!(!lane.sending);
+}
+
+#[test]
+fn an_idle_lane_forgets_its_denials() {
+    let (mut lane, known) = (lane(), known());
+    learn(&lane, &known, "r:hot");
+    one_busy_period(&mut lane);
+    assert!(
+        matches!(arrive(&mut lane, &known, "r:hot", &LIMITS), Arrival::Start),
+        "asked again"
+    );
+}
+
+#[test]
+fn with_a_deny_cache_denials_outlive_the_busy_period() {
+    let (mut lane, known) = (lane(), known());
+    // What a deny cache in front of the store does to the store's memory.
+    known.serve_cache(Duration::from_secs(1));
+    learn(&lane, &known, "r:hot");
+    one_busy_period(&mut lane);
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:hot", &LIMITS),
+        Arrival::Known(_)
+    ));
+}
+
+/// Buckets of a batch, in order.
+fn buckets(next: Next) -> Vec<String> {
+    match next {
+        Next::Send(batch) => batch.iter().map(|p| p.bucket.to_string()).collect(),
+        Next::Wait => panic!("expected a batch, got Wait"),
+        Next::Idle => panic!("expected a batch, got Idle"),
+    }
+}
+
+#[test]
+fn a_decision_is_sent_at_once_while_the_window_has_room() {
+    let (mut lane, known) = (lane(), known());
+    let _rx = queue(&mut lane, "r:0");
+    assert_eq!(buckets(lane.next_batch()), ["r:0"]);
+    // Every later arrival finds room until `window` calls are in flight.
+    for i in 1..BOUNDS.window {
+        let bucket = format!("r:{i}");
+        assert!(matches!(
+            arrive(&mut lane, &known, &bucket, &LIMITS),
+            Arrival::Send
+        ));
+        assert_eq!(buckets(lane.next_batch()), [bucket]);
+    }
+    assert_eq!(lane.in_flight(), BOUNDS.window);
+    // A full window: the next ones queue, and go out together when one call returns.
+    for bucket in ["r:a", "r:b", "r:c"] {
+        assert!(matches!(
+            arrive(&mut lane, &known, bucket, &LIMITS),
+            Arrival::Queued
+        ));
+    }
+    assert!(matches!(lane.next_batch(), Next::Wait));
+    lane.returned();
+    assert_eq!(buckets(lane.next_batch()), ["r:a", "r:b", "r:c"]);
+    assert_eq!(lane.in_flight(), BOUNDS.window);
+}
+
+#[test]
+fn batches_leave_in_arrival_order_and_at_most_max_at_a_time() {
+    let mut lane = Lane::new(Bounds {
+        max_batch: 2,
+        ..BOUNDS
+    });
+    let _rx: Vec<_> = (0..5)
+        .map(|i| queue(&mut lane, &format!("r:{i}")))
+        .collect();
+    assert_eq!(buckets(lane.next_batch()), ["r:0", "r:1"]);
+    assert_eq!(buckets(lane.next_batch()), ["r:2", "r:3"]);
+    assert_eq!(buckets(lane.next_batch()), ["r:4"]);
+    assert_eq!(lane.in_flight(), 3);
+    assert!(matches!(lane.next_batch(), Next::Wait));
+}
+
+#[test]
+fn the_lane_is_idle_only_when_every_call_has_returned() {
+    let mut lane = Lane::new(Bounds {
+        max_batch: 1,
+        ..BOUNDS
+    });
+    let _rx: Vec<_> = (0..2)
+        .map(|i| queue(&mut lane, &format!("r:{i}")))
+        .collect();
+    assert!(matches!(lane.next_batch(), Next::Send(_)));
+    assert!(matches!(lane.next_batch(), Next::Send(_)));
+    lane.returned();
+    assert!(matches!(lane.next_batch(), Next::Wait));
+    assert!(lane.is_sending());
+    lane.returned();
+    assert!(matches!(lane.next_batch(), Next::Idle));
+    assert!(!lane.is_sending());
+    // The next decision starts a sender again.
+    assert!(matches!(
+        arrive(&mut lane, &known(), "r:x", &LIMITS),
+        Arrival::Start
+    ));
+}
+
+#[test]
+fn a_denial_from_one_call_answers_what_queued_behind_the_others() {
+    // A full window; the first call returns a denial for r:hot, so the decisions for r:hot
+    // queued behind the full window are answered at once and never sent.
+    let (mut lane, known) = (
+        Lane::new(Bounds {
+            max_batch: 1,
+            ..BOUNDS
+        }),
+        known(),
+    );
+    let _sent: Vec<_> = (0..BOUNDS.window)
+        .map(|_| queue(&mut lane, "r:hot"))
+        .collect();
+    for _ in 0..BOUNDS.window {
+        assert!(matches!(lane.next_batch(), Next::Send(_)));
+    }
+    let mut hot: Vec<_> = (0..3).map(|_| queue(&mut lane, "r:hot")).collect();
+    let _cold = queue(&mut lane, "r:cold");
+    lane.returned();
+    learn(&lane, &known, "r:hot");
+    lane.answer_known(&known, lane.stamp(&known, GENERATION));
+    for rx in &mut hot {
+        assert!(!rx.try_recv().expect("answered at once").unwrap().admitted);
+    }
+    assert_eq!(buckets(lane.next_batch()), ["r:cold"]);
+}

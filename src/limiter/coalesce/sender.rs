@@ -1,0 +1,320 @@
+//! The sender: decisions pending for one lane go out as few calls, with a small window of
+//! calls in flight.
+//!
+//! Most of a one-limit decision's cost in a store like Redis is the call itself, and most of
+//! its cost in the proxy is the client library's per-command machinery (channel hops, framing,
+//! reply parsing). A batch pays both once. The [`Backend`] decides a batch in order, atomically
+//! (Redis: one run of the deciding script, assembled from `lua/sliding_window/skeleton.lua`), so a batch decides exactly what the same
+//! decisions sent one by one would.
+//!
+//! A **lane** is what one call may carry: one Redis has one lane; a Cluster has one per hash
+//! slot (all keys of a call must share a slot), see [`Backend::lane_of`]. Each lane has one
+//! **sender**, a task the backend spawns ([`Backend::spawn`]: Redis's own I/O thread), that
+//! keeps up to [`WINDOW`] calls in flight (the state machine is in `lane.rs`):
+//! - lane idle: the request queues its decision and starts the sender, which sends it at once;
+//! - fewer than [`WINDOW`] calls in flight: the request queues its decision and rings the
+//!   sender's bell; the sender sends what queued, at once;
+//! - [`WINDOW`] calls in flight: the request queues its decision. When a call returns, the
+//!   sender sends what queued meanwhile as one call.
+//!
+//! So a decision waits about one round trip however many run at once (a store one network hop
+//! away is not left idle while a call travels), and the rate is not capped at one call per round
+//! trip. Either way the request waits for its verdict (see `patience.rs` for how long).
+//!
+//! **Order.** Two calls in flight may carry decisions for the same bucket: the store must run
+//! them in the order they queued. All of a lane's calls travel on one multiplexed connection,
+//! where the order in which commands are handed to the connection is the order Redis runs them;
+//! redis-rs hands a command over (a send into the connection's channel, which then writes in
+//! order) on the first poll of its future. The sender is the only task that starts a lane's
+//! calls, and it polls each call once as it takes the call's batch from the queue, before it
+//! takes the next: so the write order is the queue order, explicitly, whatever order tokio would
+//! first poll tasks in. (The sender runs outside tokio's cooperative budget, whose exhaustion
+//! would make a first poll return before the command was handed over; a call that finds the
+//! connection's channel full waits in its first-come-first-served queue, later calls behind it.)
+//! What this cannot order: a call that redis-rs retries or that the store sends again
+//! (`NOSCRIPT` after `SCRIPT FLUSH`, a Cluster `MOVED` or `TRYAGAIN`, a reconnect) runs after
+//! the calls written meanwhile. Each call is still atomic, so no limit is exceeded; only the
+//! order between those calls' decisions may differ.
+//!
+//! Under load a batch holds what arrived while the window was full, at most [`MAX_BATCH`]
+//! decisions, so one script run stays short. At most [`MAX_PENDING`] wait per lane; beyond
+//! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
+//! decides it, and it is counted), so waiting stays bounded.
+//!
+//! **A known-full bucket costs nothing** (`known.rs`): a denial that comes back answers at once
+//! every queued decision for the same bucket and limits, and any that arrive while the lane is
+//! busy, for as long as the denial is certain (it holds with several calls in flight, since a
+//! denial proves that no decision anywhere can be admitted for the bucket before its `until`).
+//! A burst of thousands for one bucket thus costs a few calls.
+
+use std::future::Future;
+use std::sync::{Arc, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, Notify};
+
+use super::known::KnownDenials;
+use super::lane::{Lane, Lanes};
+use super::{patience, Arrival, Bounds, Call, Next, Pending};
+use crate::limiter::{Checked, Limit, StoreError};
+
+/// Most decisions in one call. A batch this size runs in Redis for a few hundred µs.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// Most decisions waiting on one lane: 64 batches, a few tens of ms of Redis time.
+pub(crate) const MAX_PENDING: usize = 64 * MAX_BATCH;
+
+/// Most calls in flight per lane. One call in flight made a decision that arrived meanwhile
+/// wait for it and then for its own call (1.5 to 2 round trips with Redis 1 ms away); with a
+/// few, an arrival almost always finds room and leaves at once. Under a flood a full window
+/// still batches (each call then carries what queued while the window was full), and a few
+/// calls of at most [`MAX_BATCH`] keep Redis's queue for one lane to about a ms. 4 suffices
+/// at 256 concurrent callers (`tests/redis_rtt.rs`: added p50 about one round trip at 1 and 5
+/// ms).
+pub(crate) const WINDOW: usize = 4;
+
+/// The lanes' bounds, from the three above.
+const BOUNDS: Bounds = Bounds {
+    max_batch: MAX_BATCH,
+    max_pending: MAX_PENDING,
+    window: WINDOW,
+};
+
+/// Without a deny cache, a denial a lane learned is trusted for at most this long (it is
+/// dropped sooner when the lane goes idle): a `FLUSHALL` or failover on a kept connection may
+/// have freed the bucket. A deny cache in front sets its own age.
+const MAX_DENIAL_AGE: Duration = Duration::from_secs(1);
+
+/// What the coalescer sends through: a store that decides a batch of decisions in one call.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// This backend's coalescer (its lanes and memory of denials).
+    fn coalescer(&self) -> &Coalescer;
+
+    /// The lane of `bucket`, below the count [`Coalescer::new`] was given.
+    fn lane_of(&self, bucket: &str) -> usize;
+
+    /// See [`crate::limiter::Store::generation`].
+    fn generation(&self) -> u64;
+
+    /// Run a lane's sender, detached, where the backend's calls are best driven from.
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static);
+
+    /// Decide `batch` in one call, in order: one verdict per decision, or one error for all
+    /// when the call failed (then the store was not answering).
+    fn send(
+        &self,
+        batch: &[Pending],
+    ) -> impl Future<Output = Result<Vec<Checked>, StoreError>> + Send;
+}
+
+/// Decisions waiting to be sent and calls in flight, per lane, and what calls found full.
+pub(crate) struct Coalescer {
+    lanes: Lanes,
+    known: Arc<KnownDenials>,
+    /// How long a decision waits for an unresponsive store (see `patience.rs`).
+    timeout: Duration,
+}
+
+impl Coalescer {
+    /// `lanes` idle lanes, decisions waiting for at most `timeout` of silence.
+    pub(crate) fn new(lanes: usize, timeout: Duration) -> Coalescer {
+        Coalescer {
+            lanes: Lanes::new(lanes, BOUNDS),
+            known: Arc::new(KnownDenials::new(MAX_DENIAL_AGE)),
+            timeout,
+        }
+    }
+
+    /// The memory of denials, for a deny cache to read (see [`KnownDenials`]).
+    pub(crate) fn known(&self) -> &Arc<KnownDenials> {
+        &self.known
+    }
+}
+
+/// Decide one request in its lane's next batch, or from a denial already known. The batch goes
+/// out at once while the window has room (the request starts its lane's sender, or rings it),
+/// else when a call in flight returns.
+pub(crate) async fn decide<B: Backend>(
+    backend: &Arc<B>,
+    bucket: &str,
+    limits: &[Limit],
+) -> Checked {
+    let coalescer = backend.coalescer();
+    let lane = backend.lane_of(bucket);
+    let generation = backend.generation();
+    let (tx, rx) = oneshot::channel();
+    let arrival = coalescer.lanes.get(lane).arrive(
+        bucket,
+        limits,
+        tx,
+        &coalescer.known,
+        generation,
+        Instant::now(),
+    );
+    match arrival {
+        Arrival::Known(verdict) => return Ok(verdict),
+        Arrival::Overloaded => return Err(StoreError::Overloaded(MAX_PENDING)),
+        Arrival::Queued => {}
+        Arrival::Send => coalescer.lanes.bell(lane).notify_one(),
+        Arrival::Start => {
+            // The guard exists before the task first runs: a task dropped unpolled releases
+            // the lane too.
+            let task = Draining {
+                backend: backend.clone(),
+                lane,
+                finished: false,
+            };
+            // Unconstrained: tokio's cooperative budget could otherwise make a call's first
+            // poll return before it handed its command over (see `drain`).
+            backend.spawn(tokio::task::unconstrained(drain(task)));
+        }
+    }
+    let answered = async {
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
+    };
+    let last_answer = || coalescer.lanes.get(lane).last_answer();
+    patience::wait(coalescer.timeout, last_answer, answered).await
+}
+
+/// Send one batch and deliver its verdicts; remember the denials they bring.
+async fn send_batch<B: Backend>(backend: &B, lane: usize, mut batch: Vec<Pending>) {
+    // A waiter that gave up (deadline, client gone) is not decided: it was answered without
+    // this decision, so recording it would charge a request twice.
+    batch.retain(|p| !p.verdict.is_closed());
+    if batch.is_empty() {
+        return;
+    }
+    let generation = backend.generation();
+    let sent = Instant::now();
+    let verdicts = match backend.send(&batch).await {
+        Ok(verdicts) => verdicts,
+        Err(error) => return fail_all(batch, &error),
+    };
+    let Coalescer { lanes, known, .. } = backend.coalescer();
+    let mut lane = lanes.get(lane);
+    lane.answered(Instant::now());
+    // (The lock is held while verdicts are delivered: no await below.)
+    let stamp = lane.stamp(known, generation);
+    let mut denied = false;
+    for (p, verdict) in batch.into_iter().zip(verdicts) {
+        if let Ok(v) = &verdict {
+            denied |= !v.admitted;
+            known.learn(&p.bucket, &p.limits, v, sent, stamp);
+        }
+        // The waiter may have given up in the meantime; nothing to do then.
+        let _ = p.verdict.send(verdict);
+    }
+    // Only a denial just learned can answer what waits: any older one answered its bucket's
+    // waiters when it was learned, and later arrivals at once.
+    if denied {
+        lane.answer_known(known, stamp);
+    }
+}
+
+/// Give every decision of a batch the same error.
+fn fail_all(batch: Vec<Pending>, error: &StoreError) {
+    for p in batch {
+        let _ = p.verdict.send(Err(error.clone()));
+    }
+}
+
+/// The lane's sender: keep up to [`WINDOW`] calls in flight until the queue is empty and every
+/// call has returned, then let the next request start a sender again.
+async fn drain<B: Backend>(mut task: Draining<B>) {
+    let mut calls: Vec<Call> = Vec::with_capacity(WINDOW);
+    loop {
+        loop {
+            // (A statement of its own: the lane's lock must end before the first poll.)
+            let next = task.lane().next_batch();
+            match next {
+                Next::Send(batch) => {
+                    let (backend, lane) = (task.backend.clone(), task.lane);
+                    let mut call: Call =
+                        Box::pin(async move { send_batch(&*backend, lane, batch).await });
+                    // The first poll hands the command to the connection (see the module
+                    // documentation): now, before the next batch is taken. If the connection's
+                    // channel is full, the call waits in its (first come, first served) queue
+                    // and later calls wait behind it.
+                    if poll_once(&mut call).await.is_ready() {
+                        task.lane().returned();
+                    } else {
+                        calls.push(call);
+                    }
+                }
+                Next::Wait => break,
+                Next::Idle => {
+                    task.finished = true;
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            () = one_returns(&mut calls) => task.lane().returned(),
+            () = task.bell().notified() => {}
+        }
+    }
+}
+
+/// Poll `call` once. The waker is the sender's own, so the call's next wake-up reaches the
+/// sender, which polls it in [`one_returns`] from then on: no wake-up is lost.
+async fn poll_once(call: &mut Call) -> Poll<()> {
+    std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await
+}
+
+/// Wait until one of `calls` completes and remove it; pending forever when there are none.
+/// A linear scan: there are at most [`WINDOW`] of them.
+async fn one_returns(calls: &mut Vec<Call>) {
+    std::future::poll_fn(|cx| {
+        // In the order the calls started (`remove`, not `swap_remove`): a call that could not
+        // hand its command over on its first poll (the connection's channel full) does so
+        // before any later one.
+        let done = calls
+            .iter_mut()
+            .position(|c| c.as_mut().poll(cx).is_ready());
+        match done {
+            Some(i) => {
+                drop(calls.remove(i));
+                Poll::Ready(())
+            }
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The sender's hold on its lane. If the sender ends any other way than by emptying the queue
+/// (a panic, the runtime dropping it), `sending` would stay set and every later request would
+/// queue behind a task that no longer exists: on drop it answers the waiters (their batch was
+/// dropped; so were the calls in flight, with their waiters) and lets the next request start a
+/// sender again.
+struct Draining<B: Backend> {
+    backend: Arc<B>,
+    lane: usize,
+    finished: bool,
+}
+
+impl<B: Backend> Draining<B> {
+    /// The sender's lane, locked.
+    fn lane(&self) -> MutexGuard<'_, Lane> {
+        self.backend.coalescer().lanes.get(self.lane)
+    }
+
+    /// The sender's bell.
+    fn bell(&self) -> &Notify {
+        self.backend.coalescer().lanes.bell(self.lane)
+    }
+}
+
+impl<B: Backend> Drop for Draining<B> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let orphans = self.lane().release();
+            drop(orphans);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! The sender against a fake backend: what goes out in one call, what a denial answers, and
+//! the sender's hold on its lane.
+
+use std::sync::Mutex;
+
+use tokio::sync::oneshot::error::TryRecvError;
+
+use super::*;
+use crate::limiter::{LimitState, Verdict};
+
+const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
+
+/// One lane; buckets starting with `hot` are full, the others admit. Records every call.
+struct Fake {
+    coalescer: Coalescer,
+    calls: Mutex<Vec<Vec<String>>>,
+}
+
+impl Fake {
+    fn new() -> Arc<Fake> {
+        Arc::new(Fake {
+            coalescer: Coalescer::new(1, Duration::from_secs(5)),
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The buckets of every call so far, in order.
+    fn calls(&self) -> Vec<Vec<String>> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Let the lane's sender run until the lane is idle.
+    async fn idle(&self) {
+        while self.coalescer.lanes.get(0).is_sending() {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+fn verdict(admitted: bool) -> Verdict {
+    Verdict {
+        admitted,
+        recorded_at: admitted.then_some(1),
+        states: vec![LimitState {
+            remaining: 0,
+            reset: Duration::from_secs(30),
+        }],
+    }
+}
+
+impl Backend for Fake {
+    fn coalescer(&self) -> &Coalescer {
+        &self.coalescer
+    }
+
+    fn lane_of(&self, _bucket: &str) -> usize {
+        0
+    }
+
+    fn generation(&self) -> u64 {
+        0
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(tokio::spawn(task));
+    }
+
+    async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
+        let buckets = batch.iter().map(|p| p.bucket.to_string()).collect();
+        self.calls.lock().unwrap().push(buckets);
+        let admits = |p: &Pending| !p.bucket.starts_with("hot");
+        Ok(batch.iter().map(|p| Ok(verdict(admits(p)))).collect())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn what_arrives_together_goes_in_one_call_and_a_denial_is_remembered_while_busy() {
+    let fake = Fake::new();
+    let (hot, cold, hot_again) = tokio::join!(
+        decide(&fake, "hot", &LIMITS),
+        decide(&fake, "cold", &LIMITS),
+        decide(&fake, "hot", &LIMITS),
+    );
+    assert!(!hot.unwrap().admitted && cold.unwrap().admitted && !hot_again.unwrap().admitted);
+    assert_eq!(fake.calls(), [["hot", "cold", "hot"]]);
+    // No deny cache: once the lane is idle, the denial answers no more.
+    fake.idle().await;
+    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    assert_eq!(fake.calls().len(), 2, "asked the backend again");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_a_deny_cache_a_denial_answers_without_a_call() {
+    let fake = Fake::new();
+    fake.coalescer.known().serve_cache(Duration::from_secs(10));
+    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    fake.idle().await;
+    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    assert_eq!(fake.calls().len(), 1, "the second was answered from memory");
+    // Other limits are another question.
+    let other = [Limit::log(2, Duration::from_secs(60))];
+    assert!(!decide(&fake, "hot", &other).await.unwrap().admitted);
+    assert_eq!(fake.calls().len(), 2);
+}
+
+/// A decision that started its lane's sender, and one queued after it, as `decide` leaves them.
+fn queue_two(fake: &Fake) -> [oneshot::Receiver<Checked>; 2] {
+    let mut lane = fake.coalescer.lanes.get(0);
+    let known = &fake.coalescer.known;
+    let (first, rx1) = oneshot::channel();
+    assert!(matches!(
+        lane.arrive("r:a", &[], first, known, 0, Instant::now()),
+        Arrival::Start
+    ));
+    let (tx, rx2) = oneshot::channel();
+    assert!(matches!(
+        lane.arrive("r:c", &[], tx, known, 0, Instant::now()),
+        Arrival::Send
+    ));
+    [rx1, rx2]
+}
+
+#[test]
+fn a_draining_task_that_never_ran_releases_the_lane() {
+    let fake = Fake::new();
+    let mut rx = queue_two(&fake);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let task = Draining {
+        backend: fake.clone(),
+        lane: 0,
+        finished: false,
+    };
+    runtime.spawn(drain(task));
+    // Shut down before the task was ever polled (as at process exit).
+    drop(runtime);
+    assert!(
+        !fake.coalescer.lanes.get(0).is_sending(),
+        "later requests would queue forever"
+    );
+    // Answered by the drop (closed), not left waiting (empty).
+    for rx in &mut rx {
+        assert!(
+            matches!(rx.try_recv(), Err(TryRecvError::Closed)),
+            "the waiter is answered (batch dropped)"
+        );
+    }
+    assert!(fake.calls().is_empty());
+}
+
+#[test]
+fn a_finished_draining_task_leaves_the_lane_alone() {
+    let fake = Fake::new();
+    let mut rx = queue_two(&fake);
+    let task = Draining {
+        backend: fake.clone(),
+        lane: 0,
+        finished: true,
+    };
+    drop(task);
+    // A finished task has handed `sending` on itself; its drop must not touch new waiters.
+    assert!(fake.coalescer.lanes.get(0).is_sending());
+    for rx in &mut rx {
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    }
+}
