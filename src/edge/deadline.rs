@@ -28,6 +28,7 @@ use std::time::Duration;
 use pingora::proxy::Session;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::phase::{PHASE_BODY, PHASE_H2, PHASE_HEAD, PHASE_IDLE, PHASE_REQUEST};
 use super::EdgeStream;
 use crate::metrics::METRICS;
 
@@ -37,12 +38,6 @@ const TIMEOUT_RESPONSE: &[u8] =
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-pub(super) const PHASE_HEAD: u8 = 0;
-const PHASE_REQUEST: u8 = 1;
-pub(super) const PHASE_IDLE: u8 = 2;
-const PHASE_BODY: u8 = 3;
-pub(super) const PHASE_H2: u8 = 4;
 
 /// The [`EdgeStream`] behind a proxy session, if it is one.
 fn edge_stream(session: &Session) -> Option<&EdgeStream> {

@@ -31,6 +31,7 @@ pub mod deadline;
 pub mod first_request;
 mod passthrough;
 mod peek;
+mod phase;
 mod refused;
 mod stream;
 pub mod tls_accept;

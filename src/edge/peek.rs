@@ -12,7 +12,8 @@ use std::sync::atomic::Ordering;
 
 use tokio::io::ReadBuf;
 
-use super::deadline::{H2_PREFACE, PHASE_H2};
+use super::deadline::H2_PREFACE;
+use super::phase::PHASE_H2;
 use super::EdgeStream;
 
 /// How far `got` goes toward the preface.

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use http::Version;
 use pingora::protocols::Stream;
 
-use super::deadline::{PHASE_HEAD, PHASE_IDLE};
+use super::phase::{PHASE_HEAD, PHASE_IDLE};
 use super::EdgeStream;
 use crate::access_log::{escape_into, tls_version_name, AccessLog, Record, MAX_REQUEST_LINE};
 use crate::log_limit::{Throttled, EVENT_INTERVAL};

@@ -12,7 +12,7 @@ use pingora::protocols::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::deadline::PHASE_HEAD;
+use super::phase::PHASE_HEAD;
 use super::refused::HeadLog;
 use super::ConnLimits;
 use crate::access_log::AccessLog;
