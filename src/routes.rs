@@ -39,7 +39,7 @@ pub const MAX_DENY_BODY: u64 = 64 * 1024;
 
 impl Route {
     fn new(spec: &RouteSpec) -> Result<Route, RulesError> {
-        let deny_body = match &spec.deny.body {
+        let deny_body = match &spec.answers.deny.body {
             None => None,
             Some(body) => Some(read_deny_body(&spec.name, &body.file)?),
         };
@@ -48,7 +48,8 @@ impl Route {
             .iter()
             .map(|l| policy_name(&spec.name, l))
             .collect();
-        let policy_header = (!spec.limits.is_empty())
+        let policy_header = spec
+            .is_limited()
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
         Ok(Route {
@@ -64,9 +65,9 @@ impl Route {
     /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
     pub fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
         let spec = &self.spec;
-        let prefix = spec.path_prefix.as_bytes();
+        let prefix = spec.matching.path_prefix.as_bytes();
         let path = path.as_bytes();
-        let prefixed = if spec.path_case_insensitive {
+        let prefixed = if spec.matching.path_case_insensitive {
             path.len() >= prefix.len() && path[..prefix.len()].eq_ignore_ascii_case(prefix)
         } else {
             path.starts_with(prefix)
@@ -74,10 +75,10 @@ impl Route {
         if !prefixed {
             return false;
         }
-        if !spec.methods.is_empty() && !spec.methods.contains(method) {
+        if !spec.matching.methods.is_empty() && !spec.matching.methods.contains(method) {
             return false;
         }
-        match (&spec.host, host) {
+        match (&spec.matching.host, host) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(m), Some(host)) => m.matches(host),

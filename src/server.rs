@@ -60,11 +60,7 @@ pub fn build_local_fallback(config: &Config) -> Option<Arc<dyn Store>> {
 /// A memory store bounded by `max_memory`, with a room for every limited route from the start
 /// (so a flood before another route's first request cannot take its share).
 fn memory_store(config: &Config) -> MemoryStore {
-    let limited = config
-        .routing
-        .routes
-        .iter()
-        .filter(|r| !r.limits.is_empty());
+    let limited = config.routing.routes.iter().filter(|r| r.is_limited());
     let metrics = &crate::metrics::METRICS;
     MemoryStore::with_max_memory(config.store.max_memory)
         .with_overflow_counter(metrics.memory_overflow.clone())

@@ -136,19 +136,28 @@ fn on_error_defaults_to_local_with_a_shared_store() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
     let memory = Config::from_toml(&file, BASE).unwrap();
-    assert_eq!(memory.routes[0].on_error, slidegate::config::OnError::Allow);
+    assert_eq!(
+        memory.routes[0].counting.on_error,
+        slidegate::config::OnError::Allow
+    );
     let redis = edit(
         "backend = \"memory\"",
         "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"",
     );
     let shared = Config::from_toml(&file, &redis).unwrap();
-    assert_eq!(shared.routes[0].on_error, slidegate::config::OnError::Local);
+    assert_eq!(
+        shared.routes[0].counting.on_error,
+        slidegate::config::OnError::Local
+    );
     let explicit = redis.replace(
         "key = \"client_ip\"",
         "key = \"client_ip\"\non_error = \"allow\"",
     );
     let chosen = Config::from_toml(&file, &explicit).unwrap();
-    assert_eq!(chosen.routes[0].on_error, slidegate::config::OnError::Allow);
+    assert_eq!(
+        chosen.routes[0].counting.on_error,
+        slidegate::config::OnError::Allow
+    );
 }
 
 #[test]
@@ -752,13 +761,14 @@ fn get_routes_also_limit_head() {
             &format!("methods = {m}"),
         ))
         .routes[0]
+            .matching
             .methods
             .clone()
     };
     assert_eq!(methods(r#"["GET"]"#), vec![Method::GET, Method::HEAD]);
     assert_eq!(methods(r#"["get"]"#), vec![Method::GET, Method::HEAD]);
     assert_eq!(
-        accepted(BASE).routes[0].methods,
+        accepted(BASE).routes[0].matching.methods,
         vec![Method::GET, Method::POST, Method::HEAD]
     );
     // Already listed: not duplicated.
@@ -780,6 +790,7 @@ fn host_trailing_dot_is_stripped() {
             &format!("host = \"{h}\"\npath_prefix = \"/api\""),
         ))
         .routes[0]
+            .matching
             .host
             .clone()
     };

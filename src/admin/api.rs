@@ -79,7 +79,7 @@ pub fn routes(rules: &Rules) -> Response<Vec<u8>> {
                 // The text as configured, and its kind as JSON for the page to act on.
                 "key": r.spec.key.to_string(),
                 "key_spec": r.spec.key,
-                "shadow": r.spec.shadow,
+                "shadow": r.spec.counting.shadow,
                 "limits": limits_json(r),
             });
             for (decision, count) in r.metrics.decision_counts() {

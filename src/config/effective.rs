@@ -76,7 +76,7 @@ impl Config {
         };
         for (route, spec) in routes.iter_mut().zip(&self.routing.routes) {
             let Value::Table(route) = route else { continue };
-            let on_error = serde_json::to_value(spec.on_error)
+            let on_error = serde_json::to_value(spec.counting.on_error)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned));
             if let Some(on_error) = on_error {
@@ -84,7 +84,7 @@ impl Config {
             }
             route
                 .entry("deny_status")
-                .or_insert(Value::Integer(i64::from(spec.deny.status.as_u16())));
+                .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
         }
     }
 }

@@ -16,6 +16,7 @@ mod answers;
 mod effective;
 mod raw;
 mod request_headers;
+mod route;
 mod secrets;
 mod store;
 mod tls;
@@ -26,17 +27,15 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http::Method;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-
-use crate::limiter::Limit;
 
 pub use crate::keys::KeySpec;
 pub use answers::{refused_response_header, ResponseField, ResponseHeaders};
 pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
 pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
+pub use route::{Answers, Counting, DenyAnswer, DenyBody, RouteMatch, RouteSpec, Smoothing};
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
 pub use tls::{CertFiles, ConfigFile, SniCert, TlsListenerSettings, TlsVersion, UpstreamTls};
@@ -168,107 +167,12 @@ pub struct UpstreamSpec {
     pub h2: bool,
 }
 
-/// One `[[routes]]` entry, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RouteSpec {
-    /// Unique name; used in metric labels and policy names.
-    pub name: String,
-    /// Optional host match.
-    pub host: Option<HostMatch>,
-    /// Path prefix (default `/`).
-    pub path_prefix: String,
-    /// Compare the path prefix ignoring ASCII case (for upstreams that route that way, e.g.
-    /// Express by default); otherwise paths match case-sensitively, like nginx `location`.
-    pub path_case_insensitive: bool,
-    /// Methods matched; empty means any.
-    ///
-    /// When `GET` is listed and `HEAD` is not, `HEAD` is added: as in nginx's
-    /// `limit_except GET`, a HEAD request is served by the GET handler, so it must not bypass
-    /// a GET-only limit.
-    pub methods: Vec<Method>,
-    /// Index into [`RoutingSpec::upstreams`].
-    pub upstream: usize,
-    /// How clients are grouped.
-    pub key: KeySpec,
-    /// Evaluate and count, never deny.
-    pub shadow: bool,
-    /// Failure policy for this route (the store default when not overridden).
-    pub on_error: OnError,
-    /// Limits, all decided together.
-    pub limits: Vec<Limit>,
-    /// Client networks that skip the limits (IPv4-mapped entries stored as IPv4).
-    pub exempt: Vec<IpNet>,
-    /// What a denied request gets.
-    pub deny: DenyAnswer,
-    /// `count_status`: the upstream statuses an admission keeps its slot for; after any other
-    /// answer the slot is given back. `None`: every admission counts.
-    pub count_status: Option<Vec<http::StatusCode>>,
-    /// `max_delay` and `max_queue`: denials whose slot frees soon wait for it (`None`: every
-    /// denial answers at once).
-    pub smoothing: Option<Smoothing>,
-    /// `response_headers`: set on every response of the route, proxied or the proxy's own.
-    pub response_headers: ResponseHeaders,
-    /// `legacy_headers`: also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` of the tightest limit wherever the RateLimit fields go.
-    pub legacy_headers: bool,
-}
-
-/// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, whose
-/// slot frees within `max_delay`, waits for it and is decided again instead of being denied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Smoothing {
-    /// The longest a request waits, from its first denial (more than zero, at most 60 s).
-    pub max_delay: Duration,
-    /// Requests of one bucket waiting at once (1 to [`Smoothing::MAX_QUEUE`]); further
-    /// denials of that bucket answer at once.
-    pub max_queue: u32,
-}
-
-impl Smoothing {
-    /// `max_queue` when not configured: 8. A waiter costs a timer and its client's connection
-    /// (or HTTP/2 stream) for up to `max_delay`, and the queue is per bucket (per client on a
-    /// `client_ip` route): 8 covers the 6 parallel connections a browser opens to one host,
-    /// while one client cannot park more than 8 requests on the proxy.
-    pub const DEFAULT_QUEUE: u32 = 8;
-    /// The largest `max_queue`: beyond it a client parks more requests than any smoothing needs.
-    pub const MAX_QUEUE: u32 = 1000;
-}
-
 /// `store.max_delayed` when not configured: requests parked waiting for a slot at once, over
 /// the whole process. A parked request holds its in-flight state (about 18 KB, most of it
 /// Pingora's per-request future) plus its place; 3000 keep them under about 64 MB.
 pub const DEFAULT_MAX_DELAYED: u32 = 3000;
 /// The largest `store.max_delayed`.
 pub const MAX_MAX_DELAYED: u32 = 1_000_000;
-
-/// What a request the limits deny gets (`deny_status`, `deny_body_file`, `deny_content_type`).
-/// `Retry-After` and the RateLimit fields are sent whatever the status and body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DenyAnswer {
-    /// 429 unless configured (400–599, as nginx's `limit_req_status`).
-    pub status: http::StatusCode,
-    /// A body of the operator's instead of the problem document; read when the rules are
-    /// built (at start and on every reload).
-    pub body: Option<DenyBody>,
-}
-
-/// A custom deny body: where it is read from and its `Content-Type`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DenyBody {
-    /// The file, as configured.
-    pub file: PathBuf,
-    /// Its media type (`deny_content_type`, default `text/plain; charset=utf-8`).
-    pub content_type: http::HeaderValue,
-}
-
-impl Default for DenyAnswer {
-    fn default() -> Self {
-        DenyAnswer {
-            status: http::StatusCode::TOO_MANY_REQUESTS,
-            body: None,
-        }
-    }
-}
 
 /// Everything a reload swaps in at once: routes, upstreams, client address resolution, and
 /// what is added to requests and responses (`server.server_header`, `forwarded_headers`,

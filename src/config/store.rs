@@ -185,7 +185,7 @@ impl Backend {
 }
 
 /// `[store]`: where limit state lives. (`[store].on_error` is a routing default, folded into
-/// every [`super::RouteSpec::on_error`].)
+/// every [`super::Counting::on_error`].)
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoreSettings {
     /// The backend and its address(es).

@@ -40,10 +40,11 @@ impl SlideGate {
             return Checked::NoRoute;
         };
         ctx.route = Some(idx);
-        if route.spec.limits.is_empty() {
+        if !route.spec.is_limited() {
             return Checked::Unlimited;
         }
-        if route.spec.exempt.iter().any(|net| net.contains(&client)) {
+        let exempt = &route.spec.counting.exempt;
+        if exempt.iter().any(|net| net.contains(&client)) {
             return Checked::Exempt;
         }
         let input = KeyInput {
@@ -98,7 +99,7 @@ impl SlideGate {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
                 ctx.legacy = respond::legacy_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
-                    (&route.spec.count_status, verdict.recorded_at)
+                    (&route.spec.counting.count_status, verdict.recorded_at)
                 {
                     let by = match outcome {
                         Outcome::LocalAllowed(_) => DecidedBy::Local,

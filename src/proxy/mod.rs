@@ -176,7 +176,7 @@ impl ProxyHttp for SlideGate {
             // A failure before `request_filter` has no rules yet: the current ones name the
             // `Server`.
             let rules = ctx.rules.clone().unwrap_or_else(|| self.rules.load_full());
-            let fields = ctx.route().map(|r| &r.spec.response_headers);
+            let fields = ctx.route().map(|r| &r.spec.answers.response_headers);
             let server = rules.server_header.as_ref();
             let echo_id = rules.request_id.echoes();
             if let Err(write) = respond::write_failure(session, code, server, fields, echo_id).await
@@ -269,7 +269,7 @@ impl ProxyHttp for SlideGate {
         // The slot is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its slot taken.
         let mut held = None;
-        if let (Some(count_status), Some(ticket)) = (&route.spec.count_status, ticket) {
+        if let (Some(count_status), Some(ticket)) = (&route.spec.counting.count_status, ticket) {
             match refund::settle(count_status, status) {
                 Settle::GiveBack => held = Some(ticket.due()),
                 Settle::Keep => {}
@@ -308,7 +308,7 @@ impl ProxyHttp for SlideGate {
             }
         }
         if let (Some(rules), true) = (&ctx.rules, on(Layer::AnswerHeaders)) {
-            let fields = ctx.route().map(|r| &r.spec.response_headers);
+            let fields = ctx.route().map(|r| &r.spec.answers.response_headers);
             stamp::stamp(resp, rules.server_header.as_ref(), fields)?;
         }
         close_delimit_for_http10(session, resp);

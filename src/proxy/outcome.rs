@@ -27,8 +27,8 @@ impl Policy {
     /// The policy of `route`.
     pub fn of(route: &Route) -> Policy {
         Policy {
-            shadow: route.spec.shadow,
-            on_error: route.spec.on_error,
+            shadow: route.spec.counting.shadow,
+            on_error: route.spec.counting.on_error,
             smoothing: route.spec.smoothing,
         }
     }

@@ -142,7 +142,7 @@ pub(super) async fn write_early(
         | Outcome::Delayed(_)
         | Outcome::LocalAllowed(_) => return Ok(false),
     };
-    let fields = route.map(|r| &r.spec.response_headers);
+    let fields = route.map(|r| &r.spec.answers.response_headers);
     stamp(&mut header, rules.server_header.as_ref(), fields)?;
     if rules.request_id.echoes() {
         crate::request_id::echo(session.req_header(), &mut header)?;
@@ -169,7 +169,7 @@ fn too_many_requests(
     verdict: &Verdict,
     reader: Reader,
 ) -> Result<(ResponseHeader, Bytes)> {
-    let deny = &route.spec.deny;
+    let deny = &route.spec.answers.deny;
     let mut header = match reader {
         Reader::Http => ResponseHeader::build(deny.status, Some(6))?,
         Reader::Grpc { h2 } => {
@@ -204,7 +204,7 @@ pub(super) fn ratelimit_value(route: &Route, verdict: &Verdict) -> Option<Header
 
 /// The `X-RateLimit-*` values of `verdict` on `route`, when it has `legacy_headers`.
 pub(super) fn legacy_value(route: &Route, verdict: &Verdict) -> Option<Legacy> {
-    match route.spec.legacy_headers {
+    match route.spec.answers.legacy_headers {
         true => crate::ratelimit_headers::tightest(&route.spec.limits, verdict),
         false => None,
     }

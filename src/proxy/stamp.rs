@@ -68,7 +68,7 @@ mod tests {
                     upstream = \"app\"\nresponse_headers = { \"Strict-Transport-Security\" = \
                     \"max-age=63072000\", \"X-Frame-Options\" = \"DENY\" }\n";
         let config = crate::config::Config::from_toml("t.toml".as_ref(), text).unwrap();
-        let fields = &config.routes[0].response_headers;
+        let fields = &config.routes[0].answers.response_headers;
         let mut h = upstream_head();
         stamp(&mut h, None, Some(fields)).unwrap();
         assert_eq!(

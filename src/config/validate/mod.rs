@@ -8,21 +8,18 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use http::Method;
 use toml::Spanned;
 
-use super::raw::{RawBackend, RawClientIp, RawConfig, RawRoute, RawStore};
-use super::{
-    ClientIpSettings, Config, ConfigError, HostMatch, OnError, RouteSpec, RoutingSpec, UpstreamSpec,
-};
+use super::raw::{RawBackend, RawClientIp, RawConfig, RawStore};
+use super::{ClientIpSettings, Config, ConfigError, OnError, RoutingSpec};
 use crate::keys::KeyPrefixes;
-use crate::limiter::Limit;
 
 mod answers;
 mod key;
 mod policy;
 mod redis_nodes;
 mod request_headers;
+mod route;
 mod secrets;
 mod sections;
 mod slots;
@@ -158,138 +155,6 @@ impl Validator<'_> {
                 upstreams,
                 routes,
             },
-        })
-    }
-
-    fn route(
-        &self,
-        i: usize,
-        r: RawRoute,
-        upstreams: &[UpstreamSpec],
-        defaults: RouteDefaults,
-        names: &mut HashSet<String>,
-    ) -> Result<RouteSpec, ConfigError> {
-        let at = |k: &str| format!("routes[{i}].{k}");
-        let name = r.name.get_ref();
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return self.err(
-                Some(r.name.span()),
-                at("name"),
-                "must be non-empty ASCII letters, digits, '-', '_' or '.'",
-            );
-        }
-        if !names.insert(name.clone()) {
-            return self.err(
-                Some(r.name.span()),
-                at("name"),
-                format!("duplicate route name {name:?}"),
-            );
-        }
-        let host = match &r.host {
-            None => None,
-            Some(h) => match HostMatch::parse(h.get_ref()) {
-                Some(m) => Some(m),
-                None => {
-                    return self.err(
-                        Some(h.span()),
-                        at("host"),
-                        "must be a host name or \"*.domain\"",
-                    )
-                }
-            },
-        };
-        if !r.path_prefix.get_ref().starts_with('/') {
-            return self.err(
-                Some(r.path_prefix.span()),
-                at("path_prefix"),
-                "must start with '/'",
-            );
-        }
-        let mut methods = Vec::new();
-        for (j, m) in r.methods.iter().enumerate() {
-            match Method::from_bytes(m.get_ref().to_ascii_uppercase().as_bytes()) {
-                Ok(method) => methods.push(method),
-                Err(_) => {
-                    return self.err(
-                        Some(m.span()),
-                        format!("routes[{i}].methods[{j}]"),
-                        format!("invalid method {:?}", m.get_ref()),
-                    )
-                }
-            }
-        }
-        // HEAD is answered by the GET handler upstream; without this a GET-only limit could
-        // be bypassed with HEAD (nginx's `limit_except GET` covers HEAD for the same reason).
-        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
-            methods.push(Method::HEAD);
-        }
-        let Some(upstream) = upstreams
-            .iter()
-            .position(|u| &u.name == r.upstream.get_ref())
-        else {
-            return self.err(
-                Some(r.upstream.span()),
-                at("upstream"),
-                format!("no [upstreams.{}] is defined", r.upstream.get_ref()),
-            );
-        };
-        let key = self.key(&r.key, &at("key"))?;
-        let mut limits = Vec::with_capacity(r.limits.len());
-        for (j, l) in r.limits.iter().enumerate() {
-            let window = l.window.get_ref().0;
-            let limit = match &l.resolution {
-                None => Limit::log(l.requests.get(), window),
-                Some(r) => match slots::check(window, r.get_ref().0) {
-                    Ok(resolution) => Limit::slotted(l.requests.get(), window, resolution),
-                    Err(e) => {
-                        return self.err(
-                            Some(r.span()),
-                            format!("routes[{i}].limits[{j}].resolution"),
-                            e,
-                        )
-                    }
-                },
-            };
-            // Two limits with one id would share one log (one Redis key, one policy name).
-            if limits.iter().any(|x: &Limit| x.id() == limit.id()) {
-                return self.err(
-                    Some(l.window.span()),
-                    format!("routes[{i}].limits[{j}].window"),
-                    format!(
-                        "duplicate window {} on route {name:?}",
-                        humantime::format_duration(window)
-                    ),
-                );
-            }
-            limits.push(limit);
-        }
-        let deny = self.deny_answer(i, &r, defaults.deny_status)?;
-        let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
-        let response_headers = self.response_headers(i, &r.response_headers)?;
-        Ok(RouteSpec {
-            name: r.name.into_inner(),
-            host,
-            path_prefix: r.path_prefix.into_inner(),
-            path_case_insensitive: r.path_case_insensitive,
-            methods,
-            upstream,
-            key,
-            shadow: r.shadow,
-            on_error: match &r.on_error {
-                Some(v) => self.on_error(v, defaults.shared, at("on_error"))?,
-                None => defaults.on_error,
-            },
-            limits,
-            exempt: self.exempt(&r.exempt),
-            smoothing,
-            deny,
-            count_status: self.count_status(i, r.count_status.as_ref())?,
-            response_headers,
-            legacy_headers: r.legacy_headers,
         })
     }
 }
