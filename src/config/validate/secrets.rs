@@ -14,6 +14,9 @@ use super::super::secrets::{read_secret_file, EnvPath, Secret};
 use super::super::{Backend, ConfigError, RedisTls};
 use super::Validator;
 
+/// PEM of a client certificate chain and of its key, as [`RedisTls::client_pem`] holds them.
+type ClientPem = (Vec<u8>, Vec<u8>);
+
 impl Validator<'_> {
     /// `server.admin_token` or `server.admin_token_file` (not both).
     pub(super) fn admin_token(&self, raw: &RawServer) -> Result<Option<Secret>, ConfigError> {
@@ -117,14 +120,25 @@ impl Validator<'_> {
             Some(f) => Some(self.pem_certs(f, "store.ca_file", &mut files)?),
             None => None,
         };
-        let client_pem = match (&raw.client_cert_file, &raw.client_key_file) {
+        let client_pem = self.client_pem(raw, &mut files)?;
+        Ok(Some(RedisTls {
+            files,
+            ca_pem,
+            client_pem,
+        }))
+    }
+
+    /// `store.client_cert_file` and `store.client_key_file`: both or neither, each PEM.
+    fn client_pem(
+        &self,
+        raw: &RawStore,
+        files: &mut Vec<std::path::PathBuf>,
+    ) -> Result<Option<ClientPem>, ConfigError> {
+        Ok(match (&raw.client_cert_file, &raw.client_key_file) {
             (None, None) => None,
             (Some(cert), Some(key)) => {
-                let cert = self.pem_certs(cert, "store.client_cert_file", &mut files)?;
-                Some((
-                    cert,
-                    self.pem_key(key, "store.client_key_file", &mut files)?,
-                ))
+                let cert = self.pem_certs(cert, "store.client_cert_file", files)?;
+                Some((cert, self.pem_key(key, "store.client_key_file", files)?))
             }
             (Some(v), None) => {
                 return self.err(
@@ -140,12 +154,7 @@ impl Validator<'_> {
                     "required with store.client_key_file",
                 )
             }
-        };
-        Ok(Some(RedisTls {
-            files,
-            ca_pem,
-            client_pem,
-        }))
+        })
     }
 
     /// A file's bytes, or an error naming the key and the file.

@@ -1,5 +1,5 @@
 //! The per-section checks: `[server]` (listeners, client limits; TLS in `tls`), `[log]`, `[store]` and
-//! `[upstreams.*]`. Routes, which refer to the others, are checked in the parent module.
+//! `[upstreams.*]`. Routes, which refer to the others, are checked in `route.rs`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,43 +26,14 @@ pub(super) fn collide(a: SocketAddr, b: SocketAddr) -> bool {
 }
 
 impl Validator<'_> {
+    /// `[server]`: listeners, threads, client limits and the paths derived from the listener.
     pub(super) fn server(
         &self,
         raw: RawServer,
         tls: Option<RawTls>,
     ) -> Result<ServerSettings, ConfigError> {
-        // "auto" is resolved here, once: the model holds the count this host runs.
-        let threads = raw.threads.get_ref().resolve();
-        if threads == 0 || threads > 1024 {
-            return self.err(
-                Some(raw.threads.span()),
-                "server.threads",
-                "must be between 1 and 1024",
-            );
-        }
-        let max_connections = *raw.max_connections.get_ref();
-        if !(1..=1_000_000).contains(&max_connections) {
-            return self.err(
-                Some(raw.max_connections.span()),
-                "server.max_connections",
-                "must be between 1 and 1000000",
-            );
-        }
-        let (listen, admin) = (*raw.listen.get_ref(), *raw.admin_listen.get_ref());
-        if listen == admin {
-            return self.err(
-                Some(raw.admin_listen.span()),
-                "server.admin_listen",
-                "must differ from server.listen",
-            );
-        }
-        if collide(listen, admin) {
-            return self.err(
-                Some(raw.admin_listen.span()),
-                "server.admin_listen",
-                format!("{admin} overlaps server.listen {listen}: use a different port"),
-            );
-        }
+        let (threads, max_connections) = self.server_counts(&raw)?;
+        let (listen, admin) = self.listeners(&raw)?;
         let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
         let tls = self.tls_listener(&raw, tls, listen, admin)?;
@@ -91,6 +62,48 @@ impl Validator<'_> {
             tls,
             h2c: raw.h2c,
         })
+    }
+
+    /// `threads` (with `"auto"` resolved) and `max_connections`, each in its range.
+    fn server_counts(&self, raw: &RawServer) -> Result<(u64, u32), ConfigError> {
+        // "auto" is resolved here, once: the model holds the count this host runs.
+        let threads = raw.threads.get_ref().resolve();
+        if threads == 0 || threads > 1024 {
+            return self.err(
+                Some(raw.threads.span()),
+                "server.threads",
+                "must be between 1 and 1024",
+            );
+        }
+        let max_connections = *raw.max_connections.get_ref();
+        if !(1..=1_000_000).contains(&max_connections) {
+            return self.err(
+                Some(raw.max_connections.span()),
+                "server.max_connections",
+                "must be between 1 and 1000000",
+            );
+        }
+        Ok((threads, max_connections))
+    }
+
+    /// `listen` and `admin_listen`: two sockets that can both be bound.
+    fn listeners(&self, raw: &RawServer) -> Result<(SocketAddr, SocketAddr), ConfigError> {
+        let (listen, admin) = (*raw.listen.get_ref(), *raw.admin_listen.get_ref());
+        if listen == admin {
+            return self.err(
+                Some(raw.admin_listen.span()),
+                "server.admin_listen",
+                "must differ from server.listen",
+            );
+        }
+        if collide(listen, admin) {
+            return self.err(
+                Some(raw.admin_listen.span()),
+                "server.admin_listen",
+                format!("{admin} overlaps server.listen {listen}: use a different port"),
+            );
+        }
+        Ok((listen, admin))
     }
 
     /// `server.admin_hosts`: host names as a `Host` header carries them, without a port.
@@ -226,73 +239,87 @@ impl Validator<'_> {
         })
     }
 
+    /// `[upstreams.*]`, sorted by name.
     pub(super) fn upstreams(
         &self,
         raw: BTreeMap<String, RawUpstream>,
     ) -> Result<Vec<UpstreamSpec>, ConfigError> {
         let mut out = Vec::with_capacity(raw.len());
         for (name, up) in raw {
-            let key = format!("upstreams.{name}.servers");
-            if up.servers.get_ref().is_empty() {
-                return self.err(Some(up.servers.span()), key, "needs at least one server");
-            }
-            let mut servers = Vec::with_capacity(up.servers.get_ref().len());
-            for (i, s) in up.servers.get_ref().iter().map(|s| &s.0).enumerate() {
-                match s.parse::<HostPort>() {
-                    Ok(hp) => servers.push(hp),
-                    Err(why) => {
-                        return self.err(
-                            Some(up.servers.span()),
-                            format!("{key}[{i}]"),
-                            format!("{s:?} is not host:port: {why}"),
-                        )
-                    }
-                }
-            }
-            let timeouts = UpstreamTimeouts {
-                connect: up.connect_timeout.0,
-                read: up.read_timeout.0,
-                write: up.write_timeout.0,
-                idle: up.idle_timeout.0,
-            };
-            let tls_key = |k: &str| format!("upstreams.{name}.{k}");
-            let tls = if up.tls {
-                if let Some(sni) = &up.sni {
-                    let ok = !sni.get_ref().is_empty()
-                        && rustls::pki_types::ServerName::try_from(sni.get_ref().as_str()).is_ok();
-                    if !ok {
-                        return self.err(
-                            Some(sni.span()),
-                            tls_key("sni"),
-                            "not a DNS name or IP address",
-                        );
-                    }
-                }
-                Some(UpstreamTls {
-                    sni: up.sni.map(Spanned::into_inner),
-                    verify: up.verify.is_none_or(Spanned::into_inner),
-                    ca_file: up.ca_file.map(Spanned::into_inner),
-                })
-            } else {
-                let stray = [
-                    ("sni", up.sni.map(|v| v.span())),
-                    ("verify", up.verify.map(|v| v.span())),
-                    ("ca_file", up.ca_file.map(|v| v.span())),
-                ];
-                if let Some((k, span)) = stray.into_iter().find(|(_, s)| s.is_some()) {
-                    return self.err(span, tls_key(k), "only used with tls = true");
-                }
-                None
-            };
+            let servers = self.upstream_servers(&name, &up)?;
+            let tls = self.upstream_tls(&name, &up)?;
             out.push(UpstreamSpec {
                 name,
                 servers,
-                timeouts,
+                timeouts: UpstreamTimeouts {
+                    connect: up.connect_timeout.0,
+                    read: up.read_timeout.0,
+                    write: up.write_timeout.0,
+                    idle: up.idle_timeout.0,
+                },
                 tls,
                 h2: up.h2,
             });
         }
         Ok(out)
+    }
+
+    /// `upstreams.<name>.servers`: at least one, each `host:port` (resolved later, not here).
+    fn upstream_servers(&self, name: &str, up: &RawUpstream) -> Result<Vec<HostPort>, ConfigError> {
+        let key = format!("upstreams.{name}.servers");
+        if up.servers.get_ref().is_empty() {
+            return self.err(Some(up.servers.span()), key, "needs at least one server");
+        }
+        let mut servers = Vec::with_capacity(up.servers.get_ref().len());
+        for (i, s) in up.servers.get_ref().iter().map(|s| &s.0).enumerate() {
+            match s.parse::<HostPort>() {
+                Ok(hp) => servers.push(hp),
+                Err(why) => {
+                    return self.err(
+                        Some(up.servers.span()),
+                        format!("{key}[{i}]"),
+                        format!("{s:?} is not host:port: {why}"),
+                    )
+                }
+            }
+        }
+        Ok(servers)
+    }
+
+    /// `tls` and the keys only it uses (`sni`, `verify`, `ca_file`), refused without it.
+    fn upstream_tls(
+        &self,
+        name: &str,
+        up: &RawUpstream,
+    ) -> Result<Option<UpstreamTls>, ConfigError> {
+        let tls_key = |k: &str| format!("upstreams.{name}.{k}");
+        if !up.tls {
+            let stray = [
+                ("sni", up.sni.as_ref().map(|v| v.span())),
+                ("verify", up.verify.as_ref().map(|v| v.span())),
+                ("ca_file", up.ca_file.as_ref().map(|v| v.span())),
+            ];
+            if let Some((k, span)) = stray.into_iter().find(|(_, s)| s.is_some()) {
+                return self.err(span, tls_key(k), "only used with tls = true");
+            }
+            return Ok(None);
+        }
+        if let Some(sni) = &up.sni {
+            let ok = !sni.get_ref().is_empty()
+                && rustls::pki_types::ServerName::try_from(sni.get_ref().as_str()).is_ok();
+            if !ok {
+                return self.err(
+                    Some(sni.span()),
+                    tls_key("sni"),
+                    "not a DNS name or IP address",
+                );
+            }
+        }
+        Ok(Some(UpstreamTls {
+            sni: up.sni.as_ref().map(|v| v.get_ref().clone()),
+            verify: up.verify.as_ref().is_none_or(|v| *v.get_ref()),
+            ca_file: up.ca_file.as_ref().map(|v| v.get_ref().clone()),
+        }))
     }
 }
 
