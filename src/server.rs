@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
 use pingora::prelude::{background_service, Opt};
+use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{ListenFds, RunArgs, RuntimeOpts, Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
@@ -206,6 +207,48 @@ fn add_listeners<A>(
     addrs
 }
 
+/// The proxy service on its listeners (and their addresses): Pingora's HTTP proxy around
+/// `gate`, inside the edge that keeps what Pingora does not have: header, body, send and
+/// keep-alive deadlines and the connection cap.
+fn proxy_service(
+    conf: &Arc<ServerConf>,
+    config: &Config,
+    gate: SlideGate,
+    access_log: Option<AccessLog>,
+    tls: &Option<Arc<TlsPort>>,
+) -> (ListeningService<EdgeApp<HttpProxy<SlideGate>>>, Vec<String>) {
+    // The edge logs the heads Pingora refuses before any hook runs.
+    let edge_log = access_log.clone();
+    let mut app = pingora::proxy::http_proxy(conf, gate.with_access_log(access_log));
+    let s = &config.server;
+    // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
+    // now and then (Pingora's default is no limit).
+    let mut http_options = HttpServerOptions::default();
+    http_options.keepalive_request_limit = Some(1000);
+    http_options.h2c = s.h2c;
+    // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
+    // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
+    // stream yet must still be closed).
+    let h2_idle = match s.keepalive_timeout {
+        t if t.is_zero() => s.client_header_timeout,
+        t => t,
+    };
+    http_options.h2_idle_timeout = Some(h2_idle);
+    app.server_options = Some(http_options);
+    let limits = ConnLimits {
+        client_header_timeout: s.client_header_timeout,
+        keepalive_timeout: s.keepalive_timeout,
+        client_body_timeout: s.client_body_timeout,
+        send_timeout: s.send_timeout,
+        max_connections: s.max_connections,
+        grace_period: s.grace_period,
+    };
+    let edge = (EdgeApp::new(app, limits).with_tls(tls.clone())).with_access_log(edge_log);
+    let mut proxy = ListeningService::new("Pingora HTTP Proxy Service".to_string(), edge);
+    let listen = add_listeners(&mut proxy, config);
+    (proxy, listen)
+}
+
 /// The TLS listener's handshakes, if there is one.
 fn tls_port(config: &Config) -> anyhow::Result<Option<Arc<TlsPort>>> {
     let Some(tls) = &config.server.tls else {
@@ -313,46 +356,8 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     log_nofile(&config);
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
-    // The edge logs the heads Pingora refuses before any hook runs.
-    let edge_log = access_log.clone();
-    let mut app = pingora::proxy::http_proxy(
-        &server.configuration,
-        SlideGate::new(rules.clone(), store.clone())
-            .with_local_fallback(local.clone())
-            .with_access_log(access_log),
-    );
-    // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
-    // now and then (Pingora's default is no limit).
-    let mut http_options = HttpServerOptions::default();
-    http_options.keepalive_request_limit = Some(1000);
-    http_options.h2c = config.server.h2c;
-    let s = &config.server;
-    // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
-    // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
-    // stream yet must still be closed).
-    let h2_idle = match s.keepalive_timeout {
-        t if t.is_zero() => s.client_header_timeout,
-        t => t,
-    };
-    http_options.h2_idle_timeout = Some(h2_idle);
-    app.server_options = Some(http_options);
-    // Header, body, send and keep-alive deadlines and the connection cap, which Pingora does
-    // not have.
-    let limits = ConnLimits {
-        client_header_timeout: s.client_header_timeout,
-        keepalive_timeout: s.keepalive_timeout,
-        client_body_timeout: s.client_body_timeout,
-        send_timeout: s.send_timeout,
-        max_connections: s.max_connections,
-        grace_period: s.grace_period,
-    };
-    let mut proxy = ListeningService::new(
-        "Pingora HTTP Proxy Service".to_string(),
-        EdgeApp::new(app, limits)
-            .with_tls(tls.clone())
-            .with_access_log(edge_log),
-    );
-    let listen = add_listeners(&mut proxy, &config);
+    let gate = SlideGate::new(rules.clone(), store.clone()).with_local_fallback(local.clone());
+    let (proxy, listen) = proxy_service(&server.configuration, &config, gate, access_log, &tls);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.
     server.add_service(ProxyWithStore {
@@ -369,13 +374,6 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             stores: std::iter::once(store.clone()).chain(local).collect(),
         },
     ));
-    if config.server.admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {
-        log::warn!(
-            "admin_listen {} is not a loopback address and server.admin_token is not set: \
-             anyone who reaches it can read and reset rate-limit buckets",
-            config.server.admin_listen
-        );
-    }
     server.add_service(admin_service(&config.server, store.clone(), rules.clone()));
     if let Some(reopen) = reopen {
         server.add_service(background_service("access log reopen", reopen));

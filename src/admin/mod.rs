@@ -162,11 +162,20 @@ impl ServeHttp for AdminApp {
 }
 
 /// The admin service on `[server] admin_listen`, with its `admin_token` and `admin_hosts`.
+/// An inspector other hosts can reach without a token lets anyone read and reset buckets:
+/// allowed (a private network may be meant), but said at every start.
 pub fn admin_service(
     server: &ServerSettings,
     store: Arc<dyn Store>,
     rules: Arc<ArcSwap<Rules>>,
 ) -> Service<HttpServer<AdminApp>> {
+    if server.admin_token.is_none() && !server.admin_listen.ip().is_loopback() {
+        log::warn!(
+            "admin_listen {} is not a loopback address and server.admin_token is not set: \
+             anyone who reaches it can read and reset rate-limit buckets",
+            server.admin_listen
+        );
+    }
     let mut service = Service::new(
         "slidegate admin".to_string(),
         HttpServer::new_app(AdminApp {
