@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis::{wait_ready, RedisCluster, RedisServer};
-use common::store::limit;
+use common::store::{limit, ROUTE};
 use futures::future::join_all;
 use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
@@ -89,7 +89,7 @@ async fn deny_cache_redis_cluster() -> Fixture {
 
 async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {
     let verdict = store
-        .check(bucket, limits)
+        .check(ROUTE, bucket, limits)
         .await
         .unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()));
     assert_eq!(verdict.states.len(), limits.len());
@@ -127,7 +127,7 @@ async fn exact_under_concurrency(store: Arc<dyn Store>, limit: Limit) {
     let limits = [limit];
     let calls = (0..500).map(|_| {
         let store = store.clone();
-        tokio::spawn(async move { store.check("conc:client", &limits).await })
+        tokio::spawn(async move { store.check(ROUTE, "conc:client", &limits).await })
     });
     let verdicts: Vec<Verdict> = join_all(calls)
         .await
@@ -392,24 +392,21 @@ async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
     let (route, b) = ("refund", "refund:client");
     let mut at = Vec::new();
     for _ in 0..3 {
-        let v = store
-            .check_in(route, b, &limits)
-            .await
-            .expect("check failed");
+        let v = store.check(route, b, &limits).await.expect("check failed");
         assert!(v.admitted);
         at.push(v.recorded_at.expect("an admission has a time"));
     }
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
     // Nothing was recorded two windows after the last admission: no slot comes back.
     let never = at[2] + 2 * w.as_micros() as u64;
     store.refund(route, b, &limits, never).await.unwrap();
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
     // The second admission's entries go: one more is admitted, then the limit is full again.
     store.refund(route, b, &limits, at[1]).await.unwrap();
-    let again = store.check_in(route, b, &limits).await.unwrap();
+    let again = store.check(route, b, &limits).await.unwrap();
     assert!(again.admitted, "{again:?}");
     assert_eq!(remaining(&again), [0, 0]);
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
+    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
 }
 
 // ---------------------------------------------------------------------------------------------

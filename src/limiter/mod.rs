@@ -186,27 +186,52 @@ impl StoreError {
 /// What a decision comes to: the verdict, or why the store could not give one.
 pub type Checked = Result<Verdict, StoreError>;
 
-/// A limit store. `check` must be atomic per bucket: concurrent calls for the same bucket,
-/// from any number of tasks (or, for shared stores, processes), never admit more than
-/// `requests` in any window.
+/// A limit store: every backend (memory, Redis single/Sentinel/Cluster, and wrappers such as
+/// the deny cache) implements every method, and passes one conformance suite
+/// (`tests/limiter_conformance.rs`) for each. There are no optional parts: a backend that
+/// could not inspect, reset or refund would fail the admin API or `count_status` at run time.
 ///
-/// The store owns its deadline: `check` returns within the timeout it was built with
-/// ([`StoreError::Timeout`] when that runs out), so callers need no timer of their own.
+/// `check` must be atomic per bucket: concurrent calls for the same bucket, from any number of
+/// tasks (or, for shared stores, processes), never admit more than `requests` in any window.
+///
+/// The store owns its deadline: every async method returns within the timeout it was built
+/// with ([`StoreError::Timeout`] when that runs out), so callers need no timer of their own.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Decide one request for `bucket` (route and client, already bounded in size and free of
-    /// `{`, `}`) against `limits`; record it in every limit if and only if all admit.
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError>;
+    /// Decide one request for `bucket` of `route` (the route's name; the bucket is already
+    /// bounded in size and free of `{`, `}`) against `limits`; record it in every limit if and
+    /// only if all admit. The route lets a store keep routes apart without parsing the bucket
+    /// text (the memory store gives each route its own room); a store may ignore it.
+    ///
+    /// This is the hot path: the proxy calls it once per limited request. Stores that batch
+    /// (Redis) gather concurrent calls themselves; one call is a batch of one.
+    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked;
 
-    /// [`Store::check`] for a bucket of `route` (the route's name), so that a store can keep
-    /// routes apart without parsing the bucket text (the memory store gives each route its own
-    /// room). By default the route is ignored.
-    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        let _ = route;
-        self.check(bucket, limits).await
-    }
+    /// Read the current window of every limit of `bucket`, recording nothing (a read-only
+    /// script or read commands, never the deciding step). For the admin inspector. A bucket
+    /// the store does not know reads as empty: every limit with its full `requests` remaining.
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError>;
 
-    /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`).
+    /// Forget every recorded entry of `bucket` (all its limits): the admin "reset bucket".
+    /// Afterwards the bucket admits the full `requests` of every limit again. A no-op for a
+    /// bucket the store does not know.
+    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError>;
+
+    /// Give back the admission of `bucket` of `route` recorded at `recorded_at`
+    /// ([`Verdict::recorded_at`]) under `limits`: remove that request's own entry from every
+    /// log (one counted in its time slot for a slotted limit), so it no longer counts
+    /// (`count_status`). A no-op for an entry that has already left its window, or a bucket
+    /// that is gone.
+    async fn refund(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError>;
+
+    /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
+    /// `redis_sentinel`).
     fn backend(&self) -> &'static str;
 
     /// Called about once a second on the proxy's runtime: connect or reconnect, refresh
@@ -220,40 +245,6 @@ pub trait Store: Send + Sync + 'static {
     /// True when the store can currently answer (used by `/readyz`).
     fn is_ready(&self) -> bool {
         true
-    }
-
-    /// Read the current window of every limit of `bucket`, recording nothing (a read-only
-    /// script or read commands, never the deciding step). For the admin inspector.
-    async fn inspect(&self, _bucket: &str, _limits: &[Limit]) -> Result<WindowView, StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot be inspected",
-            self.backend()
-        )))
-    }
-
-    /// Forget every recorded entry of `bucket` (all its limits): the admin "reset bucket".
-    async fn reset(&self, _bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot reset a bucket",
-            self.backend()
-        )))
-    }
-
-    /// Give back the admission of `bucket` recorded at `recorded_at` ([`Verdict::recorded_at`])
-    /// under `limits`: remove that request's own entry from every log (one counted in its slot
-    /// for a slotted limit), so it no longer counts (`count_status`). A no-op for an entry
-    /// that has already left its window, or a bucket that is gone.
-    async fn refund(
-        &self,
-        _route: &str,
-        _bucket: &str,
-        _limits: &[Limit],
-        _recorded_at: u64,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot refund",
-            self.backend()
-        )))
     }
 
     /// Called after a reload swapped in new rules: drop anything derived from the old limits.
@@ -291,9 +282,27 @@ pub(crate) mod fixtures {
 
     #[async_trait]
     impl Store for Counting {
-        async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
+        async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
             self.checks.fetch_add(1, Ordering::Relaxed);
-            self.store.check(bucket, limits).await
+            self.store.check(route, bucket, limits).await
+        }
+
+        async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+            self.store.inspect(bucket, limits).await
+        }
+
+        async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+            self.store.reset(bucket, limits).await
+        }
+
+        async fn refund(
+            &self,
+            route: &str,
+            bucket: &str,
+            limits: &[Limit],
+            recorded_at: u64,
+        ) -> Result<(), StoreError> {
+            self.store.refund(route, bucket, limits, recorded_at).await
         }
 
         fn backend(&self) -> &'static str {
