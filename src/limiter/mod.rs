@@ -55,9 +55,10 @@ impl std::hash::Hasher for IdHasher {
 pub struct LimitState {
     /// Requests still admissible in the current window, after this decision.
     pub remaining: u32,
-    /// Time until the oldest entry in the window leaves it, i.e. until one more slot frees
-    /// (for a slotted limit: until its oldest non-empty slot leaves). When nothing is recorded
-    /// this is the full window. A full limit admits again exactly after `reset`.
+    /// Time until the oldest entry in the window leaves it, i.e. until there is room for one
+    /// more request (for a slotted limit: until its oldest non-empty time slot leaves). When
+    /// nothing is recorded this is the full window. A full limit admits again exactly after
+    /// `reset`.
     pub reset: Duration,
 }
 
@@ -89,7 +90,7 @@ impl Verdict {
     }
 
     /// This verdict `elapsed` later, for answering from a known denial: every `reset` shortened
-    /// by `elapsed`, never to 0 (as far as we know the slot has not freed yet).
+    /// by `elapsed`, never to 0 (as far as we know no room has freed yet).
     pub fn aged(&self, elapsed: Duration) -> Verdict {
         let states = self
             .states
@@ -310,7 +311,7 @@ pub(crate) mod fixtures {
         }
     }
 
-    /// A denial by the first of two limits (full, a slot frees in 1.2 s); the second has 40
+    /// A denial by the first of two limits (full, room frees in 1.2 s); the second has 40
     /// left and frees one in 30 s.
     pub(crate) fn denied_by_the_first_of_two() -> Verdict {
         Verdict {
