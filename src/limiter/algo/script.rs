@@ -1,4 +1,4 @@
-//! The Redis scripts, assembled at build time (`build.rs`, by [`assemble`](super::assemble))
+//! The Redis scripts, assembled at build time (`build.rs`, by `algo/assemble.rs`)
 //! from their skeletons (`lua/<script>/skeleton.lua`) and each kind of limit's file
 //! (`lua/kinds/<kind>.lua`), each loaded as one script with one SHA. Each pass of a script
 //! dispatches each limit to its kind with one `if`/`elseif` chain on the limit's kind value in
