@@ -15,7 +15,8 @@
 //!
 //! Two stores implement the same contract and pass the same conformance suite
 //! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
-//! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
+//! [`redis::RedisStore`] (any number of proxies sharing one Redis, a master found through
+//! Redis Sentinel, or a Redis Cluster).
 
 pub mod algo;
 pub mod coalesce;
@@ -195,8 +196,9 @@ pub type Checked = Result<Verdict, StoreError>;
 /// `check` must be atomic per bucket: concurrent calls for the same bucket, from any number of
 /// tasks (or, for shared stores, processes), never admit more than `requests` in any window.
 ///
-/// The store owns its deadline: every async method returns within the timeout it was built
-/// with ([`StoreError::Timeout`] when that runs out), so callers need no timer of their own.
+/// The store owns its deadline: `check`, `inspect`, `reset` and `refund` return within the
+/// timeout it was built with ([`StoreError::Timeout`] when that runs out), so callers need no
+/// timer of their own.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Decide one request for `bucket` of `route` (the route's name; the bucket is already
