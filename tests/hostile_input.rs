@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::http::status_of;
 use common::proxy::{get, send, ConfigBuilder, Proxy};
+use common::store::ROUTE;
 use common::upstream::Upstream;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::{Limit, Store};
@@ -162,7 +163,7 @@ fn a_million_one_off_keys_are_all_swept_after_their_window() {
                     key.clear();
                     key.push_str("route:h:");
                     key.push_str(&i.to_string());
-                    let v = futures::executor::block_on(store.check(&key, &limits))
+                    let v = futures::executor::block_on(store.check(ROUTE, &key, &limits))
                         .expect("memory store decides");
                     assert!(v.admitted, "{key} denied on its first request");
                 }
@@ -195,7 +196,7 @@ fn a_million_one_off_keys_are_all_swept_after_their_window() {
         }
     );
     // The store is usable again and starts from nothing.
-    let v = futures::executor::block_on(store.check("route:h:0", &limits)).expect("decides");
+    let v = futures::executor::block_on(store.check(ROUTE, "route:h:0", &limits)).expect("decides");
     assert!(v.admitted);
     assert_eq!(store.len(), 1);
 }

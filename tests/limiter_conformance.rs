@@ -1,27 +1,31 @@
-//! One conformance suite for every store: the memory store, `RedisStore` on one Redis, and
-//! `RedisStore` on a 3-master Redis Cluster must give the same answers, and so must each of them
-//! behind the `DenyCache` (which answers denials locally and must never change a verdict).
+//! One conformance suite for every store: the memory store, `RedisStore` on one Redis, on a
+//! master found through three Redis Sentinels, and on a 3-master Redis Cluster must give the
+//! same answers, and so must each of them behind the `DenyCache` (which answers denials locally
+//! and must never change a verdict).
 //!
-//! Each case is a plain `async fn(Arc<dyn Store>)`; the `conformance!` macro instantiates every
-//! case once per backend, each test with its own fresh store (and its own Redis).
+//! Each case is a plain `async fn(Arc<dyn Store>)`, in `limiter_conformance/decide.rs`
+//! (deciding, refunds) or `limiter_conformance/admin.rs` (`inspect`, `reset`); the
+//! `conformance!` macro instantiates every case once per backend, each test with its own fresh
+//! store (and its own Redis processes).
 
+#[path = "limiter_conformance/admin.rs"]
+mod admin;
 mod common;
+#[path = "limiter_conformance/decide.rs"]
+mod decide;
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
-use common::store::limit;
-use futures::future::join_all;
+use common::sentinel::SentinelSet;
+use decide::*;
 use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::redis::RedisStore;
-use slidegate::limiter::{Limit, Store, Verdict};
-
-/// Slack for comparing `reset` with the time measured by the test: scheduling, round trips and
-/// the Redis clock vs. the test's clock.
-const TOLERANCE: Duration = Duration::from_millis(150);
+use slidegate::limiter::Store;
 
 /// Generous store timeout: this suite checks semantics, not latency (see `redis_faults.rs`).
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -56,8 +60,24 @@ async fn redis_cluster_store() -> RedisFixture {
     (store, Box::new(cluster))
 }
 
+/// A store following the master three Sentinels name (the set keeps a replica too).
+async fn redis_sentinel_store() -> RedisFixture {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .unwrap();
+    let store = RedisStore::new(&set.redis_target(STORE_TIMEOUT)).unwrap();
+    assert_eq!(store.backend(), "redis_sentinel");
+    wait_ready(&store, Duration::from_secs(20)).await;
+    (store, Box::new(set))
+}
+
 async fn redis_single() -> Fixture {
     let (store, guard) = redis_single_store().await;
+    (Arc::new(store), guard)
+}
+
+async fn redis_sentinel() -> Fixture {
+    let (store, guard) = redis_sentinel_store().await;
     (Arc::new(store), guard)
 }
 
@@ -83,333 +103,12 @@ async fn deny_cache_redis() -> Fixture {
     deny_cached(redis_single_store()).await
 }
 
+async fn deny_cache_redis_sentinel() -> Fixture {
+    deny_cached(redis_sentinel_store()).await
+}
+
 async fn deny_cache_redis_cluster() -> Fixture {
     deny_cached(redis_cluster_store()).await
-}
-
-async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {
-    let verdict = store
-        .check(bucket, limits)
-        .await
-        .unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()));
-    assert_eq!(verdict.states.len(), limits.len());
-    verdict
-}
-
-fn remaining(v: &Verdict) -> Vec<u32> {
-    v.states.iter().map(|s| s.remaining).collect()
-}
-
-/// `actual` is within TOLERANCE of `expected` (and never above the window).
-fn assert_near(actual: Duration, expected: Duration, what: &str) {
-    let diff = actual.abs_diff(expected);
-    assert!(
-        diff <= TOLERANCE,
-        "{what}: {actual:?}, expected {expected:?} ± {TOLERANCE:?}"
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-// The cases.
-
-/// 500 concurrent checks against 10/min admit exactly 10, each seeing a distinct `remaining`.
-async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
-    exact_under_concurrency(store, limit(10, Duration::from_secs(60))).await;
-}
-
-/// The same for a slotted limit: 500 concurrent checks, exactly 10 admitted.
-async fn slotted_exact_under_concurrency(store: Arc<dyn Store>) {
-    let slotted = Limit::slotted(10, Duration::from_secs(60), Duration::from_millis(100));
-    exact_under_concurrency(store, slotted).await;
-}
-
-async fn exact_under_concurrency(store: Arc<dyn Store>, limit: Limit) {
-    let limits = [limit];
-    let calls = (0..500).map(|_| {
-        let store = store.clone();
-        tokio::spawn(async move { store.check("conc:client", &limits).await })
-    });
-    let verdicts: Vec<Verdict> = join_all(calls)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap().expect("check failed"))
-        .collect();
-    let admitted: Vec<&Verdict> = verdicts.iter().filter(|v| v.admitted).collect();
-    assert_eq!(admitted.len(), 10, "{} admitted", admitted.len());
-    let mut seen: Vec<u32> = admitted.iter().map(|v| v.states[0].remaining).collect();
-    seen.sort_unstable();
-    assert_eq!(
-        seen,
-        (0..10).collect::<Vec<_>>(),
-        "each admission saw its own count"
-    );
-    assert!(verdicts
-        .iter()
-        .filter(|v| !v.admitted)
-        .all(|v| v.states[0].remaining == 0));
-}
-
-/// The fixed-window boundary burst does not get through a sliding window.
-async fn boundary_burst(store: Arc<dyn Store>) {
-    let limits = [limit(10, Duration::from_secs(2))];
-    let t0 = Instant::now();
-    for _ in 0..10 {
-        assert!(check(&store, "burst:client", &limits).await.admitted);
-    }
-    tokio::time::sleep_until((t0 + Duration::from_millis(1600)).into()).await;
-    for _ in 0..10 {
-        let v = check(&store, "burst:client", &limits).await;
-        assert!(!v.admitted, "admitted 1.6 s into a 2 s window that is full");
-        let expected = Duration::from_millis(2000).saturating_sub(t0.elapsed());
-        assert_near(v.retry_after().unwrap(), expected, "retry_after at 1.6 s");
-    }
-    tokio::time::sleep_until((t0 + Duration::from_millis(2400)).into()).await;
-    for i in 0..10 {
-        let v = check(&store, "burst:client", &limits).await;
-        assert!(
-            v.admitted,
-            "request {i} denied after the window slid past the burst"
-        );
-    }
-    assert!(!check(&store, "burst:client", &limits).await.admitted);
-}
-
-/// Stacked limits: a request denied by one limit is recorded in none.
-async fn stacked_limits_all_or_nothing(store: Arc<dyn Store>) {
-    let limits = [
-        limit(3, Duration::from_secs(1)),
-        limit(5, Duration::from_secs(10)),
-    ];
-    let b = "stacked:client";
-    let t0 = Instant::now();
-    for expected in [[2, 4], [1, 3], [0, 2]] {
-        let v = check(&store, b, &limits).await;
-        assert!(v.admitted);
-        assert_eq!(remaining(&v), expected);
-    }
-    // Denied by the 1 s limit: the 10 s limit keeps its 2 remaining, however many are denied.
-    for _ in 0..5 {
-        let v = check(&store, b, &limits).await;
-        assert!(!v.admitted);
-        assert_eq!(remaining(&v), [0, 2]);
-        assert_eq!(v.violated().collect::<Vec<_>>(), [0]);
-        let expected = Duration::from_secs(1).saturating_sub(t0.elapsed());
-        assert_near(
-            v.retry_after().unwrap(),
-            expected,
-            "retry_after (1 s limit)",
-        );
-    }
-    tokio::time::sleep_until((t0 + Duration::from_millis(1200)).into()).await;
-    for expected in [[2, 1], [1, 0]] {
-        let v = check(&store, b, &limits).await;
-        assert!(v.admitted);
-        assert_eq!(remaining(&v), expected);
-    }
-    // Now denied by the 10 s limit only: the 1 s limit keeps its 1 remaining.
-    for _ in 0..5 {
-        let v = check(&store, b, &limits).await;
-        assert!(!v.admitted);
-        assert_eq!(remaining(&v), [1, 0]);
-        assert_eq!(v.violated().collect::<Vec<_>>(), [1]);
-        let expected = Duration::from_secs(10).saturating_sub(t0.elapsed());
-        assert_near(
-            v.retry_after().unwrap(),
-            expected,
-            "retry_after (10 s limit)",
-        );
-    }
-}
-
-/// `remaining` counts down per admission; `reset` is the time until the oldest entry leaves.
-async fn reset_and_remaining(store: Arc<dyn Store>) {
-    let window = Duration::from_secs(2);
-    let limits = [limit(5, Duration::from_secs(2))];
-    let b = "reset:client";
-    let t0 = Instant::now();
-
-    let first = check(&store, b, &limits).await;
-    assert!(first.admitted);
-    assert_eq!(first.states[0].remaining, 4);
-    assert!(first.states[0].reset <= window);
-    assert_near(first.states[0].reset, window, "reset of a fresh log");
-    assert_eq!(first.retry_after(), None);
-
-    tokio::time::sleep_until((t0 + Duration::from_millis(500)).into()).await;
-    let second = check(&store, b, &limits).await;
-    assert_eq!(second.states[0].remaining, 3);
-    assert_near(
-        second.states[0].reset,
-        window - t0.elapsed(),
-        "reset after 0.5 s",
-    );
-
-    for expected in [2, 1, 0] {
-        let v = check(&store, b, &limits).await;
-        assert!(v.admitted);
-        assert_eq!(v.states[0].remaining, expected);
-    }
-    let denied = check(&store, b, &limits).await;
-    assert!(!denied.admitted);
-    assert_eq!(denied.states[0].remaining, 0);
-    assert_near(
-        denied.retry_after().unwrap(),
-        window - t0.elapsed(),
-        "retry_after",
-    );
-    assert_eq!(denied.retry_after(), Some(denied.states[0].reset));
-
-    // The first entry has left, the four from t0 + 0.5 s have not.
-    tokio::time::sleep_until((t0 + Duration::from_millis(2100)).into()).await;
-    let again = check(&store, b, &limits).await;
-    assert!(again.admitted);
-    assert_eq!(again.states[0].remaining, 0);
-    assert_near(
-        again.states[0].reset,
-        (window + Duration::from_millis(500)).saturating_sub(t0.elapsed()),
-        "reset once the oldest of the 0.5 s entries is the oldest",
-    );
-}
-
-/// Buckets are independent, and a route with three limits works for many buckets (on a Cluster
-/// they hash to different nodes; the shared hash tag keeps each call in one slot: no CROSSSLOT).
-async fn buckets_are_independent(store: Arc<dyn Store>) {
-    let limits = [
-        limit(2, Duration::from_secs(10)),
-        limit(3, Duration::from_secs(60)),
-        limit(4, Duration::from_secs(3600)),
-    ];
-    let calls = (0..64).map(|i| {
-        let store = store.clone();
-        async move {
-            let bucket = format!("many:client-{i}");
-            let mut admitted = Vec::new();
-            for _ in 0..3 {
-                admitted.push(check(&store, &bucket, &limits).await.admitted);
-            }
-            assert_eq!(admitted, [true, true, false], "bucket {bucket}");
-        }
-    });
-    join_all(calls).await;
-}
-
-/// Logs are keyed by window: a reload that changes `requests` keeps the recorded entries, one
-/// that changes the window starts that limit afresh.
-async fn logs_are_keyed_by_window(store: Arc<dyn Store>) {
-    let b = "reload:client";
-    for _ in 0..3 {
-        assert!(
-            check(&store, b, &[limit(5, Duration::from_secs(10))])
-                .await
-                .admitted
-        );
-    }
-    let lowered = check(&store, b, &[limit(3, Duration::from_secs(10))]).await;
-    assert!(
-        !lowered.admitted,
-        "3 entries already fill a limit lowered to 3"
-    );
-    assert_eq!(remaining(&lowered), [0]);
-    let raised = check(&store, b, &[limit(10, Duration::from_secs(10))]).await;
-    assert!(raised.admitted);
-    assert_eq!(remaining(&raised), [6]);
-    let new_window = check(&store, b, &[limit(5, Duration::from_secs(20))]).await;
-    assert!(new_window.admitted);
-    assert_eq!(remaining(&new_window), [4]);
-}
-
-/// A route without limits is always admitted.
-async fn no_limits_admits(store: Arc<dyn Store>) {
-    let v = check(&store, "none:client", &[]).await;
-    assert!(v.admitted);
-    assert!(v.states.is_empty());
-}
-
-/// A slotted limit (`resolution`) admits exactly `requests` of a burst, refuses the rest with a
-/// `reset` of when its slot leaves (at most window + resolution away), and admits again then.
-async fn slotted_burst_and_reset(store: Arc<dyn Store>) {
-    let limits = [Limit::slotted(
-        5,
-        Duration::from_millis(600),
-        Duration::from_millis(200),
-    )];
-    let b = "slotted:client";
-    let start = Instant::now();
-    for n in (0..5).rev() {
-        let v = check(&store, b, &limits).await;
-        assert!(v.admitted);
-        assert_eq!(remaining(&v), [n]);
-    }
-    let denied = check(&store, b, &limits).await;
-    assert!(!denied.admitted);
-    let reset = denied.states[0].reset;
-    assert!(
-        reset > Duration::ZERO && reset <= Duration::from_millis(800),
-        "{reset:?}"
-    );
-    assert_eq!(denied.retry_after(), Some(reset));
-    // Still refused just before the reset, admitted once it has passed.
-    let wait_until = |at: Duration| tokio::time::sleep_until((start + at).into());
-    wait_until(reset.saturating_sub(TOLERANCE)).await;
-    assert!(
-        !check(&store, b, &limits).await.admitted,
-        "free before its reset"
-    );
-    wait_until(reset + Duration::from_millis(20)).await;
-    assert!(
-        check(&store, b, &limits).await.admitted,
-        "still full after its reset"
-    );
-}
-
-/// A route mixing a log and a slotted limit of one window: two records (two ids), all or none.
-async fn slotted_and_log_all_or_nothing(store: Arc<dyn Store>) {
-    let w = Duration::from_secs(60);
-    let limits = [limit(3, w), Limit::slotted(2, w, Duration::from_secs(1))];
-    let b = "mixed:client";
-    let mut got = Vec::new();
-    for _ in 0..4 {
-        let v = check(&store, b, &limits).await;
-        got.push((v.admitted, remaining(&v)));
-    }
-    assert_eq!(
-        got,
-        [
-            (true, vec![2, 1]),
-            (true, vec![1, 0]),
-            (false, vec![1, 0]),
-            (false, vec![1, 0]),
-        ]
-    );
-}
-
-/// `count_status`: a refund removes that admission's own entries from a log and a slotted
-/// limit alike, so exactly one more request is admitted; a refund naming no admission changes
-/// nothing.
-async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
-    let w = Duration::from_secs(60);
-    let limits = [limit(3, w), Limit::slotted(3, w, Duration::from_secs(1))];
-    let (route, b) = ("refund", "refund:client");
-    let mut at = Vec::new();
-    for _ in 0..3 {
-        let v = store
-            .check_in(route, b, &limits)
-            .await
-            .expect("check failed");
-        assert!(v.admitted);
-        at.push(v.recorded_at.expect("an admission has a time"));
-    }
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
-    // Nothing was recorded two windows after the last admission: no slot comes back.
-    let never = at[2] + 2 * w.as_micros() as u64;
-    store.refund(route, b, &limits, never).await.unwrap();
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
-    // The second admission's entries go: one more is admitted, then the limit is full again.
-    store.refund(route, b, &limits, at[1]).await.unwrap();
-    let again = store.check_in(route, b, &limits).await.unwrap();
-    assert!(again.admitted, "{again:?}");
-    assert_eq!(remaining(&again), [0, 0]);
-    assert!(!store.check_in(route, b, &limits).await.unwrap().admitted);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,6 +142,10 @@ macro_rules! conformance {
                 slotted_burst_and_reset,
                 slotted_and_log_all_or_nothing,
                 refund_gives_back_its_own_entry,
+                inspect_log_after_admissions,
+                inspect_slotted_after_admissions,
+                reset_log_admits_the_full_limit_again,
+                reset_slotted_admits_the_full_limit_again,
             ]
         );
     };
@@ -450,7 +153,9 @@ macro_rules! conformance {
 
 conformance!(memory, memory);
 conformance!(redis, redis_single);
+conformance!(redis_sentinel, redis_sentinel);
 conformance!(redis_cluster, redis_cluster);
 conformance!(deny_cache_memory, deny_cache_memory);
 conformance!(deny_cache_redis, deny_cache_redis);
+conformance!(deny_cache_redis_sentinel, deny_cache_redis_sentinel);
 conformance!(deny_cache_redis_cluster, deny_cache_redis_cluster);

@@ -15,7 +15,8 @@
 //!
 //! Two stores implement the same contract and pass the same conformance suite
 //! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
-//! [`redis::RedisStore`] (any number of proxies sharing Redis or a Redis Cluster).
+//! [`redis::RedisStore`] (any number of proxies sharing one Redis, a master found through
+//! Redis Sentinel, or a Redis Cluster).
 
 pub mod algo;
 pub mod coalesce;
@@ -55,9 +56,10 @@ impl std::hash::Hasher for IdHasher {
 pub struct LimitState {
     /// Requests still admissible in the current window, after this decision.
     pub remaining: u32,
-    /// Time until the oldest entry in the window leaves it, i.e. until one more slot frees
-    /// (for a slotted limit: until its oldest non-empty slot leaves). When nothing is recorded
-    /// this is the full window. A full limit admits again exactly after `reset`.
+    /// Time until the oldest entry in the window leaves it, i.e. until there is room for one
+    /// more request (for a slotted limit: until its oldest non-empty time slot leaves). When
+    /// nothing is recorded this is the full window. A full limit admits again exactly after
+    /// `reset`.
     pub reset: Duration,
 }
 
@@ -89,7 +91,7 @@ impl Verdict {
     }
 
     /// This verdict `elapsed` later, for answering from a known denial: every `reset` shortened
-    /// by `elapsed`, never to 0 (as far as we know the slot has not freed yet).
+    /// by `elapsed`, never to 0 (as far as we know no room has freed yet).
     pub fn aged(&self, elapsed: Duration) -> Verdict {
         let states = self
             .states
@@ -186,27 +188,53 @@ impl StoreError {
 /// What a decision comes to: the verdict, or why the store could not give one.
 pub type Checked = Result<Verdict, StoreError>;
 
-/// A limit store. `check` must be atomic per bucket: concurrent calls for the same bucket,
-/// from any number of tasks (or, for shared stores, processes), never admit more than
-/// `requests` in any window.
+/// A limit store: every backend (memory, Redis single/Sentinel/Cluster, and wrappers such as
+/// the deny cache) implements every method, and passes one conformance suite
+/// (`tests/limiter_conformance.rs`) for each. There are no optional parts: a backend that
+/// could not inspect, reset or refund would fail the admin API or `count_status` at run time.
 ///
-/// The store owns its deadline: `check` returns within the timeout it was built with
-/// ([`StoreError::Timeout`] when that runs out), so callers need no timer of their own.
+/// `check` must be atomic per bucket: concurrent calls for the same bucket, from any number of
+/// tasks (or, for shared stores, processes), never admit more than `requests` in any window.
+///
+/// The store owns its deadline: `check`, `inspect`, `reset` and `refund` return within the
+/// timeout it was built with ([`StoreError::Timeout`] when that runs out), so callers need no
+/// timer of their own.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Decide one request for `bucket` (route and client, already bounded in size and free of
-    /// `{`, `}`) against `limits`; record it in every limit if and only if all admit.
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError>;
+    /// Decide one request for `bucket` of `route` (the route's name; the bucket is already
+    /// bounded in size and free of `{`, `}`) against `limits`; record it in every limit if and
+    /// only if all admit. The route lets a store keep routes apart without parsing the bucket
+    /// text (the memory store gives each route its own room); a store may ignore it.
+    ///
+    /// This is the hot path: the proxy calls it once per limited request. Stores that batch
+    /// (Redis) gather concurrent calls themselves; one call is a batch of one.
+    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked;
 
-    /// [`Store::check`] for a bucket of `route` (the route's name), so that a store can keep
-    /// routes apart without parsing the bucket text (the memory store gives each route its own
-    /// room). By default the route is ignored.
-    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        let _ = route;
-        self.check(bucket, limits).await
-    }
+    /// Read the current window of every limit of `bucket`, recording nothing (a read-only
+    /// script or read commands, never the deciding step). For the admin inspector. A bucket
+    /// the store does not know reads as empty: every limit with its full `requests` remaining.
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError>;
 
-    /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`).
+    /// Forget every recorded entry of `bucket` (all its limits): the admin "reset bucket".
+    /// Afterwards the bucket admits the full `requests` of every limit again. A no-op for a
+    /// bucket the store does not know.
+    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError>;
+
+    /// Give back the admission of `bucket` of `route` recorded at `recorded_at`
+    /// ([`Verdict::recorded_at`]) under `limits`: remove that request's own entry from every
+    /// log (one counted in its time slot for a slotted limit), so it no longer counts
+    /// (`count_status`). A no-op for an entry that has already left its window, or a bucket
+    /// that is gone.
+    async fn refund(
+        &self,
+        route: &str,
+        bucket: &str,
+        limits: &[Limit],
+        recorded_at: u64,
+    ) -> Result<(), StoreError>;
+
+    /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
+    /// `redis_sentinel`).
     fn backend(&self) -> &'static str;
 
     /// Called about once a second on the proxy's runtime: connect or reconnect, refresh
@@ -220,40 +248,6 @@ pub trait Store: Send + Sync + 'static {
     /// True when the store can currently answer (used by `/readyz`).
     fn is_ready(&self) -> bool {
         true
-    }
-
-    /// Read the current window of every limit of `bucket`, recording nothing (a read-only
-    /// script or read commands, never the deciding step). For the admin inspector.
-    async fn inspect(&self, _bucket: &str, _limits: &[Limit]) -> Result<WindowView, StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot be inspected",
-            self.backend()
-        )))
-    }
-
-    /// Forget every recorded entry of `bucket` (all its limits): the admin "reset bucket".
-    async fn reset(&self, _bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot reset a bucket",
-            self.backend()
-        )))
-    }
-
-    /// Give back the admission of `bucket` recorded at `recorded_at` ([`Verdict::recorded_at`])
-    /// under `limits`: remove that request's own entry from every log (one counted in its slot
-    /// for a slotted limit), so it no longer counts (`count_status`). A no-op for an entry
-    /// that has already left its window, or a bucket that is gone.
-    async fn refund(
-        &self,
-        _route: &str,
-        _bucket: &str,
-        _limits: &[Limit],
-        _recorded_at: u64,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Backend(format!(
-            "the {} store cannot refund",
-            self.backend()
-        )))
     }
 
     /// Called after a reload swapped in new rules: drop anything derived from the old limits.
@@ -291,9 +285,27 @@ pub(crate) mod fixtures {
 
     #[async_trait]
     impl Store for Counting {
-        async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
+        async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
             self.checks.fetch_add(1, Ordering::Relaxed);
-            self.store.check(bucket, limits).await
+            self.store.check(route, bucket, limits).await
+        }
+
+        async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+            self.store.inspect(bucket, limits).await
+        }
+
+        async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+            self.store.reset(bucket, limits).await
+        }
+
+        async fn refund(
+            &self,
+            route: &str,
+            bucket: &str,
+            limits: &[Limit],
+            recorded_at: u64,
+        ) -> Result<(), StoreError> {
+            self.store.refund(route, bucket, limits, recorded_at).await
         }
 
         fn backend(&self) -> &'static str {
@@ -301,7 +313,7 @@ pub(crate) mod fixtures {
         }
     }
 
-    /// A denial by the first of two limits (full, a slot frees in 1.2 s); the second has 40
+    /// A denial by the first of two limits (full, room frees in 1.2 s); the second has 40
     /// left and frees one in 30 s.
     pub(crate) fn denied_by_the_first_of_two() -> Verdict {
         Verdict {

@@ -15,8 +15,8 @@ pub struct LimitView {
     pub count: u64,
     /// Requests the limit would still admit right now (0 when full).
     pub remaining: u32,
-    /// Time until one more slot frees, the same rule as [`LimitState::reset`](super::LimitState::reset) (the full window
-    /// when the log is empty).
+    /// Time until there is room for one more request, the same rule as
+    /// [`LimitState::reset`](super::LimitState::reset) (the full window when the log is empty).
     pub reset: Duration,
     /// The newest in-window entries (at most [`MAX_VIEW_ENTRIES`]), oldest first, in µs since the
     /// Unix epoch on the store's clock.

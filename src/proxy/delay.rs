@@ -1,5 +1,5 @@
 //! Smoothing bursts (`max_delay`, `max_queue`; nginx `limit_req burst=.. delay=..`): a denial
-//! whose slot frees soon waits for it and is decided again.
+//! limit has room again soon waits for that room and is decided again.
 //!
 //! Three parts: [`wait_for`], the pure decision (should this answer wait, and how long); the
 //! per-bucket [`Queues`] of waiters, whose [`Place`] is given back on drop (a client that
@@ -24,20 +24,20 @@ use crate::limiter::{StoreError, Verdict};
 use crate::metrics::METRICS;
 
 /// Decisions one request may take while it waits, the first included. Waiters of one bucket
-/// wake together when a slot frees and only one takes it; the others wait for the next slot
+/// wake together when room frees and only one takes it; the others wait for the next room
 /// within their `max_delay`, but each at most this many times, so a long `max_delay` on a busy
 /// bucket costs the store a bounded number of calls per request.
 pub(super) const MAX_DECISIONS: u32 = 8;
 
 /// How long a request should wait before it is decided again, or `None` when its answer is
 /// final: it was admitted; the store could not decide (`on_error` answers, waiting would not
-/// help); the route has no `max_delay` or is a shadow route (which never delays); the slot
-/// frees after `max_delay` from the first denial (`waited` is the time since then); or the
+/// help); the route has no `max_delay` or is a shadow route (which never delays); room
+/// frees only after `max_delay` from the first denial (`waited` is the time since then); or the
 /// request already took [`MAX_DECISIONS`] decisions.
 ///
-/// Waiting until `max_delay` is used up, not once: a waiter that loses a freed slot to another
+/// Waiting until `max_delay` is used up, not once: a waiter that loses freed room to another
 /// waiter, or that woke on a known denial's deadline just before Redis evicted the entry, is
-/// still served if the next slot frees within its budget.
+/// still served if room frees again within its budget.
 pub(super) fn wait_for(
     policy: Policy,
     result: &Result<Verdict, StoreError>,
@@ -45,7 +45,7 @@ pub(super) fn wait_for(
     decisions: u32,
 ) -> Option<Duration> {
     let smoothing = policy.smoothing.filter(|_| !policy.shadow)?;
-    // The time until every full limit has a slot again: before it, no decision can admit.
+    // The time until every full limit has room again: before it, no decision can admit.
     let reset = result.as_ref().ok()?.retry_after()?;
     let fits = waited.checked_add(reset)? <= smoothing.max_delay;
     (fits && decisions < MAX_DECISIONS).then_some(reset)
@@ -81,8 +81,8 @@ impl Queues {
         }
         match self.waiting.entry(bucket.into()) {
             Entry::Occupied(mut n) if *n.get() < max_queue => *n.get_mut() += 1,
-            Entry::Vacant(slot) if max_queue > 0 => {
-                slot.insert(1);
+            Entry::Vacant(vacant) if max_queue > 0 => {
+                vacant.insert(1);
             }
             Entry::Occupied(_) | Entry::Vacant(_) => {
                 self.total.fetch_sub(1, Ordering::AcqRel);
@@ -198,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    fn a_denial_whose_slot_frees_in_time_waits_exactly_until_then() {
+    fn a_denial_whose_room_frees_in_time_waits_exactly_until_then() {
         let denied = verdict(false, Duration::from_millis(300), roomy());
         let p = policy(Some(SECOND), false);
         assert_eq!(
@@ -250,7 +250,7 @@ mod tests {
 
     /// A known denial (the deny cache's answer, its resets aged to now) waits until the cache's
     /// deadline, so the decision after the wait goes to the store: the cache never answers a
-    /// waiter past the slot, and never makes it wait longer than the slot.
+    /// waiter past the time room frees, and never makes it wait longer than that.
     #[tokio::test]
     async fn a_known_denial_waits_until_the_store_decides_again() {
         use crate::limiter::coalesce::known::DenyCache;
@@ -263,16 +263,16 @@ mod tests {
         let cache = DenyCache::new(store.clone());
         let limits = [Limit::log(1, Duration::from_millis(200))];
         let started = Instant::now();
-        assert!(cache.check("b", &limits).await.unwrap().admitted);
-        assert!(!cache.check("b", &limits).await.unwrap().admitted);
-        let mut result = cache.check("b", &limits).await;
+        assert!(cache.check("r", "b", &limits).await.unwrap().admitted);
+        assert!(!cache.check("r", "b", &limits).await.unwrap().admitted);
+        let mut result = cache.check("r", "b", &limits).await;
         assert_eq!(store.reached(), 2, "the third answer is the cache's");
         let p = policy(Some(SECOND), false);
         let waiting = Instant::now();
         let mut decisions = 1;
         while let Some(wait) = wait_for(p, &result, waiting.elapsed(), decisions) {
             tokio::time::sleep(wait).await;
-            result = cache.check("b", &limits).await;
+            result = cache.check("r", "b", &limits).await;
             decisions += 1;
         }
         assert!(
@@ -289,7 +289,7 @@ mod tests {
         let took = started.elapsed();
         assert!(
             took >= Duration::from_millis(200),
-            "admitted before the slot freed"
+            "admitted before room freed"
         );
         assert!(took < Duration::from_millis(300), "{took:?}");
     }

@@ -120,7 +120,7 @@ impl Limiter {
     ) -> (Result<Verdict, StoreError>, DecidedBy) {
         let (name, limits) = (&route.spec.name, &route.spec.limits);
         let started = Instant::now();
-        let result = self.store.check_in(name, bucket, limits).await;
+        let result = self.store.check(name, bucket, limits).await;
         let answered = Instant::now();
         self.duration.observe((answered - started).as_secs_f64());
         let fallback = self
@@ -148,7 +148,7 @@ impl Limiter {
                 let learned = self.learned.get(bucket);
                 let verdict = match learned {
                     Some(learned) => local_after(local, name, bucket, limits, &learned).await,
-                    None => local.check_in(name, bucket, limits).await,
+                    None => local.check(name, bucket, limits).await,
                 };
                 (verdict, DecidedBy::Local)
             }
@@ -193,7 +193,7 @@ async fn local_after(
             recorded_at: None,
         });
     }
-    let mut verdict = local.check_in(route, bucket, &reduced).await?;
+    let mut verdict = local.check(route, bucket, &reduced).await?;
     for (i, state) in verdict.states.iter_mut().enumerate() {
         // A learned entry that frees first makes room first.
         if held[i] > 0 && state.remaining == 0 {

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::redis::{free_port, RedisServer};
 use super::require_tool;
+use ::redis::IntoConnectionInfo;
+use slidegate::limiter::redis::{RedisNodes, RedisTarget, SentinelNodes};
 
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "sgmaster";
@@ -187,6 +189,21 @@ impl SentinelSet {
     /// The Sentinels' URLs, for `[store] urls`.
     pub fn urls(&self) -> Vec<String> {
         self.sentinels.iter().map(SentinelProcess::url).collect()
+    }
+
+    /// A store target asking these Sentinels for the master (no credentials, database 0).
+    pub fn redis_target(&self, timeout: Duration) -> RedisTarget {
+        let sentinels = self.urls().into_iter().map(|u| u.into_connection_info());
+        RedisTarget {
+            nodes: RedisNodes::Sentinel(Box::new(SentinelNodes {
+                sentinels: sentinels.collect::<Result<_, _>>().expect("valid urls"),
+                master_name: MASTER_NAME.into(),
+                master: ::redis::RedisConnectionInfo::default(),
+            })),
+            prefix: "sgtest".into(),
+            timeout,
+            tls: None,
+        }
     }
 
     /// The `[store]` lines of a slidegate using this set.

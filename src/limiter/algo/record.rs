@@ -5,7 +5,8 @@ use super::{log, slots, Limit, LimitId, LimitKind};
 use crate::limiter::LimitView;
 
 /// The pure rules of one kind's record of one limit, times in µs on one clock (the memory
-/// store's [`Clock`](super::clock::Clock)). `id` gives the limit's shape, kept out of every record's bytes.
+/// store's [`Clock`](super::clock::Clock)). `id` gives the limit's shape, kept out of every
+/// record's bytes.
 pub trait Rules {
     /// Drop what left the window at `now`.
     fn evict(&mut self, id: LimitId, now: u64);

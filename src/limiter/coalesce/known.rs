@@ -222,13 +222,8 @@ impl DenyCache {
 
 #[async_trait]
 impl Store for DenyCache {
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
-        self.cached(bucket, limits, |s| s.check(bucket, limits))
-            .await
-    }
-
-    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        self.cached(bucket, limits, |s| s.check_in(route, bucket, limits))
+    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
+        self.cached(bucket, limits, |s| s.check(route, bucket, limits))
             .await
     }
 

@@ -23,7 +23,7 @@
 //! first time it decides (a reload that adds one; then every share shrinks, and a room that
 //! holds more than its new share evicts into its summaries as new clients come, while its
 //! summaries shrink with the share at once, by folding).
-//! The store learns a decision's route from [`Store::check_in`], never from the bucket text.
+//! The store learns a decision's route from [`Store::check`], never from the bucket text.
 //! Rooms of routes a reload removed stay until the process restarts.
 //!
 //! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: at most half of it
@@ -96,7 +96,7 @@ pub const BUCKET_COST: usize = std::mem::size_of::<Bucket>() + 40;
 /// Default `max_memory`: 256 MiB.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
 
-/// The room of decisions asked without a route ([`Store::check`], [`MemoryStore::check_now`]).
+/// The room of decisions asked without a route ([`MemoryStore::check_now`]).
 const UNROUTED: &str = "";
 
 type Rooms = HashMap<Box<str>, Arc<Room>>;
@@ -311,11 +311,7 @@ fn share(max_memory: u64, rooms: usize) -> usize {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
-        self.check_now(bucket, limits)
-    }
-
-    async fn check_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
+    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
         Ok(self.check_now_in(route, bucket, limits))
     }
 

@@ -198,12 +198,9 @@ impl Inner {
 
 #[async_trait]
 impl Store for RedisStore {
-    /// Concurrent decisions share calls per lane (the coalescer's sender).
-    async fn check(&self, bucket: &str, limits: &[Limit]) -> Checked {
-        self.decide(bucket, limits).await
-    }
-
-    async fn check_in(&self, _route: &str, bucket: &str, limits: &[Limit]) -> Checked {
+    /// Concurrent decisions share calls per lane (the coalescer's sender). Redis keys name
+    /// their bucket, so the route is not needed.
+    async fn check(&self, _route: &str, bucket: &str, limits: &[Limit]) -> Checked {
         self.decide(bucket, limits).await
     }
 
