@@ -1,7 +1,7 @@
 //! One conformance suite for every store: the memory store, `RedisStore` on one Redis, on a
 //! master found through three Redis Sentinels, and on a 3-master Redis Cluster must give the
-//! same answers, and so must the memory store, one Redis and the Cluster behind the `DenyCache` (which answers denials locally
-//! and must never change a verdict).
+//! same answers, and so must the memory store, one Redis and the Cluster behind the
+//! `DenyCache` (which answers denials locally and must never change a verdict).
 //!
 //! Each case is a plain `async fn(Arc<dyn Store>)`, in `limiter_conformance/decide.rs`
 //! (deciding, refunds) or `limiter_conformance/admin.rs` (`inspect`, `reset`); the
