@@ -147,6 +147,8 @@ fn sentinel_config_is_checked_without_connecting() {
 struct Seen {
     /// Admissions per client.
     admitted: BTreeMap<usize, usize>,
+    /// `503`s per client (the store could not answer).
+    unavailable: BTreeMap<usize, usize>,
     /// Statuses, all clients.
     statuses: BTreeMap<u16, usize>,
     /// Statuses of requests sent after the kill and before the probe was exact.
@@ -309,10 +311,19 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
         most <= LIMIT + 1,
         "a client was admitted {most} times (limit {LIMIT})"
     );
-    assert!(
-        least >= LIMIT,
-        "a client was admitted only {least} of {LIMIT} after recovery"
-    );
+    // A client sends one request at a time, so at most one was in flight when the master died:
+    // the old master may have run its script (and the replica copied the entry) while the answer
+    // was lost, a `503` to the client but a request counted. That one, and no other, may be
+    // missing after recovery.
+    for i in 0..CLIENTS {
+        let admitted = seen.admitted.get(&i).copied().unwrap_or(0);
+        let lost = seen.unavailable.get(&i).copied().unwrap_or(0).min(1);
+        assert!(
+            admitted + lost >= LIMIT,
+            "client {i} was admitted only {admitted} of {LIMIT} after recovery ({lost} answer \
+             possibly lost with the master)"
+        );
+    }
     for p in &proxies {
         assert!(
             p.log().contains("asking the Sentinels"),
@@ -364,6 +375,9 @@ async fn tally(
             }
             if status == 200 {
                 *seen.admitted.entry(i).or_insert(0) += 1;
+            }
+            if status == 503 {
+                *seen.unavailable.entry(i).or_insert(0) += 1;
             }
         }
     }
