@@ -22,6 +22,15 @@ const COUNT: &str = "/slidegate.test.Echo/Count";
 /// The config: the limited `Echo` route (3 a minute per `x-client`, with the `X-RateLimit-*`
 /// fields), `Count` unlimited, an h2 upstream that does not listen, and a plain HTTP/1.1
 /// upstream for the HTTP/1.1 check; `store` is the `[store]` table.
+/// The proxy in front of both upstreams on the memory store, with an h2c listener.
+fn h2c_proxy(grpc: &GrpcUpstream, plain: &Upstream) -> Proxy {
+    let h2c_listener = ProxyOptions {
+        server_extra: "h2c = true".into(),
+        ..ProxyOptions::default()
+    };
+    Proxy::start_with(&config(grpc, plain, None), h2c_listener)
+}
+
 fn config(grpc: &GrpcUpstream, plain: &Upstream, store: Option<&str>) -> String {
     let mut builder = ConfigBuilder::new()
         .upstream_with("grpc", grpc.addr(), "h2 = true")
@@ -140,11 +149,7 @@ fn a_grpc_client_reads_denials_as_resource_exhausted_on_redis_and_unavailable_wi
 fn other_refusals_of_grpc_calls_are_grpc_statuses() {
     let grpc = GrpcUpstream::start();
     let plain = Upstream::start();
-    let h2c_listener = ProxyOptions {
-        server_extra: "h2c = true".into(),
-        ..ProxyOptions::default()
-    };
-    let proxy = Proxy::start_with(&config(&grpc, &plain, None), h2c_listener);
+    let proxy = h2c_proxy(&grpc, &plain);
     let h2c = GrpcTransport::H2c;
     let none = grpc_calls(proxy.addr(), &h2c, "/slidegate.test.Other/Call", &["a"], 1);
     assert_eq!(none[0].code, "UNIMPLEMENTED", "{none:?}");
@@ -165,11 +170,7 @@ fn other_refusals_of_grpc_calls_are_grpc_statuses() {
 async fn an_h2_grpc_denial_is_one_headers_frame_that_ends_the_stream() {
     let grpc = GrpcUpstream::start();
     let plain = Upstream::start();
-    let h2c_listener = ProxyOptions {
-        server_extra: "h2c = true".into(),
-        ..ProxyOptions::default()
-    };
-    let proxy = Proxy::start_with(&config(&grpc, &plain, None), h2c_listener);
+    let proxy = h2c_proxy(&grpc, &plain);
     let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     let (client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
     let driver = tokio::spawn(conn);
