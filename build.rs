@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[path = "src/limiter/algo/assemble.rs"]
 mod assemble;
 
-/// The scripts, each `lua/<name>/skeleton.lua`; the first names the kinds.
+/// The scripts, each `lua/<name>/skeleton.lua`.
 const SCRIPTS: [&str; 3] = ["sliding_window", "inspect", "refund"];
 
 fn read(path: &str) -> String {
@@ -16,21 +16,32 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }
 
+/// Every kind of limit: the files `lua/kinds/<kind>.lua`, by name (a new kind is its file).
+fn kind_names() -> Vec<String> {
+    let dir = std::fs::read_dir("lua/kinds").unwrap_or_else(|e| panic!("reading lua/kinds: {e}"));
+    let mut names: Vec<String> = dir
+        .map(|entry| {
+            entry
+                .unwrap_or_else(|e| panic!("reading lua/kinds: {e}"))
+                .file_name()
+        })
+        .filter_map(|f| f.to_str()?.strip_suffix(".lua").map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=lua/kinds");
-    let skeletons: Vec<String> = SCRIPTS
-        .iter()
-        .map(|name| read(&format!("lua/{name}/skeleton.lua")))
-        .collect();
-    let names = assemble::kind_names(&skeletons[0])
-        .unwrap_or_else(|e| panic!("lua/{}/skeleton.lua: {e}", SCRIPTS[0]));
+    let names = kind_names();
     let kinds: Vec<(&str, String)> = names
         .iter()
-        .map(|&name| (name, read(&format!("lua/kinds/{name}.lua"))))
+        .map(|name| (name.as_str(), read(&format!("lua/kinds/{name}.lua"))))
         .collect();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    for (name, skeleton) in SCRIPTS.iter().zip(&skeletons) {
-        let script = assemble::assemble(skeleton, &kinds)
+    for name in SCRIPTS {
+        let skeleton = read(&format!("lua/{name}/skeleton.lua"));
+        let script = assemble::assemble(&skeleton, &kinds)
             .unwrap_or_else(|e| panic!("assembling lua/{name}/skeleton.lua: {e}"));
         let out = out_dir.join(format!("{name}.lua"));
         std::fs::write(&out, script).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));

@@ -1,5 +1,5 @@
 --[[
-KIND slots: counters per slot of `resolution` (ARGV resolution > 0; src/limiter/algo/slots.rs)
+KIND slots: counters per slot of `resolution` (ARGV resolution >= 1000, a whole ms; src/limiter/algo/slots.rs)
 
 SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   One Redis STRING per limit, packed with struct.pack('>d' .. ('HI4' x k)): the index `first`
@@ -30,7 +30,7 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
     st[6i-4] k, the number of pairs                 st[6i-1] sum over the window
     st[6i-3] the first pair in the window           st[6i]   requests
 --]]
--- @when res > 0
+-- @when res >= 1000
 -- @section read
             -- SLOTS: one GET; a key of another type or shape fails this decision alone.
             local s = redis.pcall('GET', key)

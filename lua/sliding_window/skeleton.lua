@@ -5,15 +5,17 @@ exact log; lua/kinds/slots.lua: slotted counters).
 
 ASSEMBLY
   Built into the binary by build.rs (src/limiter/algo/assemble.rs): this skeleton, with each
-  kind of limit's file lua/kinds/<kind>.lua spliced in, loaded as ONE script with one SHA. The
-  kinds are the `@kinds` line below, in dispatch order, the default kind last. A line
-  `-- @each-kind <section>` becomes, at its indentation, one if/elseif chain over the kinds on
-  their `@when` test (the default kind's is the `else`), each branch the kind's `@section` of
-  that name; `-- @each-kind doc` becomes each kind's documentation. Passes of a decision are
-  read, decide and answer; the per-limit locals each section may use are set just above its
-  marker. Nothing else changes: no function is called per kind. The same `@kinds` and kind
-  files give the inspector's and the refund's scripts (lua/inspect/skeleton.lua,
-  lua/refund/skeleton.lua: sections inspect-read, inspect-answer and refund).
+  kind of limit's file lua/kinds/<kind>.lua spliced in, loaded as ONE script with one SHA. Every
+  file in lua/kinds/ is a kind: adding one is adding its file. A line `-- @each-kind <section>`
+  becomes, at its indentation, one if/elseif chain over the kinds on their `@when` tests, by
+  file name, the one default kind's branch the `else`; each branch is the kind's `@section` of
+  that name. The `@when` tests are disjoint (each kind owns its values of the third ARGV value,
+  see ARGV), so their order changes nothing. `-- @each-kind doc` becomes each kind's
+  documentation. Passes of a decision are read, decide and answer; the per-limit locals each
+  section may use are set just above its marker. Nothing else changes: no function is called
+  per kind. The same kind files give the inspector's and the refund's scripts
+  (lua/inspect/skeleton.lua, lua/refund/skeleton.lua: sections inspect-read, inspect-answer and
+  refund).
 
 One call decides one request or a batch of them (the store coalesces the decisions pending at
 the same instant for one Redis into one EVALSHA: one dispatch and one TIME for all). The script
@@ -31,8 +33,9 @@ ARGV  (per decision d, in the same order: 1 + 3 n_d values, integers written in 
   then per limit i of d:
     requests    admitted requests allowed per window (>= 1)
     window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
-    resolution  0: the limit is an exact log (DATA); else its slot length in MICROseconds, a
-                whole number of milliseconds dividing `window` (see SLOTS)
+    resolution  the kind of limit, and its parameter: 0, an exact log (DATA); >= 1000, slots of
+                that length in MICROseconds, a whole number of milliseconds dividing `window`
+                (see SLOTS); 1 to 999 are free for other kinds
   ARGV that does not account for exactly every key is an error reply (a caller bug).
 
 REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endian
@@ -76,7 +79,6 @@ COST
   Lua strings: a Lua number argument costs a float-to-decimal conversion inside Redis, so `now`
   is pushed as the string it was read or built as.
 --]]
--- @kinds slots log
 -- @each-kind doc
 
 local TTL_MARGIN_MS = 1000

@@ -1,6 +1,6 @@
 //! Splicing the Redis scripts together: each skeleton (`lua/<script>/skeleton.lua`: the
 //! deciding `sliding_window`, `inspect` and `refund`) with each kind of limit's file
-//! (`lua/kinds/<kind>.lua`), the kinds named once, on the deciding skeleton's `-- @kinds` line.
+//! (`lua/kinds/<kind>.lua`): every file in that folder is a kind, so adding one is adding its file.
 //! `build.rs` runs this (the same file, by `#[path]`) so the binary carries the assembled texts,
 //! and `scripts/bench-script` follows the same rules; the format is described in the deciding
 //! skeleton's ASSEMBLY section.
@@ -10,8 +10,6 @@
 
 use std::fmt;
 
-/// The skeleton's line naming the kinds, in dispatch order (the default kind last).
-const KINDS: &str = "-- @kinds ";
 /// A skeleton line replaced by one section of every kind.
 const EACH_KIND: &str = "-- @each-kind ";
 /// A kind file's line giving its test on the locals (`default`: the `else` branch).
@@ -24,11 +22,9 @@ const DOC: &str = "doc";
 /// Why the parts could not be assembled (a build error: the parts are in the repository).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AssembleError {
-    /// The deciding skeleton has no `-- @kinds` line.
-    NoKinds,
     /// A kind file has no `-- @when` line.
     NoWhen(String),
-    /// The default kind is not the one listed last, or there is not exactly one.
+    /// Not exactly one kind is the default.
     Default,
     /// A kind has no section the skeleton asks for.
     NoSection(String, String),
@@ -37,13 +33,9 @@ pub enum AssembleError {
 impl fmt::Display for AssembleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AssembleError::NoKinds => write!(f, "the skeleton has no `{KINDS}` line"),
             AssembleError::NoWhen(kind) => write!(f, "kind {kind}: no `{WHEN}` line"),
             AssembleError::Default => {
-                write!(
-                    f,
-                    "exactly one kind, the last listed, must be `{WHEN}default`"
-                )
+                write!(f, "exactly one kind must be `{WHEN}default`")
             }
             AssembleError::NoSection(kind, s) => write!(f, "kind {kind}: no section `{s}`"),
         }
@@ -87,31 +79,24 @@ impl Kind {
     }
 }
 
-/// The kinds the deciding skeleton names on its `-- @kinds` line, in dispatch order.
-pub fn kind_names(skeleton: &str) -> Result<Vec<&str>, AssembleError> {
-    let names = skeleton
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(KINDS))
-        .ok_or(AssembleError::NoKinds)?;
-    Ok(names.split_whitespace().collect())
-}
-
-/// A script: `skeleton` with `kinds` (each a name and its file's text, in dispatch order)
-/// spliced in at its markers; the `-- @kinds` line itself is dropped.
+/// A script: `skeleton` with `kinds` (each a name and its file's text) spliced in at its
+/// markers. The kinds' `@when` tests are disjoint, so their order does not change what runs:
+/// they are chained in the order given (`build.rs` gives them by file name), the one default
+/// kind moved last, as the chain's `else`.
 pub fn assemble(skeleton: &str, kinds: &[(&str, String)]) -> Result<String, AssembleError> {
-    let kinds = kinds
+    let mut kinds = kinds
         .iter()
         .map(|(name, text)| Ok((*name, Kind::parse(name, text)?)))
         .collect::<Result<Vec<_>, AssembleError>>()?;
-    let defaults = kinds.iter().filter(|(_, k)| k.when.is_none()).count();
-    if defaults != 1 || kinds.last().is_some_and(|(_, k)| k.when.is_some()) {
+    if kinds.iter().filter(|(_, k)| k.when.is_none()).count() != 1 {
         return Err(AssembleError::Default);
     }
+    // Stable: the others keep their order.
+    kinds.sort_by_key(|(_, k)| k.when.is_none());
     let mut out = String::with_capacity(skeleton.len() * 2);
     for line in skeleton.split_inclusive('\n') {
         match line.trim().strip_prefix(EACH_KIND) {
             Some(section) => splice(&mut out, line, section, &kinds)?,
-            None if line.trim_start().starts_with(KINDS) => {}
             None => out.push_str(line),
         }
     }
@@ -152,7 +137,8 @@ fn splice(
 mod tests {
     use super::*;
 
-    const SKELETON: &str = "--[[ head --]]\n-- @kinds b a\n-- @each-kind doc\nfor i = 1, n do\n    -- @each-kind read\nend\n";
+    const SKELETON: &str =
+        "--[[ head --]]\n-- @each-kind doc\nfor i = 1, n do\n    -- @each-kind read\nend\n";
 
     fn kinds(names: &[&'static str]) -> Vec<(&'static str, String)> {
         let text = |name| match name {
@@ -164,8 +150,8 @@ mod tests {
 
     #[test]
     fn each_marker_becomes_one_chain_over_the_kinds_with_the_default_as_else() {
-        assert_eq!(kind_names(SKELETON), Ok(vec!["b", "a"]));
-        let script = assemble(SKELETON, &kinds(&["b", "a"])).unwrap();
+        // The default kind `a` is the `else` wherever it comes in the folder.
+        let script = assemble(SKELETON, &kinds(&["a", "b"])).unwrap();
         assert_eq!(
             script,
             "--[[ head --]]\n--[[ b --]]\n--[[ a --]]\nfor i = 1, n do\n    if res > 0 then\n        x = 2\n    else\n        x = 1\n    end\nend\n"
@@ -179,7 +165,7 @@ mod tests {
             Err(AssembleError::Default)
         );
         assert_eq!(
-            assemble(SKELETON, &kinds(&["a", "b"])),
+            assemble(SKELETON, &kinds(&["a", "a"])),
             Err(AssembleError::Default)
         );
         let no_section = SKELETON.replace("read\nend", "answer\nend");
@@ -192,6 +178,5 @@ mod tests {
             assemble(SKELETON, &no_when),
             Err(AssembleError::NoWhen("c".into()))
         );
-        assert_eq!(kind_names("x\n"), Err(AssembleError::NoKinds));
     }
 }

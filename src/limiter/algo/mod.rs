@@ -7,8 +7,8 @@
 //! [`clock::FakeClock`]), its ARGV value and reply decoding for the sliding-window script, and
 //! has its Lua file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis
 //! scripts ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind
-//! is its module and Lua file, a [`LimitKind`] variant, a [`Record`] variant with its arm in
-//! `each_kind!` (`record.rs`), and its name on the deciding skeleton's `@kinds` line: see
+//! is its module and Lua file (every file in `lua/kinds/` is spliced in), a [`LimitKind`]
+//! variant and a [`Record`] variant with its arm in `each_kind!` (`record.rs`): see
 //! `docs/design.md`.
 
 use std::time::Duration;
