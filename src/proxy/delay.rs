@@ -180,6 +180,7 @@ mod tests {
         Ok(Verdict {
             admitted,
             recorded_at: admitted.then_some(1),
+            recorded_each: Vec::new(),
             states: vec![
                 LimitState {
                     remaining: u32::from(admitted),

@@ -71,6 +71,7 @@ fn denial(reset: Duration) -> Verdict {
     Verdict {
         admitted: false,
         recorded_at: None,
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset,
@@ -119,6 +120,7 @@ fn an_admission_teaches_nothing() {
     let admitted = Verdict {
         admitted: true,
         recorded_at: Some(1),
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(60),
