@@ -141,10 +141,10 @@ mod tests {
         let named = |key: &str| {
             let spec = match key {
                 "global" => KeySpec::Global,
-                list if list.contains(',') => KeySpec::from_parts(
-                    list.split(',').map(|p| p.parse().unwrap()).collect(),
-                )
-                .unwrap(),
+                list if list.contains(',') => {
+                    KeySpec::from_parts(list.split(',').map(|p| p.parse().unwrap()).collect())
+                        .unwrap()
+                }
                 one => KeySpec::One(one.parse().unwrap()),
             };
             policy_name("chat", &limit, Some(&spec))
@@ -165,7 +165,10 @@ mod tests {
             Limit::log(5, Duration::from_secs(1)),
             Limit::log(100, Duration::from_secs(60)),
         ];
-        let names: Vec<String> = limits.iter().map(|l| policy_name("login", l, None)).collect();
+        let names: Vec<String> = limits
+            .iter()
+            .map(|l| policy_name("login", l, None))
+            .collect();
         assert_eq!(
             policy_field(&names, &limits),
             "\"login-1s\";q=5;w=1, \"login-60s\";q=100;w=60"

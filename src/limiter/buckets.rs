@@ -67,15 +67,22 @@ impl<'a> Buckets<'a> {
         }
     }
 
-    /// The distinct buckets of `limits`, each with the indexes of its limits, in order of
-    /// first use (the route's own bucket first when limit 0 counts in it).
+    /// The distinct buckets of `limits`, each with the indexes of its limits, in the order
+    /// stores reserve them: the route's own bucket first, then the limits' own keys in the
+    /// route's order (the config puts a `global` one last). Every request of a route, on every
+    /// proxy, meets its buckets in this one order; and the broad bucket, reserved last, is never
+    /// given back: only a narrower one is, and only when the broad one is full (see
+    /// [`reserve_in_order`]).
     pub fn groups(&self, limits: usize) -> Vec<(&'a str, Vec<usize>)> {
         let mut groups: Vec<(&'a str, Vec<usize>)> = Vec::with_capacity(1 + self.rest.len());
-        for i in 0..limits {
-            let bucket = self.of(i);
-            match groups.iter_mut().find(|(b, _)| *b == bucket) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((bucket, vec![i])),
+        let key_of = |i: usize| usize::from(self.of_limit.get(i).copied().unwrap_or(0));
+        for k in 0..=self.rest.len() {
+            for i in (0..limits).filter(|&i| key_of(i).min(self.rest.len()) == k) {
+                let bucket = self.of(i);
+                match groups.iter_mut().find(|(b, _)| *b == bucket) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((bucket, vec![i])),
+                }
             }
         }
         groups
@@ -109,9 +116,11 @@ pub struct Part {
 ///
 /// Between a part's reservation and its release another decision may find that part one fuller
 /// than it ends up: it may be denied (a brief over-count), never admitted past a limit, since
-/// every part's own decision is exact. Callers reserve in one fixed order (hash-slot order on a
-/// Cluster, the route's key order in memory), so two requests over the same buckets meet in the
-/// same order and one of them wins, instead of each holding one bucket and losing the other.
+/// every part's own decision is exact. Callers reserve in one fixed order, the route's key
+/// order ([`Buckets::groups`]), so two requests over the same buckets meet in the same order and
+/// one of them wins, instead of each holding one bucket and losing the other. With the broad
+/// bucket last, a reservation is given back only when that last bucket is full, so the brief
+/// over-count can only deny a request the full bucket denies anyway.
 ///
 /// The verdict's states are in the order of `limits`: an earlier part's states as its admission
 /// left them less the released request; a part not reached shows its full `requests` left.

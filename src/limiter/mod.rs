@@ -95,7 +95,11 @@ impl Verdict {
             admitted,
             states,
             recorded_at: first,
-            recorded_each: if first.is_some() && !same { times } else { Vec::new() },
+            recorded_each: if first.is_some() && !same {
+                times
+            } else {
+                Vec::new()
+            },
         }
     }
 

@@ -170,6 +170,7 @@ impl Validator<'_> {
             limits.push(limit);
             of_limit.push(k);
         }
+        global_last(&mut keys.keys, &mut of_limit);
         if of_limit.iter().any(|&k| k > 0) {
             keys.of_limit = of_limit;
         }
@@ -264,5 +265,26 @@ impl Validator<'_> {
             count_status: self.count_status(i, r.count_status.as_ref())?,
             on_error,
         })
+    }
+}
+
+/// Move a `global` key of its own to the end of `keys` (renumbering `of_limit`): stores
+/// reserve a decision's buckets in key order, and the one every client shares is best reserved
+/// last (see [`crate::limiter::Buckets::groups`]).
+fn global_last(keys: &mut Vec<KeySpec>, of_limit: &mut [u8]) {
+    let Some(g) = keys.iter().position(|k| *k == KeySpec::Global) else {
+        return;
+    };
+    let moved = keys.remove(g);
+    keys.push(moved);
+    // Key g + 1 becomes keys.len(); those after it move down by one.
+    let (from, to) = (g + 1, keys.len());
+    for k in of_limit.iter_mut() {
+        let n = usize::from(*k);
+        *k = match n {
+            n if n == from => to,
+            n if n > from => n - 1,
+            n => n,
+        } as u8;
     }
 }

@@ -95,7 +95,9 @@ impl Lane {
         now: Instant,
     ) -> Arrival {
         let stamp = self.stamp(known, generation);
-        let answered = per_limit.is_none().then(|| known.verdict(bucket, limits, stamp, now));
+        let answered = per_limit
+            .is_none()
+            .then(|| known.verdict(bucket, limits, stamp, now));
         if let Some(known) = answered.flatten() {
             return Arrival::Known(known);
         }

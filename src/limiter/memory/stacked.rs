@@ -15,7 +15,12 @@ impl MemoryStore {
     /// and fall back to the summary, and all of that is written for one locked shard; the
     /// release follows its denial with no wait in between, so the over-count lasts
     /// microseconds and is never an admission past a limit.
-    pub(super) fn check_stacked(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Verdict {
+    pub(super) fn check_stacked(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+    ) -> Verdict {
         let groups = buckets.groups(limits.len());
         let parts: Vec<Part> = (groups.iter())
             .map(|(_, members)| Part {
@@ -49,4 +54,3 @@ impl MemoryStore {
         }
     }
 }
-

@@ -1,9 +1,16 @@
 //! Limits of one decision in several buckets (`limits[].key`) on Redis. One Redis (or the
 //! master behind Sentinel) holds every key: the decision is one script call, whose keys simply
 //! name different buckets, atomic as any other. A Cluster cannot run one script over keys in
-//! different hash slots: the limits are decided per slot, in ascending slot order, what earlier
-//! slots reserved given back (the refund script) when a later slot denies
+//! different hash slots: the limits are decided per slot, one slot's call after another, what
+//! earlier slots reserved given back (the refund script) when a later slot denies
 //! ([`reserve_in_order`]): a brief over-count, never an admission past a limit.
+//!
+//! The slots are taken in the route's key order ([`Buckets::groups`]: the slot of the route's
+//! own bucket first, a `global` limit's last), not in slot number order: either order is one
+//! fixed order for every request of the route on every proxy, which is what keeps two requests
+//! over the same buckets from each holding one and losing the other; the key order also keeps
+//! the shared bucket last, so a reservation there is never given back and a client at its own
+//! limit never holds, even briefly, what every other client needs.
 
 use super::RedisStore;
 use crate::limiter::buckets::{reserve_in_order, time_of, Part};
@@ -42,19 +49,18 @@ impl Owned {
 impl RedisStore {
     /// See the module documentation.
     pub(super) async fn decide_stacked(&self, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+        // One part per slot, in the order its first bucket comes in the route's key order.
         let mut lanes: Vec<(usize, Vec<usize>)> = Vec::new();
-        for i in 0..limits.len() {
-            let lane = self.inner.target.lane_of(buckets.of(i));
+        for (bucket, members) in buckets.groups(limits.len()) {
+            let lane = self.inner.target.lane_of(bucket);
             match lanes.iter_mut().find(|(l, _)| *l == lane) {
-                Some((_, members)) => members.push(i),
-                None => lanes.push((lane, vec![i])),
+                Some((_, all)) => all.extend(members),
+                None => lanes.push((lane, members)),
             }
         }
         if lanes.len() == 1 {
             return self.decide(buckets, limits).await;
         }
-        // Slot order: two requests over the same buckets reserve them in the same order.
-        lanes.sort_unstable_by_key(|(lane, _)| *lane);
         let parts: Vec<Part> = (lanes.into_iter())
             .map(|(_, members)| Part { members })
             .collect();

@@ -41,12 +41,26 @@ fn denial() -> Verdict {
 
 fn arrive(lane: &mut Lane, known: &KnownDenials, bucket: &str, limits: &[Limit]) -> Arrival {
     let (tx, _rx) = oneshot::channel();
-    lane.arrive((bucket, None), limits, tx, known, GENERATION, Instant::now())
+    lane.arrive(
+        (bucket, None),
+        limits,
+        tx,
+        known,
+        GENERATION,
+        Instant::now(),
+    )
 }
 
 fn queue(lane: &mut Lane, bucket: &str) -> oneshot::Receiver<Checked> {
     let (tx, rx) = oneshot::channel();
-    lane.arrive((bucket, None), &LIMITS, tx, &known(), GENERATION, Instant::now());
+    lane.arrive(
+        (bucket, None),
+        &LIMITS,
+        tx,
+        &known(),
+        GENERATION,
+        Instant::now(),
+    );
     rx
 }
 

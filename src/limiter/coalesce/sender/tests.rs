@@ -77,16 +77,22 @@ impl Backend for Fake {
 #[tokio::test(flavor = "current_thread")]
 async fn what_arrives_together_goes_in_one_call_and_a_denial_is_remembered_while_busy() {
     let fake = Fake::new();
+    let (hot_bucket, cold_bucket) = (Buckets::one("hot"), Buckets::one("cold"));
     let (hot, cold, hot_again) = tokio::join!(
-        decide(&fake, &Buckets::one("hot"), &LIMITS),
-        decide(&fake, &Buckets::one("cold"), &LIMITS),
-        decide(&fake, &Buckets::one("hot"), &LIMITS),
+        decide(&fake, &hot_bucket, &LIMITS),
+        decide(&fake, &cold_bucket, &LIMITS),
+        decide(&fake, &hot_bucket, &LIMITS),
     );
     assert!(!hot.unwrap().admitted && cold.unwrap().admitted && !hot_again.unwrap().admitted);
     assert_eq!(fake.calls(), [["hot", "cold", "hot"]]);
     // No deny cache: once the lane is idle, the denial answers no more.
     fake.idle().await;
-    assert!(!decide(&fake, &Buckets::one("hot"), &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 2, "asked the backend again");
 }
 
@@ -94,13 +100,28 @@ async fn what_arrives_together_goes_in_one_call_and_a_denial_is_remembered_while
 async fn with_a_deny_cache_a_denial_answers_without_a_call() {
     let fake = Fake::new();
     fake.coalescer.known().serve_cache(Duration::from_secs(10));
-    assert!(!decide(&fake, &Buckets::one("hot"), &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     fake.idle().await;
-    assert!(!decide(&fake, &Buckets::one("hot"), &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 1, "the second was answered from memory");
     // Other limits are another question.
     let other = [Limit::log(2, Duration::from_secs(60))];
-    assert!(!decide(&fake, &Buckets::one("hot"), &other).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &other)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 2);
 }
 
