@@ -131,7 +131,7 @@ fn many_threads_on_one_key_never_reorder_or_underflow() {
                         let requests = if (i / 7 + t) % 2 == 0 { 50 } else { 2 };
                         let v = futures::executor::block_on(store.check(
                             ROUTE,
-                            "route:ip:one",
+                            &Buckets::one("route:ip:one"),
                             &[limit(requests, window)],
                         ))
                         .expect("decides");

@@ -12,17 +12,15 @@ use slidegate::limiter::{Buckets, Limit, Store, Verdict};
 const WINDOW: Duration = Duration::from_secs(60);
 
 /// Every limit counts in its own bucket: limit 0 in `client`'s, limit 1 in `global`.
-fn decide<'a>(
-    store: &'a Arc<dyn Store>,
-    client: &'a str,
-    global: &'a [String],
-    limits: &'a [Limit],
-) -> impl std::future::Future<Output = Verdict> + 'a {
-    async move {
-        let buckets = Buckets::stacked(client, global, &[0, 1]);
-        let verdict = store.check(ROUTE, &buckets, limits).await;
-        verdict.unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()))
-    }
+async fn decide(
+    store: &Arc<dyn Store>,
+    client: &str,
+    global: &[String],
+    limits: &[Limit],
+) -> Verdict {
+    let buckets = Buckets::stacked(client, global, &[0, 1]);
+    let verdict = store.check(ROUTE, &buckets, limits).await;
+    verdict.unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()))
 }
 
 /// Per-client 3 + a shared 4: a client's fourth request is denied by its own limit and takes
