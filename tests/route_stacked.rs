@@ -18,6 +18,7 @@ use common::redis::{RedisCluster, RedisServer};
 use common::tls::{tls_options, Protocol, TestCa};
 use common::upstream::Upstream;
 use futures::future::join_all;
+use slidegate::config::Config;
 
 /// Requests each client sends at once: more than its own 5, and 3 × 6 more than the 8 shared.
 const EACH: usize = 6;
@@ -169,4 +170,27 @@ fn a_bad_limit_key_names_its_file_line_and_key() {
          {{ requests = 8, window = \"1m\", key = \"header:a-b\" }},\n]\n"
     );
     assert_invalid(&text, "routes[0].limits[1].key", 12, "chat-60s-header-a-b");
+}
+
+#[test]
+fn a_global_key_of_its_own_is_reserved_last() {
+    let text = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+        [upstreams.app]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"chat\"\n\
+        upstream = \"app\"\nlimits = [\n  { requests = 8, window = \"1m\", key = \"global\" },\n  \
+        { requests = 5, window = \"1m\", key = \"header:X-Org\" },\n  \
+        { requests = 2, window = \"1s\" },\n]\n";
+    let config = Config::from_toml(std::path::Path::new("t.toml"), text).expect("valid");
+    let route = &config.routing.routes[0];
+    let keys: Vec<String> = route
+        .limit_keys
+        .keys
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(keys, ["header:x-org", "global"]);
+    assert_eq!(route.limit_keys.of_limit, [2, 1, 0]);
+    assert_eq!(
+        route.policy_names(),
+        ["chat-60s-global", "chat-60s-header-x-org", "chat-1s"]
+    );
 }

@@ -211,6 +211,12 @@ mod tests {
         assert_eq!(stacked.of(1), "r:global");
         let groups = stacked.groups(3);
         assert_eq!(groups, vec![("r:ip:1", vec![0, 2]), ("r:global", vec![1])]);
+        // Reserved in key order, the route's own first, whatever order the limits come in.
+        let later = Buckets::stacked("r:ip:1", &rest, &[1, 0]);
+        assert_eq!(
+            later.groups(2),
+            vec![("r:ip:1", vec![1]), ("r:global", vec![0])]
+        );
         assert_eq!(time_of(&[7], 2), 7);
         assert_eq!(time_of(&[7, 8, 9], 1), 8);
     }
