@@ -3,20 +3,23 @@
 //! over HTTP/1.1, one over HTTP/2 over TLS, one over h2c). On the memory store, one Redis, two
 //! proxies sharing one Redis, and a Redis Cluster: exactly 8 admitted in all, at most 5 per
 //! client, the denials name the limit that denied, and the inspector shows that no denial was
-//! recorded anywhere (a client denied by the global limit has not used its own).
+//! recorded anywhere (a client denied by the global limit has not used its own). With
+//! `count_status`, on the memory store and a Cluster: a refund gives every limit back in its own
+//! bucket. And the config: a bad `limits[].key` names its file, line and key; a `global` key of
+//! its own is reserved last; each limit's policy name names its key.
 
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::admin::wait_readyz;
 use common::config::assert_invalid;
-use common::fetch::{fetch, url, Seen};
+use common::fetch::{fetch, fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::{RedisCluster, RedisServer};
 use common::tls::{tls_options, Protocol, TestCa};
-use common::upstream::Upstream;
+use common::upstream::{Upstream, STATUS_HEADER};
 use futures::future::join_all;
 use slidegate::config::Config;
 
@@ -69,9 +72,10 @@ async fn burst(proxies: &[Proxy], ca: &TestCa) -> Vec<(&'static str, Seen)> {
     join_all(calls).await
 }
 
-/// The inspector's count of each limit of `client` (own, global).
-fn counts(proxy: &Proxy, client: &str) -> (u64, u64) {
-    let (status, body) = proxy.admin_get(&format!("/api/v1/window?route=chat&client={client}"));
+/// The inspector's count of each limit of `client` on `route` (own, global).
+fn counts_on(proxy: &Proxy, route: &str, client: &str) -> (u64, u64) {
+    let path = format!("/api/v1/window?route={route}&client={client}");
+    let (status, body) = proxy.admin_get(&path);
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let count = |i: usize| {
@@ -79,8 +83,13 @@ fn counts(proxy: &Proxy, client: &str) -> (u64, u64) {
             .as_u64()
             .unwrap_or_else(|| panic!("{v}"))
     };
-    assert_eq!(v["limits"][1]["name"], "chat-60s-global", "{v}");
+    assert_eq!(v["limits"][1]["name"], format!("{route}-60s-global"), "{v}");
     (count(0), count(1))
+}
+
+/// [`counts_on`] the `chat` route.
+fn counts(proxy: &Proxy, client: &str) -> (u64, u64) {
+    counts_on(proxy, "chat", client)
 }
 
 /// The shared checks of every store: see the module documentation.
@@ -193,4 +202,71 @@ fn a_global_key_of_its_own_is_reserved_last() {
         route.policy_names(),
         ["chat-60s-global", "chat-60s-header-x-org", "chat-1s"]
     );
+}
+
+/// `count_status = [401]` on a route with a per-client 2 and a global 3: an answer of 200 gives
+/// the admission back in both buckets (on a Cluster each in its own slot, recorded at its own
+/// node's time); 401s count in both, and a denial by either counts in neither.
+async fn refunds_in_every_bucket(proxy: &Proxy, protocol: Protocol, ca: &TestCa) {
+    let client = protocol.client(&ca.ca_pem());
+    let target = url(proxy, protocol, "/");
+    let send = |who: &'static str, status: &'static str| {
+        let (client, target) = (client.clone(), target.clone());
+        async move {
+            let headers = [("x-client", who), (STATUS_HEADER, status)];
+            fetch_with(&client, &target, &headers, protocol.version())
+                .await
+                .status
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(send("a", "200").await, 200);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counts_on(proxy, "login", "a") != (0, 0) {
+            assert!(Instant::now() < deadline, "not given back in both buckets");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let statuses = [
+        send("a", "401").await,
+        send("a", "401").await,
+        send("a", "401").await,
+    ];
+    assert_eq!(statuses, [401, 401, 429], "a's own limit denies the third");
+    assert_eq!([send("b", "401").await, send("b", "401").await], [401, 429]);
+    assert_eq!(counts_on(proxy, "login", "a"), (2, 3));
+    assert_eq!(counts_on(proxy, "login", "b"), (1, 3));
+}
+
+fn login_config(up: &Upstream, store: &str) -> String {
+    ConfigBuilder::new()
+        .store(store)
+        .upstream("app", up.addr())
+        .route(
+            "login",
+            "key = \"header:X-Client\"\ncount_status = [401]\n\
+             limits = [\n  { requests = 2, window = \"1m\" },\n  \
+             { requests = 3, window = \"1m\", key = \"global\" },\n]",
+        )
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_refunds_every_limit_in_its_own_bucket() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let config = login_config(&up, "backend = \"memory\"");
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
+    refunds_in_every_bucket(&proxy, Protocol::H2Tls, &ca).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_refunds_every_limit_in_its_own_bucket() {
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
+    let store = format!(
+        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
+        cluster.urls()
+    );
+    let proxy = Proxy::start_with(&login_config(&up, &store), tls_options(&ca, "h2c = true"));
+    wait_readyz(&proxy, 200, Duration::from_secs(20));
+    refunds_in_every_bucket(&proxy, Protocol::H2c, &ca).await;
 }
