@@ -13,7 +13,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::admin::wait_readyz;
+use common::admin::{admin, wait_readyz};
 use common::config::assert_invalid;
 use common::fetch::{fetch, fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
@@ -128,6 +128,24 @@ async fn memory_store_admits_exactly_the_global_limit() {
     let (up, ca) = (Upstream::start(), TestCa::new("ca"));
     let proxies = proxies(&up, &ca, "backend = \"memory\"", 1);
     exactly_eight(&proxies, &ca).await;
+    // The inspector names each limit's own key; a client's reset leaves the shared bucket.
+    let (_, routes) = proxies[0].admin_get("/api/v1/routes");
+    let routes: serde_json::Value = serde_json::from_str(&routes).unwrap();
+    assert_eq!(
+        routes[0]["limits"][0]["key"],
+        serde_json::Value::Null,
+        "{routes}"
+    );
+    assert_eq!(routes[0]["limits"][1]["key"], "global", "{routes}");
+    let reset = admin(
+        &proxies[0],
+        "POST",
+        "/api/v1/reset?route=chat&client=alice",
+        &[],
+    )
+    .await;
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(counts(&proxies[0], "alice"), (0, 8));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

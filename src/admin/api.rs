@@ -65,13 +65,18 @@ fn us_to_ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Each limit: its policy name, requests and window, and `key` when it has one of its own
+/// (`limits[].key`; absent: the route's).
 fn limits_json(route: &Route) -> Vec<Value> {
-    route
-        .spec
-        .limits
-        .iter()
+    (route.spec.limits.iter().enumerate())
         .zip(&route.policy_names)
-        .map(|(l, name)| json!({"name": name, "requests": l.requests, "window_ms": l.window_ms()}))
+        .map(|((i, l), name)| {
+            let mut v = json!({"name": name, "requests": l.requests, "window_ms": l.window_ms()});
+            if let Some(key) = route.spec.limit_keys.key_of(i) {
+                v["key"] = key.to_string().into();
+            }
+            v
+        })
         .collect()
 }
 
