@@ -5,11 +5,43 @@
 
 use std::time::Duration;
 
+use crate::keys::KeySpec;
 use crate::limiter::{Limit, Verdict};
 
-/// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`.
-pub fn policy_name(route: &str, limit: &Limit) -> String {
-    format!("{route}-{}", limit.id().policy_suffix())
+/// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`;
+/// a limit with a key of its own (`limits[].key`) adds `-<key>` ([`key_suffix`]):
+/// `chat-60s-global`, `chat-60s-header-x-org`.
+pub fn policy_name(route: &str, limit: &Limit, own_key: Option<&KeySpec>) -> String {
+    match own_key {
+        None => format!("{route}-{}", limit.id().policy_suffix()),
+        Some(key) => format!("{route}-{}-{}", limit.id().policy_suffix(), key_suffix(key)),
+    }
+}
+
+/// A key as a policy name's suffix: its config text lower-cased, every run of characters other
+/// than ASCII letters and digits one `-`, none at either end: `global`, `client-ip`,
+/// `header-x-org`, and for a list its parts joined (`header-x-api-key-client-ip`). Two keys
+/// may come out the same (`header:a_b`, `header:a-b`): the config refuses a route whose
+/// policy names repeat.
+pub fn key_suffix(key: &KeySpec) -> String {
+    let text = match key {
+        KeySpec::Composite(parts) => (parts.iter().map(ToString::to_string))
+            .collect::<Vec<_>>()
+            .join("-"),
+        other => other.to_string(),
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars().map(|c| c.to_ascii_lowercase()) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    while out.ends_with('-') {
+        out.pop();
+    }
+    out
 }
 
 /// Whole seconds, rounded up: a client told to wait `t` seconds must not come back early.
@@ -104,12 +136,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_limit_with_its_own_key_names_it_in_its_policy() {
+        let limit = Limit::log(2000, Duration::from_secs(60));
+        let named = |key: &str| {
+            let spec = match key {
+                "global" => KeySpec::Global,
+                list if list.contains(',') => {
+                    KeySpec::from_parts(list.split(',').map(|p| p.parse().unwrap()).collect())
+                        .unwrap()
+                }
+                one => KeySpec::One(one.parse().unwrap()),
+            };
+            policy_name("chat", &limit, Some(&spec))
+        };
+        assert_eq!(policy_name("chat", &limit, None), "chat-60s");
+        assert_eq!(named("global"), "chat-60s-global");
+        assert_eq!(named("header:X-Org"), "chat-60s-header-x-org");
+        assert_eq!(named("client_ip"), "chat-60s-client-ip");
+        assert_eq!(
+            named("header:X-Api-Key,client_ip"),
+            "chat-60s-header-x-api-key-client-ip"
+        );
+    }
+
+    #[test]
     fn fields_are_structured() {
         let limits = [
             Limit::log(5, Duration::from_secs(1)),
             Limit::log(100, Duration::from_secs(60)),
         ];
-        let names: Vec<String> = limits.iter().map(|l| policy_name("login", l)).collect();
+        let names: Vec<String> = limits
+            .iter()
+            .map(|l| policy_name("login", l, None))
+            .collect();
         assert_eq!(
             policy_field(&names, &limits),
             "\"login-1s\";q=5;w=1, \"login-60s\";q=100;w=60"

@@ -14,7 +14,7 @@ use pingora::lb::{selection::RoundRobin, LoadBalancer};
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
 use crate::metrics::RouteMetrics;
-use crate::ratelimit_headers::{policy_field, policy_name};
+use crate::ratelimit_headers::policy_field;
 use crate::state_log::StateLog;
 use crate::tls::{TlsFileError, UpstreamTransport};
 
@@ -43,11 +43,7 @@ impl Route {
             None => None,
             Some(body) => Some(read_deny_body(&spec.name, &body.file)?),
         };
-        let policy_names: Vec<String> = spec
-            .limits
-            .iter()
-            .map(|l| policy_name(&spec.name, l))
-            .collect();
+        let policy_names = spec.policy_names();
         let policy_header = spec
             .is_limited()
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())

@@ -279,6 +279,36 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "duplicate window 1m",
         },
         Case {
+            what: "a limit key of no known part",
+            toml: edit(
+                "limits = [ { requests = 10, window = \"1m\" } ]",
+                "limits = [\n  { requests = 10, window = \"1m\" },\n  { requests = 20, window = \"1m\", key = \"heder:X\" },\n]",
+            ),
+            key: "routes[0].limits[1].key",
+            line_of: Some("heder:X"),
+            message: "unknown key \"heder:X\"",
+        },
+        Case {
+            what: "a limit key listing global",
+            toml: edit(
+                "limits = [ { requests = 10, window = \"1m\" } ]",
+                "limits = [\n  { requests = 10, window = \"1m\" },\n  { requests = 20, window = \"1m\", key = [\"global\", \"method\"] },\n]",
+            ),
+            key: "routes[0].limits[1].key[0]",
+            line_of: Some("[\"global\""),
+            message: "\"global\" cannot be combined with other parts",
+        },
+        Case {
+            what: "two limits of one window under one own key",
+            toml: edit(
+                "limits = [ { requests = 10, window = \"1m\" } ]",
+                "limits = [\n  { requests = 10, window = \"1m\", key = \"global\" },\n  { requests = 20, window = \"60s\", key = \"global\" },\n]",
+            ),
+            key: "routes[0].limits[1].window",
+            line_of: Some("\"60s\""),
+            message: "duplicate window 1m",
+        },
+        Case {
             what: "resolution that does not divide the window",
             toml: edit(
                 "{ requests = 10, window = \"1m\" }",

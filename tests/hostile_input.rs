@@ -21,7 +21,7 @@ use common::proxy::{get, send, ConfigBuilder, Proxy};
 use common::store::ROUTE;
 use common::upstream::Upstream;
 use slidegate::limiter::memory::MemoryStore;
-use slidegate::limiter::{Limit, Store};
+use slidegate::limiter::{Buckets, Limit, Store};
 
 /// A proxy keyed by `X-Api-Key` (1 request per minute per key) on every path.
 fn keyed_proxy(up: &Upstream) -> Proxy {
@@ -163,8 +163,12 @@ fn a_million_one_off_keys_are_all_swept_after_their_window() {
                     key.clear();
                     key.push_str("route:h:");
                     key.push_str(&i.to_string());
-                    let v = futures::executor::block_on(store.check(ROUTE, &key, &limits))
-                        .expect("memory store decides");
+                    let v = futures::executor::block_on(store.check(
+                        ROUTE,
+                        &Buckets::one(&key),
+                        &limits,
+                    ))
+                    .expect("memory store decides");
                     assert!(v.admitted, "{key} denied on its first request");
                 }
             });
@@ -196,7 +200,8 @@ fn a_million_one_off_keys_are_all_swept_after_their_window() {
         }
     );
     // The store is usable again and starts from nothing.
-    let v = futures::executor::block_on(store.check(ROUTE, "route:h:0", &limits)).expect("decides");
+    let v = futures::executor::block_on(store.check(ROUTE, &Buckets::one("route:h:0"), &limits))
+        .expect("decides");
     assert!(v.admitted);
     assert_eq!(store.len(), 1);
 }

@@ -4,7 +4,8 @@
 //! `DenyCache` (which answers denials locally and must never change a verdict).
 //!
 //! Each case is a plain `async fn(Arc<dyn Store>)`, in `limiter_conformance/decide.rs`
-//! (deciding, refunds) or `limiter_conformance/admin.rs` (`inspect`, `reset`); the
+//! (deciding, refunds), `limiter_conformance/own_keys.rs` (limits in different buckets) or
+//! `limiter_conformance/admin.rs` (`inspect`, `reset`); the
 //! `conformance!` macro instantiates every case once per backend, each test with its own fresh
 //! store (and its own Redis processes).
 
@@ -13,6 +14,8 @@ mod admin;
 mod common;
 #[path = "limiter_conformance/decide.rs"]
 mod decide;
+#[path = "limiter_conformance/own_keys.rs"]
+mod own_keys;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
 use decide::*;
+use own_keys::*;
 use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::redis::RedisStore;
@@ -142,6 +146,9 @@ macro_rules! conformance {
                 inspect_slotted_after_admissions,
                 reset_log_admits_the_full_limit_again,
                 reset_slotted_admits_the_full_limit_again,
+                limits_in_two_buckets_all_or_nothing,
+                a_global_bucket_is_shared_by_concurrent_clients,
+                refund_gives_back_in_every_bucket,
             ]
         );
     };

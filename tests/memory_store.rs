@@ -10,7 +10,7 @@ use common::store::{limit, ROUTE};
 
 use slidegate::limiter::algo::clock::FakeClock;
 use slidegate::limiter::memory::MemoryStore;
-use slidegate::limiter::{Limit, Store};
+use slidegate::limiter::{Buckets, Limit, Store};
 
 const KEYS: usize = 100_000;
 
@@ -22,7 +22,7 @@ async fn fill(store: &MemoryStore, prefix: &str, keys: usize, limits: &[Limit]) 
         key.push_str(prefix);
         key.push_str(&i.to_string());
         let v = store
-            .check(ROUTE, &key, limits)
+            .check(ROUTE, &Buckets::one(&key), limits)
             .await
             .expect("memory store decides");
         assert!(v.admitted, "{key} denied on its first request");
@@ -66,7 +66,13 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     fill(&store, "long:", 10, &[limit(3, long)]).await;
     // One bucket with both a short and a long limit: after the sweep only its long log stays.
     let stacked = [limit(2, short), limit(2, long)];
-    assert!(store.check(ROUTE, "both", &stacked).await.unwrap().admitted);
+    assert!(
+        store
+            .check(ROUTE, &Buckets::one("both"), &stacked)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(store.len(), KEYS + 11);
     assert_eq!(store.entries(), KEYS + 10 + 2);
 
@@ -81,13 +87,22 @@ async fn maintain_sweeps_expired_buckets_and_keeps_live_ones() {
     assert_eq!(store.entries(), 10 + 1);
 
     // The kept state is still enforced: the long limit of "both" has one slot left.
-    let v = store.check(ROUTE, "both", &stacked).await.unwrap();
+    let v = store
+        .check(ROUTE, &Buckets::one("both"), &stacked)
+        .await
+        .unwrap();
     assert!(v.admitted);
     assert_eq!(v.states[1].remaining, 0);
-    assert!(!store.check(ROUTE, "both", &stacked).await.unwrap().admitted);
+    assert!(
+        !store
+            .check(ROUTE, &Buckets::one("both"), &stacked)
+            .await
+            .unwrap()
+            .admitted
+    );
     // And a swept key starts from scratch.
     let v = store
-        .check(ROUTE, "short:0", &[limit(3, short)])
+        .check(ROUTE, &Buckets::one("short:0"), &[limit(3, short)])
         .await
         .unwrap();
     assert!(v.admitted);
@@ -116,7 +131,7 @@ fn many_threads_on_one_key_never_reorder_or_underflow() {
                         let requests = if (i / 7 + t) % 2 == 0 { 50 } else { 2 };
                         let v = futures::executor::block_on(store.check(
                             ROUTE,
-                            "route:ip:one",
+                            &Buckets::one("route:ip:one"),
                             &[limit(requests, window)],
                         ))
                         .expect("decides");

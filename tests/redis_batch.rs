@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::redis::{wait_ready, RedisServer};
 use common::store::{limit, ROUTE};
 use slidegate::limiter::redis::RedisStore;
-use slidegate::limiter::{Limit, Store, StoreError, Verdict};
+use slidegate::limiter::{Buckets, Limit, Store, StoreError, Verdict};
 
 /// Roomy: this file is about batching, not deadlines, and debug builds on a busy machine are slow.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,7 +44,9 @@ async fn concurrent_checks(
             let store = store.clone();
             tokio::spawn(async move {
                 let start = std::time::Instant::now();
-                let result = store.check(ROUTE, &format!("r:c{i}"), &limits).await;
+                let result = store
+                    .check(ROUTE, &Buckets::one(&format!("r:c{i}")), &limits)
+                    .await;
                 (result, start.elapsed())
             })
         })
@@ -77,7 +79,10 @@ async fn four_hundred_concurrent_decisions(server: &RedisServer) -> u64 {
             "r:hot".to_string()
         };
         tasks.push(tokio::spawn(async move {
-            let verdict = store.check(ROUTE, &bucket, &limits).await.expect("check");
+            let verdict = store
+                .check(ROUTE, &Buckets::one(&bucket), &limits)
+                .await
+                .expect("check");
             (bucket, verdict)
         }));
     }
@@ -149,7 +154,10 @@ async fn a_failing_decision_fails_alone_in_its_batch() {
     for bucket in ["r:first", "r:a", "r:broken", "r:b", "r:a"] {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            (bucket, store.check(ROUTE, bucket, &limits).await)
+            (
+                bucket,
+                store.check(ROUTE, &Buckets::one(bucket), &limits).await,
+            )
         }));
     }
     let mut results = Vec::new();

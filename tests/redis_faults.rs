@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::store::ROUTE;
 use slidegate::limiter::redis::RedisStore;
-use slidegate::limiter::{Limit, Store, StoreError, Verdict};
+use slidegate::limiter::{Buckets, Limit, Store, StoreError, Verdict};
 
 /// The proxy's default `store.timeout`.
 const TIMEOUT: Duration = Duration::from_millis(50);
@@ -35,11 +35,14 @@ async fn bounded_check_within(
     timeout: Duration,
 ) -> (Result<Verdict, Option<StoreError>>, Duration) {
     let start = Instant::now();
-    let result = match tokio::time::timeout(timeout, store.check(ROUTE, bucket, &LIMITS)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Some(e)),
-        Err(_) => Err(None),
-    };
+    let result =
+        match tokio::time::timeout(timeout, store.check(ROUTE, &Buckets::one(bucket), &LIMITS))
+            .await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Some(e)),
+            Err(_) => Err(None),
+        };
     (result, start.elapsed())
 }
 
@@ -64,7 +67,7 @@ async fn killed_redis_fails_within_timeout_and_reports_not_ready() {
     let store = connected_store(&server).await;
     assert!(
         store
-            .check(ROUTE, "kill:c", &LIMITS)
+            .check(ROUTE, &Buckets::one("kill:c"), &LIMITS)
             .await
             .unwrap()
             .admitted
@@ -95,7 +98,7 @@ async fn frozen_redis_times_out_then_fails_fast_then_recovers() {
     let store = connected_store(&server).await;
     assert!(
         store
-            .check(ROUTE, "freeze:c", &LIMITS)
+            .check(ROUTE, &Buckets::one("freeze:c"), &LIMITS)
             .await
             .unwrap()
             .admitted
@@ -130,7 +133,10 @@ async fn frozen_redis_times_out_then_fails_fast_then_recovers() {
 async fn restart_on_same_port_recovers_through_maintain() {
     let mut server = RedisServer::start();
     let store = connected_store(&server).await;
-    let first = store.check(ROUTE, "restart:c", &LIMITS).await.unwrap();
+    let first = store
+        .check(ROUTE, &Buckets::one("restart:c"), &LIMITS)
+        .await
+        .unwrap();
     assert_eq!(first.states[0].remaining, 9);
 
     server.restart();
@@ -181,7 +187,7 @@ async fn store_started_before_redis_connects_once_it_is_up() {
     wait_ready(&store, Duration::from_secs(10)).await;
     assert!(
         store
-            .check(ROUTE, "late:c", &LIMITS)
+            .check(ROUTE, &Buckets::one("late:c"), &LIMITS)
             .await
             .unwrap()
             .admitted
@@ -212,12 +218,14 @@ async fn redis_error_reply_is_a_backend_error_and_keeps_the_store_ready() {
         .query(&mut conn)
         .unwrap();
 
-    let result = store.check(ROUTE, "wrongtype:c", &LIMITS).await;
+    let result = store
+        .check(ROUTE, &Buckets::one("wrongtype:c"), &LIMITS)
+        .await;
     assert!(matches!(result, Err(StoreError::Backend(_))), "{result:?}");
     assert!(store.is_ready());
     assert!(
         store
-            .check(ROUTE, "other:c", &LIMITS)
+            .check(ROUTE, &Buckets::one("other:c"), &LIMITS)
             .await
             .unwrap()
             .admitted
@@ -236,7 +244,13 @@ async fn cluster_with_a_dead_master_keeps_serving_the_other_shards() {
     wait_ready(&store, Duration::from_secs(20)).await;
     let buckets: Vec<String> = (0..24).map(|i| format!("cluster:c{i}")).collect();
     for b in &buckets {
-        assert!(store.check(ROUTE, b, &LIMITS).await.unwrap().admitted);
+        assert!(
+            store
+                .check(ROUTE, &Buckets::one(b), &LIMITS)
+                .await
+                .unwrap()
+                .admitted
+        );
     }
     // Which buckets live on node 0? It answers MOVED for keys it does not own.
     let mut node0 = cluster.nodes()[0].connection();

@@ -24,7 +24,7 @@ use common::redis::{wait_ready, RedisServer};
 use common::store::{limit, ROUTE};
 use redis::IntoConnectionInfo;
 use slidegate::limiter::redis::{RedisNodes, RedisStore};
-use slidegate::limiter::{Limit, Store, Verdict};
+use slidegate::limiter::{Buckets, Limit, Store, Verdict};
 use tokio::task::JoinHandle;
 
 /// Roomy: this file is about round trips, not deadlines; a store timeout fails the test.
@@ -60,7 +60,10 @@ async fn store_through(server: &RedisServer, proxy: Option<&DelayProxy>) -> Arc<
     let store = Arc::new(RedisStore::new(&target).unwrap());
     wait_ready(store.as_ref(), Duration::from_secs(10)).await;
     // The first call loads the script (NOSCRIPT, SCRIPT LOAD, again): not what is measured.
-    let warm = store.check(ROUTE, "warm-up", &[roomy()]).await.unwrap();
+    let warm = store
+        .check(ROUTE, &Buckets::one("warm-up"), &[roomy()])
+        .await
+        .unwrap();
     assert!(warm.admitted);
     store
 }
@@ -127,7 +130,10 @@ async fn decisions(
                 let mut took = Vec::with_capacity(rounds);
                 for _ in 0..rounds {
                     let started = Instant::now();
-                    let verdict = store.check(ROUTE, &bucket, &[roomy()]).await.unwrap();
+                    let verdict = store
+                        .check(ROUTE, &Buckets::one(&bucket), &[roomy()])
+                        .await
+                        .unwrap();
                     took.push(started.elapsed());
                     assert!(verdict.admitted);
                 }
@@ -232,7 +238,10 @@ async fn decisions_for_one_bucket_in_flight_together_run_in_arrival_order() {
         let store = store.clone();
         let mut check: Check = Box::pin(async move {
             let started = Instant::now();
-            let verdict = store.check(ROUTE, "hot", &limits).await.unwrap();
+            let verdict = store
+                .check(ROUTE, &Buckets::one("hot"), &limits)
+                .await
+                .unwrap();
             (verdict, started.elapsed())
         });
         // The first poll queues the decision in its lane: arrival order is this loop's order.

@@ -12,7 +12,7 @@ use common::script::{eval_decisions, integers, redis_time, ScriptLimit};
 use common::store::ROUTE;
 use redis::{Connection, Script};
 use slidegate::limiter::redis::{RedisStore, SCRIPT_SOURCE};
-use slidegate::limiter::{Limit, Store};
+use slidegate::limiter::{Buckets, Limit, Store};
 
 const MARGIN_MS: i64 = 1000;
 
@@ -581,7 +581,10 @@ async fn noscript_after_script_flush_recovers_through_store() {
     wait_ready(store.as_ref(), Duration::from_secs(10)).await;
     let limits = [Limit::log(10, Duration::from_secs(60))];
 
-    let first = store.check(ROUTE, "route:client", &limits).await.unwrap();
+    let first = store
+        .check(ROUTE, &Buckets::one("route:client"), &limits)
+        .await
+        .unwrap();
     assert_eq!(first.states[0].remaining, 9);
 
     let mut conn = redis.connection();
@@ -594,7 +597,10 @@ async fn noscript_after_script_flush_recovers_through_store() {
         .unwrap();
     assert_eq!(exists, vec![false]);
 
-    let second = store.check(ROUTE, "route:client", &limits).await.unwrap();
+    let second = store
+        .check(ROUTE, &Buckets::one("route:client"), &limits)
+        .await
+        .unwrap();
     assert!(second.admitted);
     assert_eq!(
         second.states[0].remaining, 8,

@@ -6,6 +6,12 @@
 //!   key a JSON list with one entry per part (see [`crate::keys::KeySpec::write_query_key`]).
 //! - `POST /api/v1/reset?route=R&client=C`: forget one bucket (and its local deny-cache entry).
 //!
+//! A route whose limits have keys of their own (`limits[].key`): the window shows every limit
+//! in its own bucket, the one `C` names under that limit's key (a `global` one: the route-wide
+//! bucket, the same for every client; a limit whose key cannot read `C` shows an `error`
+//! instead of counts). A reset forgets the client's own buckets, never a `global` limit's,
+//! which counts every client.
+//!
 //! Times are milliseconds with microsecond fractions; timestamps are on the store's clock (Redis
 //! `TIME` for Redis), milliseconds since the Unix epoch. Errors are `application/problem+json`.
 
@@ -14,7 +20,8 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::limiter::Store;
+use crate::keys::KeySpec;
+use crate::limiter::{LimitView, Store, WindowView};
 use crate::problem::Problem;
 use crate::routes::{Route, Rules};
 
@@ -58,13 +65,18 @@ fn us_to_ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Each limit: its policy name, requests and window, and `key` when it has one of its own
+/// (`limits[].key`; absent: the route's).
 fn limits_json(route: &Route) -> Vec<Value> {
-    route
-        .spec
-        .limits
-        .iter()
+    (route.spec.limits.iter().enumerate())
         .zip(&route.policy_names)
-        .map(|(l, name)| json!({"name": name, "requests": l.requests, "window_ms": l.window_ms()}))
+        .map(|((i, l), name)| {
+            let mut v = json!({"name": name, "requests": l.requests, "window_ms": l.window_ms()});
+            if let Some(key) = route.spec.limit_keys.key_of(i) {
+                v["key"] = key.to_string().into();
+            }
+            v
+        })
         .collect()
 }
 
@@ -96,6 +108,34 @@ struct Target<'a> {
     route: &'a Route,
     client: String,
     bucket: String,
+    /// Per distinct key of the route's limits with a key of their own (`limits[].key`), in
+    /// the order of [`LimitKeys::keys`](crate::config::LimitKeys::keys): its bucket, or why
+    /// `client` names none under it. A `global` key's bucket is the route-wide one whatever
+    /// the client.
+    own: Vec<Result<String, String>>,
+}
+
+impl Target<'_> {
+    /// The distinct buckets of the route's limits this query names, each with its limits'
+    /// indexes, or why the client names none under their key: the client's own bucket first.
+    fn groups(&self) -> Vec<(Result<&str, &str>, Vec<usize>)> {
+        let spec = &self.route.spec;
+        let mut groups: Vec<(Result<&str, &str>, Vec<usize>)> = Vec::new();
+        for i in 0..spec.limits.len() {
+            let bucket = match spec.limit_keys.of_limit.get(i).copied().unwrap_or(0) {
+                0 => Ok(self.bucket.as_str()),
+                k => match &self.own[usize::from(k) - 1] {
+                    Ok(b) => Ok(b.as_str()),
+                    Err(e) => Err(e.as_str()),
+                },
+            };
+            match groups.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((bucket, vec![i])),
+            }
+        }
+        groups
+    }
 }
 
 /// Why a query names no bucket.
@@ -143,10 +183,22 @@ fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
             rules.client_ip.key_address(ip)
         })
         .map_err(|e| Rejection::Bad(format!("route {name:?} {e}")))?;
+    let own = (route.spec.limit_keys.keys.iter())
+        .map(|key| {
+            let mut bucket = String::new();
+            let client = if *key == KeySpec::Global { "" } else { &client };
+            key.write_query_key(&mut bucket, &route.spec.name, client, |ip| {
+                rules.client_ip.key_address(ip)
+            })
+            .map(|()| bucket)
+            .map_err(|e| format!("key {key} {e}"))
+        })
+        .collect();
     Ok(Target {
         route,
         client,
         bucket,
+        own,
     })
 }
 
@@ -164,8 +216,8 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
         Ok(t) => t,
         Err(rejection) => return rejection.response(),
     };
-    let view = match store.inspect(&t.bucket, &t.route.spec.limits).await {
-        Ok(v) => v,
+    let (now_us, views) = match inspect_all(&t, store).await {
+        Ok(read) => read,
         Err(e) => return store_error(&e),
     };
     let limits: Vec<Value> = t
@@ -174,8 +226,16 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
         .limits
         .iter()
         .zip(&t.route.policy_names)
-        .zip(&view.limits)
+        .zip(&views)
         .map(|((limit, name), lv)| {
+            let lv = match lv {
+                Ok(lv) => lv,
+                // The client names no bucket under this limit's own key.
+                Err(why) => {
+                    return json!({"name": name, "requests": limit.requests,
+                    "window_ms": limit.window_ms(), "error": why})
+                }
+            };
             json!({
                 "name": name,
                 "requests": limit.requests,
@@ -198,10 +258,40 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
             "route": t.route.spec.name,
             "client": t.client,
             "backend": store.backend(),
-            "now_ms": us_to_ms(view.now_us),
+            "now_ms": us_to_ms(now_us),
             "limits": limits,
         }),
     )
+}
+
+/// Every limit's view in its bucket (the store's `now` of the last read), or why the client
+/// names no bucket under that limit's own key.
+async fn inspect_all(
+    t: &Target<'_>,
+    store: &dyn Store,
+) -> Result<(u64, Vec<Result<LimitView, String>>), crate::limiter::StoreError> {
+    let limits = &t.route.spec.limits;
+    let mut views: Vec<Result<LimitView, String>> = vec![Err(String::new()); limits.len()];
+    let mut now_us = 0;
+    for (bucket, members) in t.groups() {
+        let bucket = match bucket {
+            Ok(bucket) => bucket,
+            Err(why) => {
+                members.iter().for_each(|&i| views[i] = Err(why.to_owned()));
+                continue;
+            }
+        };
+        let sub: Vec<_> = members.iter().map(|&i| limits[i]).collect();
+        let WindowView {
+            now_us: now,
+            limits: read,
+        } = store.inspect(bucket, &sub).await?;
+        now_us = now;
+        for (i, view) in members.into_iter().zip(read) {
+            views[i] = Ok(view);
+        }
+    }
+    Ok((now_us, views))
 }
 
 /// `POST /api/v1/reset?route=R&client=C`.
@@ -210,8 +300,20 @@ pub async fn reset(rules: &Rules, store: &dyn Store, query: &str) -> Response<Ve
         Ok(t) => t,
         Err(rejection) => return rejection.response(),
     };
-    if let Err(e) = store.reset(&t.bucket, &t.route.spec.limits).await {
-        return store_error(&e);
+    // The client's own buckets: a limit under a `global` key of its own counts every client,
+    // so one client's reset leaves it (the route's key `global` resets the route-wide bucket).
+    let limits = &t.route.spec.limits;
+    for (bucket, members) in t.groups() {
+        let shared = members
+            .iter()
+            .all(|&i| t.route.spec.limit_keys.key_of(i) == Some(&KeySpec::Global));
+        let Some(bucket) = bucket.ok().filter(|_| !shared) else {
+            continue;
+        };
+        let sub: Vec<_> = members.iter().map(|&i| limits[i]).collect();
+        if let Err(e) = store.reset(bucket, &sub).await {
+            return store_error(&e);
+        }
     }
     // The client (maybe an API key) stays out of the log.
     log::info!("admin: reset one bucket of route {}", t.route.spec.name);

@@ -35,7 +35,9 @@ pub use answers::{refused_response_header, ResponseField, ResponseHeaders};
 pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
 pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
-pub use route::{Answers, Counting, DenyAnswer, DenyBody, RouteMatch, RouteSpec, Smoothing};
+pub use route::{
+    Answers, Counting, DenyAnswer, DenyBody, LimitKeys, RouteMatch, RouteSpec, Smoothing,
+};
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
 pub use tls::{CertFiles, ConfigFile, SniCert, TlsListenerSettings, TlsVersion, UpstreamTls};

@@ -12,6 +12,7 @@ use ipnet::IpNet;
 
 use super::{HostMatch, KeySpec, OnError, ResponseHeaders};
 use crate::limiter::Limit;
+use crate::ratelimit_headers::policy_name;
 
 /// One `[[routes]]` entry, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,8 @@ pub struct RouteSpec {
     /// Limits, all decided together; empty: the route only proxies (see
     /// [`RouteSpec::is_limited`]).
     pub limits: Vec<Limit>,
+    /// `limits[].key`: which limits count under a key of their own instead of `key`.
+    pub limit_keys: LimitKeys,
     /// Which requests the limits count, and what happens when they cannot be counted.
     pub counting: Counting,
     /// What the proxy adds to or answers for the route's requests.
@@ -42,6 +45,41 @@ impl RouteSpec {
     /// is written, so that "unlimited" cannot come to mean two things.
     pub fn is_limited(&self) -> bool {
         !self.limits.is_empty()
+    }
+
+    /// Each limit's policy name, in order (`RateLimit-Policy`, `RateLimit`, the inspector):
+    /// see [`policy_name`].
+    pub fn policy_names(&self) -> Vec<String> {
+        (self.limits.iter().enumerate())
+            .map(|(i, l)| policy_name(&self.name, l, self.limit_keys.key_of(i)))
+            .collect()
+    }
+}
+
+/// `limits[].key`: the keys a route's limits count under besides the route's own. Each distinct
+/// key is computed once per request; a limit without a key of its own (or with the route's)
+/// counts under the route's key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LimitKeys {
+    /// The distinct keys other than the route's, in the order limits first name them (at most
+    /// [`LimitKeys::MAX`]).
+    pub keys: Vec<KeySpec>,
+    /// Per limit: 0 for the route's key, `k` for `keys[k - 1]`. Empty when every limit counts
+    /// under the route's key (the common case: nothing to compute or look up per limit).
+    pub of_limit: Vec<u8>,
+}
+
+impl LimitKeys {
+    /// Most distinct `limits[].key` per route besides the route's own: each is read from every
+    /// request of the route.
+    pub const MAX: usize = 8;
+
+    /// The key of its own limit `i` counts under; `None`: the route's.
+    pub fn key_of(&self, i: usize) -> Option<&KeySpec> {
+        match self.of_limit.get(i).copied().unwrap_or(0) {
+            0 => None,
+            k => self.keys.get(usize::from(k) - 1),
+        }
     }
 }
 

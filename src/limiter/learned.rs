@@ -181,6 +181,7 @@ mod tests {
         Verdict {
             admitted,
             recorded_at: admitted.then_some(1),
+            recorded_each: Vec::new(),
             states: vec![LimitState { remaining, reset }],
         }
     }

@@ -19,6 +19,7 @@
 //! Redis Sentinel, or a Redis Cluster).
 
 pub mod algo;
+pub mod buckets;
 pub mod coalesce;
 pub mod learned;
 pub mod memory;
@@ -26,6 +27,7 @@ pub mod redis;
 mod view;
 
 pub use algo::{Limit, LimitId, LimitKind, MAX_SLOTS};
+pub use buckets::Buckets;
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 
 use std::time::Duration;
@@ -74,9 +76,43 @@ pub struct Verdict {
     /// entry of this admission carries that time). [`Store::refund`] names the admission by it.
     /// `None` for a denial, and for an admission with no limits.
     pub recorded_at: Option<u64>,
+    /// One record time per limit when an admission's limits were recorded at different times
+    /// (a Redis Cluster decision over buckets in several hash slots, each its own script call
+    /// on its own node's clock); empty, allocating nothing, when `recorded_at` names them all.
+    pub recorded_each: Vec<u64>,
 }
 
 impl Verdict {
+    /// A verdict whose limits were decided in parts: `times` per limit (0: not recorded;
+    /// any value for a denial). The record times are kept per limit only when they differ.
+    pub fn combined(admitted: bool, states: Vec<LimitState>, times: Vec<u64>) -> Verdict {
+        // A part decided without a record time (the memory store's summary alone) cannot be
+        // given back: then neither is the whole, which only errs on the safe side.
+        let recorded = admitted && times.iter().all(|&t| t > 0);
+        let first = times.first().copied().filter(|_| recorded);
+        let same = times.iter().all(|&t| Some(t) == first);
+        Verdict {
+            admitted,
+            states,
+            recorded_at: first,
+            recorded_each: if first.is_some() && !same {
+                times
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// When an admission was recorded: one time for every limit, or one per limit (see
+    /// [`Verdict::recorded_each`]); what [`Store::refund`] takes. `None` as for `recorded_at`.
+    pub fn recorded_times(&self) -> Option<&[u64]> {
+        let at = self.recorded_at.as_ref()?;
+        Some(match self.recorded_each.is_empty() {
+            true => std::slice::from_ref(at),
+            false => &self.recorded_each,
+        })
+    }
+
     /// How long a denied client should wait: the largest `reset` among the limits that are
     /// full. `None` when the request was admitted.
     pub fn retry_after(&self) -> Option<Duration> {
@@ -108,6 +144,7 @@ impl Verdict {
             admitted: self.admitted,
             states,
             recorded_at: self.recorded_at,
+            recorded_each: self.recorded_each.clone(),
         }
     }
 
@@ -201,14 +238,20 @@ pub type Checked = Result<Verdict, StoreError>;
 /// timer of their own.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Decide one request for `bucket` of `route` (the route's name; the bucket is already
-    /// bounded in size and free of `{`, `}`) against `limits`; record it in every limit if and
-    /// only if all admit. The route lets a store keep routes apart without parsing the bucket
-    /// text (the memory store gives each route its own room); a store may ignore it.
+    /// Decide one request of `route` against `limits`, each counted in its bucket of
+    /// `buckets` (usually one for all: [`Buckets::one`]; bucket texts are already bounded in
+    /// size and free of `{`, `}`); record it in every limit if and only if all admit. The
+    /// route lets a store keep routes apart without parsing the bucket text (the memory store
+    /// gives each route its own room); a store may ignore it.
+    ///
+    /// Limits in different buckets are all-or-nothing too: a store that cannot decide them in
+    /// one atomic step reserves them in a fixed order and gives back what it reserved when a
+    /// later one denies ([`buckets::reserve_in_order`]): a brief over-count, never an
+    /// admission past a limit.
     ///
     /// This is the hot path: the proxy calls it once per limited request. Stores that batch
     /// (Redis) gather concurrent calls themselves; one call is a batch of one.
-    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked;
+    async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked;
 
     /// Read the current window of every limit of `bucket`, recording nothing (a read-only
     /// script or read commands, never the deciding step). For the admin inspector. A bucket
@@ -220,17 +263,17 @@ pub trait Store: Send + Sync + 'static {
     /// bucket the store does not know.
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError>;
 
-    /// Give back the admission of `bucket` of `route` recorded at `recorded_at`
-    /// ([`Verdict::recorded_at`]) under `limits`: remove that request's own entry from every
-    /// log (one counted in its time slot for a slotted limit), so it no longer counts
-    /// (`count_status`). A no-op for an entry that has already left its window, or a bucket
-    /// that is gone.
+    /// Give back the admission of `route` under `limits` in `buckets` recorded at
+    /// `recorded_at` ([`Verdict::recorded_times`]: one time for all, or one per limit): remove
+    /// that request's own entry from every limit's log in its bucket (one counted in its time
+    /// slot for a slotted limit), so it no longer counts (`count_status`). A no-op for an
+    /// entry that has already left its window, or a bucket that is gone.
     async fn refund(
         &self,
         route: &str,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         limits: &[Limit],
-        recorded_at: u64,
+        recorded_at: &[u64],
     ) -> Result<(), StoreError>;
 
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
@@ -285,9 +328,9 @@ pub(crate) mod fixtures {
 
     #[async_trait]
     impl Store for Counting {
-        async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
+        async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
             self.checks.fetch_add(1, Ordering::Relaxed);
-            self.store.check(route, bucket, limits).await
+            self.store.check(route, buckets, limits).await
         }
 
         async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
@@ -301,11 +344,11 @@ pub(crate) mod fixtures {
         async fn refund(
             &self,
             route: &str,
-            bucket: &str,
+            buckets: &Buckets<'_>,
             limits: &[Limit],
-            recorded_at: u64,
+            recorded_at: &[u64],
         ) -> Result<(), StoreError> {
-            self.store.refund(route, bucket, limits, recorded_at).await
+            self.store.refund(route, buckets, limits, recorded_at).await
         }
 
         fn backend(&self) -> &'static str {
@@ -319,6 +362,7 @@ pub(crate) mod fixtures {
         Verdict {
             admitted: false,
             recorded_at: None,
+            recorded_each: Vec::new(),
             states: vec![
                 LimitState {
                     remaining: 0,

@@ -66,6 +66,9 @@ pub struct RequestCtx {
     pub(super) legacy: Option<crate::ratelimit_headers::Legacy>,
     /// The bucket key (route and client) of this request.
     pub(super) key: String,
+    /// The buckets of the route's limits with keys of their own (`limits[].key`), in the order
+    /// of [`LimitKeys::keys`](crate::config::LimitKeys::keys); empty for other routes.
+    pub(super) limit_keys: Vec<String>,
     /// Servers this request could not connect to (each retried on another server).
     pub(super) failed_servers: Vec<pingora::protocols::l4::socket::SocketAddr>,
     /// Holds this request in `slidegate_requests_in_flight` until the context is dropped.

@@ -160,7 +160,7 @@ pub(super) async fn client_gone(session: &mut Session) -> Box<Error> {
 mod tests {
     use super::*;
     use crate::config::{OnError, Smoothing};
-    use crate::limiter::LimitState;
+    use crate::limiter::{Buckets, LimitState};
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -180,6 +180,7 @@ mod tests {
         Ok(Verdict {
             admitted,
             recorded_at: admitted.then_some(1),
+            recorded_each: Vec::new(),
             states: vec![
                 LimitState {
                     remaining: u32::from(admitted),
@@ -263,16 +264,28 @@ mod tests {
         let cache = DenyCache::new(store.clone());
         let limits = [Limit::log(1, Duration::from_millis(200))];
         let started = Instant::now();
-        assert!(cache.check("r", "b", &limits).await.unwrap().admitted);
-        assert!(!cache.check("r", "b", &limits).await.unwrap().admitted);
-        let mut result = cache.check("r", "b", &limits).await;
+        assert!(
+            cache
+                .check("r", &Buckets::one("b"), &limits)
+                .await
+                .unwrap()
+                .admitted
+        );
+        assert!(
+            !cache
+                .check("r", &Buckets::one("b"), &limits)
+                .await
+                .unwrap()
+                .admitted
+        );
+        let mut result = cache.check("r", &Buckets::one("b"), &limits).await;
         assert_eq!(store.reached(), 2, "the third answer is the cache's");
         let p = policy(Some(SECOND), false);
         let waiting = Instant::now();
         let mut decisions = 1;
         while let Some(wait) = wait_for(p, &result, waiting.elapsed(), decisions) {
             tokio::time::sleep(wait).await;
-            result = cache.check("r", "b", &limits).await;
+            result = cache.check("r", &Buckets::one("b"), &limits).await;
             decisions += 1;
         }
         assert!(

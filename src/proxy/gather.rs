@@ -8,8 +8,8 @@ use pingora::proxy::Session;
 use super::outcome::{Checked, DecidedBy, Outcome};
 use super::{refund, respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
-use crate::keys::KeyInput;
-use crate::limiter::StoreError;
+use crate::keys::{Ambiguous, KeyInput};
+use crate::limiter::{Buckets, StoreError};
 use crate::metrics::METRICS;
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
@@ -55,12 +55,14 @@ impl SlideGate {
             ip: rules.client_ip.key_address(client),
         };
         let key = (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
-        if key.is_err() {
+        if key.is_err() || own_keys(route, &mut ctx.limit_keys, &input).is_err() {
             return Checked::BadForm(BadRequest::AmbiguousKey);
         }
         let max_delayed = rules.max_delayed;
+        let of_limit = &route.spec.limit_keys.of_limit;
+        let buckets = Buckets::stacked(&ctx.key, &ctx.limit_keys, of_limit);
         self.limiter
-            .check(session, &ctx.key, route, max_delayed)
+            .check(session, &buckets, route, max_delayed)
             .await
     }
 
@@ -99,7 +101,7 @@ impl SlideGate {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict);
                 ctx.legacy = respond::legacy_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
-                    (&route.spec.counting.count_status, verdict.recorded_at)
+                    (&route.spec.counting.count_status, verdict.recorded_times())
                 {
                     let by = match outcome {
                         Outcome::LocalAllowed(_) => DecidedBy::Local,
@@ -111,6 +113,17 @@ impl SlideGate {
             _ => {}
         }
     }
+}
+
+/// The buckets of `route`'s limits with keys of their own (`limits[].key`), each distinct key
+/// computed once, into `out` (nothing for a route without any: no allocation).
+fn own_keys(route: &Route, out: &mut Vec<String>, input: &KeyInput<'_>) -> Result<(), Ambiguous> {
+    let keys = &route.spec.limit_keys.keys;
+    out.resize_with(keys.len(), String::new);
+    for (key, text) in keys.iter().zip(out.iter_mut()) {
+        key.write_request_key(text, &route.spec.name, input)?;
+    }
+    Ok(())
 }
 
 /// The socket peer's address. An IPv4 client of a dual-stack listener (`[::]:8080`) arrives as

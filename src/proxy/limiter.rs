@@ -12,7 +12,7 @@ use super::delay::{self, Queues};
 use super::outcome::{Checked, DecidedBy, Policy};
 use crate::config::OnError;
 use crate::limiter::learned::{Learned, LearnedBucket};
-use crate::limiter::{Limit, LimitState, Store, StoreError, Verdict};
+use crate::limiter::{Buckets, Limit, LimitState, Store, StoreError, Verdict};
 use crate::metrics::{StoreErrorMetrics, METRICS};
 use crate::routes::Route;
 
@@ -53,20 +53,22 @@ impl Limiter {
         &self.store
     }
 
-    /// What the limits say of a request for `bucket` on `route`. A denial whose slot frees
-    /// within the route's `max_delay` waits for it, with a place in the bucket's queue and
+    /// What the limits say of a request counted in `buckets` on `route`. A denial whose slot
+    /// frees within the route's `max_delay` waits for it, with a place in the queue of the
+    /// client's own bucket (the route's key, also when a limit of its own denied) and
     /// one of the process's `max_delayed` (none left: answered at once), and is decided again
     /// until admitted or out of budget (see [`delay::wait_for`]); a client that leaves
     /// meanwhile ends it with [`Checked::ClientGone`].
     pub(super) async fn check(
         &self,
         session: &mut Session,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         route: &Route,
         max_delayed: u32,
     ) -> Checked {
         let policy = Policy::of(route);
-        let (mut result, mut by) = self.decide(bucket, route, policy).await;
+        let bucket = buckets.first();
+        let (mut result, mut by) = self.decide(buckets, route, policy).await;
         let first = delay::wait_for(policy, &result, Duration::ZERO, 1);
         let (Some(mut wait), Some(smoothing)) = (first, policy.smoothing) else {
             return Checked::Decided {
@@ -95,7 +97,7 @@ impl Limiter {
                     return Checked::ClientGone;
                 }
             }
-            (result, by) = self.decide(bucket, route, policy).await;
+            (result, by) = self.decide(buckets, route, policy).await;
             decisions += 1;
             match delay::wait_for(policy, &result, started.elapsed(), decisions) {
                 Some(next) => wait = next,
@@ -111,16 +113,19 @@ impl Limiter {
         }
     }
 
-    /// The verdict for `bucket` on `route`, and who gave it.
+    /// The verdict for `buckets` on `route`, and who gave it. What the shared store says is
+    /// learned under the client's own bucket (the route's key), every limit's state with it: a
+    /// limit of its own (a `global` one) is learned as this client last saw it.
     async fn decide(
         &self,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         route: &Route,
         policy: Policy,
     ) -> (Result<Verdict, StoreError>, DecidedBy) {
         let (name, limits) = (&route.spec.name, &route.spec.limits);
+        let bucket = buckets.first();
         let started = Instant::now();
-        let result = self.store.check(name, bucket, limits).await;
+        let result = self.store.check(name, buckets, limits).await;
         let answered = Instant::now();
         self.duration.observe((answered - started).as_secs_f64());
         let fallback = self
@@ -147,8 +152,8 @@ impl Limiter {
             Some(local) => {
                 let learned = self.learned.get(bucket);
                 let verdict = match learned {
-                    Some(learned) => local_after(local, name, bucket, limits, &learned).await,
-                    None => local.check(name, bucket, limits).await,
+                    Some(learned) => local_after(local, name, buckets, limits, &learned).await,
+                    None => local.check(name, buckets, limits).await,
                 };
                 (verdict, DecidedBy::Local)
             }
@@ -157,12 +162,12 @@ impl Limiter {
     }
 }
 
-/// The local log's verdict for `bucket` with each limit reduced by what `learned` still holds
+/// The local log's verdict for `buckets` with each limit reduced by what `learned` still holds
 /// of it: the local log admits only into the room the shared store had left.
 async fn local_after(
     local: &Arc<dyn Store>,
     route: &str,
-    bucket: &str,
+    buckets: &Buckets<'_>,
     limits: &[Limit],
     learned: &LearnedBucket,
 ) -> Result<Verdict, StoreError> {
@@ -191,9 +196,10 @@ async fn local_after(
             admitted: false,
             states,
             recorded_at: None,
+            recorded_each: Vec::new(),
         });
     }
-    let mut verdict = local.check(route, bucket, &reduced).await?;
+    let mut verdict = local.check(route, buckets, &reduced).await?;
     for (i, state) in verdict.states.iter_mut().enumerate() {
         // A learned entry that frees first makes room first.
         if held[i] > 0 && state.remaining == 0 {

@@ -334,7 +334,8 @@ impl ProxyHttp for SlideGate {
         ctx.in_flight = None;
         if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
             if ticket.due {
-                self.limiter.refund(route, &ctx.key, ticket);
+                self.limiter
+                    .refund(route, &ctx.key, &ctx.limit_keys, ticket);
             }
         }
         let Some(log) = &self.access_log else {

@@ -201,6 +201,7 @@ mod tests {
         Verdict {
             admitted,
             recorded_at: admitted.then_some(1),
+            recorded_each: Vec::new(),
             states: vec![LimitState {
                 remaining: u32::from(admitted),
                 reset: Duration::from_secs(1),

@@ -8,14 +8,16 @@ use http::StatusCode;
 
 use super::limiter::Limiter;
 use super::outcome::DecidedBy;
+use crate::limiter::Buckets;
 use crate::metrics::METRICS;
 use crate::routes::Route;
 
 /// An admission that may be given back: when its entries were recorded, and by which store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Ticket {
-    /// [`Verdict::recorded_at`](crate::limiter::Verdict::recorded_at).
-    pub recorded_at: u64,
+    /// [`Verdict::recorded_times`](crate::limiter::Verdict::recorded_times): one time for
+    /// every limit, or one per limit.
+    pub recorded_at: Box<[u64]>,
     /// The store that recorded it (the local log after a shared-store failure).
     pub by: DecidedBy,
     /// The upstream's status gave the slot back: refunded when the response has gone out.
@@ -24,9 +26,9 @@ pub(super) struct Ticket {
 
 impl Ticket {
     /// An admission that counts until its upstream answers.
-    pub fn new(recorded_at: u64, by: DecidedBy) -> Ticket {
+    pub fn new(recorded_at: &[u64], by: DecidedBy) -> Ticket {
         Ticket {
-            recorded_at,
+            recorded_at: recorded_at.into(),
             by,
             due: false,
         }
@@ -61,10 +63,12 @@ pub(super) fn settle(count_status: &[StatusCode], status: StatusCode) -> Settle 
 }
 
 impl Limiter {
-    /// Give `ticket`'s admission of `bucket` back, in a task of its own: the response does
-    /// not wait for the store, and until the store has removed the entry the slot stays taken
-    /// (the bound errs on the safe side). A failed refund keeps the slot, and is counted.
-    pub(super) fn refund(&self, route: &Route, bucket: &str, ticket: Ticket) {
+    /// Give `ticket`'s admission back, every limit in its own bucket (`bucket` the route's,
+    /// `own` the limits' own keys' as the request computed them), in a task of its own: the
+    /// response does not wait for the store, and until the store has removed the entry the
+    /// slot stays taken (the bound errs on the safe side). A failed refund keeps the slot, and
+    /// is counted.
+    pub(super) fn refund(&self, route: &Route, bucket: &str, own: &[String], ticket: Ticket) {
         let store = match ticket.by {
             DecidedBy::Store => self.store.clone(),
             DecidedBy::Local => match &self.local {
@@ -77,9 +81,11 @@ impl Limiter {
             bucket.to_owned(),
             route.spec.limits.clone(),
         );
+        let (own, of_limit) = (own.to_vec(), route.spec.limit_keys.of_limit.clone());
         tokio::spawn(async move {
+            let buckets = Buckets::stacked(&bucket, &own, &of_limit);
             let result = store
-                .refund(&name, &bucket, &limits, ticket.recorded_at)
+                .refund(&name, &buckets, &limits, &ticket.recorded_at)
                 .await;
             let outcome = if result.is_ok() { "ok" } else { "error" };
             if let Err(e) = result {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slidegate::limiter::{Limit, LimitView, Store, Verdict};
+use slidegate::limiter::{Buckets, Limit, LimitView, Store, Verdict};
 
 /// The route named by tests that decide directly on a store: one name, so that a memory store
 /// keeps all of a test's buckets in one room, as the proxy does for one route.
@@ -21,7 +21,7 @@ pub fn limit(requests: u32, window: Duration) -> Limit {
 /// One decision for `bucket` of [`ROUTE`], which must succeed and give one state per limit.
 pub async fn check(store: &Arc<dyn Store>, bucket: &str, limits: &[Limit]) -> Verdict {
     let verdict = store
-        .check(ROUTE, bucket, limits)
+        .check(ROUTE, &Buckets::one(bucket), limits)
         .await
         .unwrap_or_else(|e| panic!("{} check failed: {e}", store.backend()));
     assert_eq!(verdict.states.len(), limits.len());

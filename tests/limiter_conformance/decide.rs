@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::store::{assert_near, check, limit, remaining, ROUTE, TOLERANCE};
 use futures::future::join_all;
-use slidegate::limiter::{Limit, Store, Verdict};
+use slidegate::limiter::{Buckets, Limit, Store, Verdict};
 
 /// 500 concurrent checks against 10/min admit exactly 10, each seeing a distinct `remaining`.
 pub async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
@@ -22,7 +22,11 @@ async fn exact_under_concurrency(store: Arc<dyn Store>, limit: Limit) {
     let limits = [limit];
     let calls = (0..500).map(|_| {
         let store = store.clone();
-        tokio::spawn(async move { store.check(ROUTE, "conc:client", &limits).await })
+        tokio::spawn(async move {
+            store
+                .check(ROUTE, &Buckets::one("conc:client"), &limits)
+                .await
+        })
     });
     let verdicts: Vec<Verdict> = join_all(calls)
         .await
@@ -287,19 +291,46 @@ pub async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
     let (route, b) = ("refund", "refund:client");
     let mut at = Vec::new();
     for _ in 0..3 {
-        let v = store.check(route, b, &limits).await.expect("check failed");
+        let v = store
+            .check(route, &Buckets::one(b), &limits)
+            .await
+            .expect("check failed");
         assert!(v.admitted);
         at.push(v.recorded_at.expect("an admission has a time"));
     }
-    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
+    assert!(
+        !store
+            .check(route, &Buckets::one(b), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
     // Nothing was recorded two windows after the last admission: no slot comes back.
     let never = at[2] + 2 * w.as_micros() as u64;
-    store.refund(route, b, &limits, never).await.unwrap();
-    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
+    store
+        .refund(route, &Buckets::one(b), &limits, &[never])
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .check(route, &Buckets::one(b), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
     // The second admission's entries go: one more is admitted, then the limit is full again.
-    store.refund(route, b, &limits, at[1]).await.unwrap();
-    let again = store.check(route, b, &limits).await.unwrap();
+    store
+        .refund(route, &Buckets::one(b), &limits, &[at[1]])
+        .await
+        .unwrap();
+    let again = store.check(route, &Buckets::one(b), &limits).await.unwrap();
     assert!(again.admitted, "{again:?}");
     assert_eq!(remaining(&again), [0, 0]);
-    assert!(!store.check(route, b, &limits).await.unwrap().admitted);
+    assert!(
+        !store
+            .check(route, &Buckets::one(b), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
 }

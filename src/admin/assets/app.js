@@ -270,6 +270,14 @@ function animate() {
     view.limits.forEach((l, i) => {
       const c = cards[i];
       if (!c) return;
+      if (l.error) {
+        // A limit with a key of its own that this client text names no bucket under.
+        c.remaining.textContent = l.error;
+        c.ring.style.display = "none";
+        c.dots.replaceChildren();
+        c.empty.textContent = "";
+        return;
+      }
       const full = l.remaining === 0;
       c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} in window`;
       c.remaining.classList.toggle("full", full);

@@ -364,4 +364,7 @@ pub(super) struct RawLimit {
     /// Slot length of a bounded-memory limit (checked against the window in `validate`).
     #[serde(default)]
     pub resolution: Option<Spanned<Resolution>>,
+    /// A key of its own instead of the route's (`"global"`: one bucket for every client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Spanned<RawKey>>,
 }

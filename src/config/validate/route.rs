@@ -8,12 +8,14 @@ use std::collections::HashSet;
 
 use http::Method;
 
-use super::super::raw::RawRoute;
+use super::super::raw::{RawLimit, RawRoute};
 use super::super::{
-    Answers, ConfigError, Counting, HostMatch, RouteMatch, RouteSpec, UpstreamSpec,
+    Answers, ConfigError, Counting, HostMatch, KeySpec, LimitKeys, RouteMatch, RouteSpec,
+    UpstreamSpec,
 };
 use super::{slots, RouteDefaults, Validator};
 use crate::limiter::Limit;
+use crate::ratelimit_headers::policy_name;
 
 impl Validator<'_> {
     /// Route `i`: every group checked and built; `names` collects the names seen so far.
@@ -36,7 +38,8 @@ impl Validator<'_> {
             );
         };
         let key = self.key(&r.key, &format!("routes[{i}].key"))?;
-        let limits = self.limits(i, &r)?;
+        let (limits, limit_keys) = self.limits(i, &r, &key)?;
+        self.policy_names(i, &r, &limits, &limit_keys)?;
         let answers = self.answers(i, &r, defaults)?;
         let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
         let counting = self.counting(i, &r, defaults)?;
@@ -46,6 +49,7 @@ impl Validator<'_> {
             upstream,
             key,
             limits,
+            limit_keys,
             counting,
             answers,
             smoothing,
@@ -125,10 +129,19 @@ impl Validator<'_> {
         Ok(methods)
     }
 
-    /// `limits`: each a log, or slots when it has a `resolution`; no two with one id.
-    fn limits(&self, i: usize, r: &RawRoute) -> Result<Vec<Limit>, ConfigError> {
+    /// `limits`: each a log, or slots when it has a `resolution`, under the route's `key` or
+    /// its own; no two with one id under one key.
+    fn limits(
+        &self,
+        i: usize,
+        r: &RawRoute,
+        key: &KeySpec,
+    ) -> Result<(Vec<Limit>, LimitKeys), ConfigError> {
         let mut limits = Vec::with_capacity(r.limits.len());
+        let mut keys = LimitKeys::default();
+        let mut of_limit = Vec::with_capacity(r.limits.len());
         for (j, l) in r.limits.iter().enumerate() {
+            let k = self.limit_key(i, j, l, key, &mut keys.keys)?;
             let window = l.window.get_ref().0;
             let limit = match &l.resolution {
                 None => Limit::log(l.requests.get(), window),
@@ -140,8 +153,10 @@ impl Validator<'_> {
                     }
                 },
             };
-            // Two limits with one id would share one log (one Redis key, one policy name).
-            if limits.iter().any(|x: &Limit| x.id() == limit.id()) {
+            // Two limits with one id under one key would share one log (one Redis key, one
+            // policy name).
+            let same = |(x, xk): (&Limit, &u8)| x.id() == limit.id() && *xk == k;
+            if limits.iter().zip(&of_limit).any(same) {
                 return self.err(
                     Some(l.window.span()),
                     format!("routes[{i}].limits[{j}].window"),
@@ -153,8 +168,69 @@ impl Validator<'_> {
                 );
             }
             limits.push(limit);
+            of_limit.push(k);
         }
-        Ok(limits)
+        global_last(&mut keys.keys, &mut of_limit);
+        if of_limit.iter().any(|&k| k > 0) {
+            keys.of_limit = of_limit;
+        }
+        Ok((limits, keys))
+    }
+
+    /// No two limits with one policy name (two keys may read the same in one: see
+    /// [`key_suffix`](crate::ratelimit_headers::key_suffix)).
+    fn policy_names(
+        &self,
+        i: usize,
+        r: &RawRoute,
+        limits: &[Limit],
+        keys: &LimitKeys,
+    ) -> Result<(), ConfigError> {
+        let name = r.name.get_ref();
+        let mut seen = HashSet::new();
+        for (j, limit) in limits.iter().enumerate() {
+            let policy = policy_name(name, limit, keys.key_of(j));
+            if !seen.insert(policy.clone()) {
+                let raw = &r.limits[j];
+                let span = raw.key.as_ref().map_or(raw.window.span(), |k| k.span());
+                let message = format!("a second limit with the policy name {policy:?}");
+                return self.err(Some(span), format!("routes[{i}].limits[{j}].key"), message);
+            }
+        }
+        Ok(())
+    }
+
+    /// `limits[j].key`: 0 for the route's key (none given, or the same key), else the limit's
+    /// own key's place in `keys` plus 1 (added there when new).
+    fn limit_key(
+        &self,
+        i: usize,
+        j: usize,
+        l: &RawLimit,
+        route_key: &KeySpec,
+        keys: &mut Vec<KeySpec>,
+    ) -> Result<u8, ConfigError> {
+        let Some(raw) = &l.key else { return Ok(0) };
+        let at = format!("routes[{i}].limits[{j}].key");
+        let key = self.key(raw, &at)?;
+        if key == *route_key {
+            return Ok(0);
+        }
+        let k = match keys.iter().position(|x| *x == key) {
+            Some(k) => k,
+            None if keys.len() < LimitKeys::MAX => {
+                keys.push(key);
+                keys.len() - 1
+            }
+            None => {
+                let message = format!(
+                    "at most {} distinct limit keys per route besides the route's",
+                    LimitKeys::MAX
+                );
+                return self.err(Some(raw.span()), at, message);
+            }
+        };
+        Ok(u8::try_from(k + 1).unwrap_or(u8::MAX))
     }
 
     /// `deny_status`, `deny_body_file`, `deny_content_type`, `response_headers` and
@@ -189,5 +265,26 @@ impl Validator<'_> {
             count_status: self.count_status(i, r.count_status.as_ref())?,
             on_error,
         })
+    }
+}
+
+/// Move a `global` key of its own to the end of `keys` (renumbering `of_limit`): stores
+/// reserve a decision's buckets in key order, and the one every client shares is best reserved
+/// last (see [`crate::limiter::Buckets::groups`]).
+fn global_last(keys: &mut Vec<KeySpec>, of_limit: &mut [u8]) {
+    let Some(g) = keys.iter().position(|k| *k == KeySpec::Global) else {
+        return;
+    };
+    let moved = keys.remove(g);
+    keys.push(moved);
+    // Key g + 1 becomes keys.len(); those after it move down by one.
+    let (from, to) = (g + 1, keys.len());
+    for k in of_limit.iter_mut() {
+        let n = usize::from(*k);
+        *k = match n {
+            n if n == from => to,
+            n if n > from => n - 1,
+            n => n,
+        } as u8;
     }
 }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use crate::limiter::{Checked, Limit, Store, StoreError, Verdict, WindowView};
+use crate::limiter::{Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
 
 /// Upper bound on remembered buckets; past it new denials are simply not remembered (correct,
 /// only slower), so a flood of distinct clients cannot grow memory without bound.
@@ -222,8 +222,15 @@ impl DenyCache {
 
 #[async_trait]
 impl Store for DenyCache {
-    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        self.cached(bucket, limits, |s| s.check(route, bucket, limits))
+    /// A decision over several buckets (`limits[].key`) is passed through: where the store
+    /// reserves them in parts, a full limit may be another request's reservation given back a
+    /// moment later, so its denial proves nothing about the time ahead.
+    async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+        if !buckets.is_one() {
+            return self.inner.check(route, buckets, limits).await;
+        }
+        let bucket = buckets.first();
+        self.cached(bucket, limits, |s| s.check(route, buckets, limits))
             .await
     }
 
@@ -263,15 +270,17 @@ impl Store for DenyCache {
     async fn refund(
         &self,
         route: &str,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         limits: &[Limit],
-        recorded_at: u64,
+        recorded_at: &[u64],
     ) -> Result<(), StoreError> {
         self.inner
-            .refund(route, bucket, limits, recorded_at)
+            .refund(route, buckets, limits, recorded_at)
             .await?;
         // An entry came back: a denial remembered before it is too pessimistic now.
-        self.known.forget(bucket);
+        for (bucket, _) in buckets.groups(limits.len()) {
+            self.known.forget(bucket);
+        }
         Ok(())
     }
 

@@ -87,7 +87,7 @@ impl Lane {
     /// where its answer goes if queued. A denial `known` holds answers it at once.
     pub(crate) fn arrive(
         &mut self,
-        bucket: &str,
+        (bucket, per_limit): (&str, Option<Box<[Box<str>]>>),
         limits: &[Limit],
         verdict: Answer,
         known: &KnownDenials,
@@ -95,7 +95,10 @@ impl Lane {
         now: Instant,
     ) -> Arrival {
         let stamp = self.stamp(known, generation);
-        if let Some(known) = known.verdict(bucket, limits, stamp, now) {
+        let answered = per_limit
+            .is_none()
+            .then(|| known.verdict(bucket, limits, stamp, now));
+        if let Some(known) = answered.flatten() {
             return Arrival::Known(known);
         }
         if self.pending.len() >= self.bounds.max_pending {
@@ -103,6 +106,7 @@ impl Lane {
         }
         self.pending.push(Pending {
             bucket: bucket.into(),
+            per_limit,
             limits: limits.into(),
             verdict,
         });
@@ -142,6 +146,9 @@ impl Lane {
     pub(crate) fn answer_known(&mut self, known: &KnownDenials, stamp: Stamp) {
         let now = Instant::now();
         self.pending.retain_mut(|p| {
+            if p.per_limit.is_some() {
+                return true;
+            }
             let Some(verdict) = known.verdict(&p.bucket, &p.limits, stamp, now) else {
                 return true;
             };

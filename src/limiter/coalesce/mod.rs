@@ -26,6 +26,16 @@ use tokio::sync::oneshot;
 
 use crate::limiter::{Checked, Limit, Verdict};
 
+impl Pending {
+    /// The bucket limit `i` counts in.
+    pub(crate) fn bucket_of(&self, i: usize) -> &str {
+        match &self.per_limit {
+            Some(each) => each.get(i).unwrap_or(&self.bucket),
+            None => &self.bucket,
+        }
+    }
+}
+
 /// Where a verdict goes.
 pub(crate) type Answer = oneshot::Sender<Checked>;
 
@@ -45,6 +55,11 @@ pub(crate) struct Bounds {
 pub(crate) struct Pending {
     /// The bucket decided (route and client).
     pub(crate) bucket: Box<str>,
+    /// Each limit's bucket when they are not all `bucket` (`limits[].key`). Such a decision is
+    /// neither answered from nor taught to the memory of denials: on a store that reserves
+    /// in parts (a Cluster), a full limit may be another request's reservation about to be
+    /// given back, which proves nothing.
+    pub(crate) per_limit: Option<Box<[Box<str>]>>,
     /// The limits it is decided under.
     pub(crate) limits: Box<[Limit]>,
     /// Its waiter.

@@ -57,7 +57,7 @@ use tokio::sync::{oneshot, Notify};
 use super::known::KnownDenials;
 use super::lane::{Lane, Lanes};
 use super::{patience, Arrival, Bounds, Call, Next, Pending};
-use crate::limiter::{Checked, Limit, StoreError};
+use crate::limiter::{Buckets, Checked, Limit, StoreError};
 
 /// Most decisions in one call. A batch this size runs in Redis for a few hundred µs.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -135,17 +135,21 @@ impl Coalescer {
 /// Decide one request in its lane's next batch, or from a denial already known. The batch goes
 /// out at once while the window has room (the request starts its lane's sender, or rings it),
 /// else when a call in flight returns.
+///
+/// Every limit's bucket must be in the lane of `buckets.first()` (one call carries them).
 pub(crate) async fn decide<B: Backend>(
     backend: &Arc<B>,
-    bucket: &str,
+    buckets: &Buckets<'_>,
     limits: &[Limit],
 ) -> Checked {
     let coalescer = backend.coalescer();
+    let bucket = buckets.first();
     let lane = backend.lane_of(bucket);
     let generation = backend.generation();
     let (tx, rx) = oneshot::channel();
+    let per_limit = (!buckets.is_one()).then(|| buckets.per_limit(limits.len()));
     let arrival = coalescer.lanes.get(lane).arrive(
-        bucket,
+        (bucket, per_limit),
         limits,
         tx,
         &coalescer.known,
@@ -199,7 +203,7 @@ async fn send_batch<B: Backend>(backend: &B, lane: usize, mut batch: Vec<Pending
     let stamp = lane.stamp(known, generation);
     let mut denied = false;
     for (p, verdict) in batch.into_iter().zip(verdicts) {
-        if let Ok(v) = &verdict {
+        if let (Ok(v), None) = (&verdict, &p.per_limit) {
             denied |= !v.admitted;
             known.learn(&p.bucket, &p.limits, v, sent, stamp);
         }

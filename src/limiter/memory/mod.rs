@@ -74,13 +74,15 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 
 use super::algo::clock::{Clock, MonotonicClock};
-use super::{Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
+use super::buckets::time_of;
+use super::{Buckets, Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
 use room::{shard_of, Room};
 use shard::Bucket;
 
 mod record;
 mod room;
 mod shard;
+mod stacked;
 mod summary;
 
 /// Number of shards of a room (a power of two); the top bits of a key's hash pick its shard.
@@ -311,8 +313,11 @@ fn share(max_memory: u64, rooms: usize) -> usize {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn check(&self, route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        Ok(self.check_now_in(route, bucket, limits))
+    async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+        if buckets.is_one() {
+            return Ok(self.check_now_in(route, buckets.first(), limits));
+        }
+        Ok(self.check_stacked(route, buckets, limits))
     }
 
     fn backend(&self) -> &'static str {
@@ -354,12 +359,19 @@ impl Store for MemoryStore {
     async fn refund(
         &self,
         route: &str,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         limits: &[Limit],
-        recorded_at: u64,
+        recorded_at: &[u64],
     ) -> Result<(), StoreError> {
-        if let Some(room) = self.rooms.load().get(route) {
-            room.refund(self.hash(bucket), limits, recorded_at);
+        if buckets.is_one() && recorded_at.len() <= 1 {
+            self.refund_now(route, buckets.first(), limits, time_of(recorded_at, 0));
+            return Ok(());
+        }
+        for (bucket, members) in buckets.groups(limits.len()) {
+            for &i in &members {
+                let at = time_of(recorded_at, i);
+                self.refund_now(route, bucket, std::slice::from_ref(&limits[i]), at);
+            }
         }
         Ok(())
     }

@@ -246,6 +246,7 @@ pub(super) fn decide_in_summary(
         admitted,
         states,
         recorded_at: None,
+        recorded_each: Vec::new(),
     }
 }
 

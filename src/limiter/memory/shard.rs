@@ -57,6 +57,7 @@ impl Bucket {
             admitted,
             states,
             recorded_at: admitted.then_some(now),
+            recorded_each: Vec::new(),
         }
     }
 

@@ -33,7 +33,7 @@ impl Backend for Inner {
     /// is still an answer: the lane saw the store answering).
     async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
         let conn = self.live_conn()?;
-        let evalsha = self.evalsha(batch.iter().map(|p| (&*p.bucket, &*p.limits)));
+        let evalsha = self.evalsha(batch);
         let mut reply = self.call(&conn, &evalsha).await?;
         let expected: usize = batch.iter().map(|p| 1 + 2 * p.limits.len()).sum();
         if reply.len() != expected {
@@ -95,25 +95,24 @@ impl Inner {
     /// The `EVALSHA` of some decisions, written straight into one command buffer: keys built
     /// in a reused scratch buffer, integers formatted without allocating (redis-rs writes them
     /// with itoa), no intermediate `Vec<Vec<u8>>` of keys and args.
-    fn evalsha<'a>(
-        &self,
-        decisions: impl Iterator<Item = (&'a str, &'a [Limit])> + Clone,
-    ) -> redis::Cmd {
+    /// A decision's keys may name different buckets (`limits[].key`): the script takes any
+    /// key per limit, so a stacked decision is still one atomic run.
+    fn evalsha(&self, decisions: &[Pending]) -> redis::Cmd {
         let (mut keys, mut key_bytes) = (0, 0);
-        for (bucket, limits) in decisions.clone() {
-            keys += limits.len();
-            key_bytes += limits.len() * (self.prefix.len() + bucket.len() + 16);
+        for p in decisions {
+            keys += p.limits.len();
+            key_bytes += p.limits.len() * (self.prefix.len() + p.bucket.len() + 16);
         }
         let mut cmd = redis::Cmd::with_capacity(3 + 4 * keys, 64 + key_bytes + keys * 32);
         cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);
         let mut key = Vec::with_capacity(64);
-        for (bucket, limits) in decisions.clone() {
-            for limit in limits {
-                self.write_key(&mut key, bucket, limit);
+        for p in decisions {
+            for (i, limit) in p.limits.iter().enumerate() {
+                self.write_key(&mut key, p.bucket_of(i), limit);
                 cmd.arg(&key[..]);
             }
         }
-        for (_, limits) in decisions {
+        for Pending { limits, .. } in decisions {
             cmd.arg(limits.len());
             for limit in limits {
                 for arg in limit.script_args() {

@@ -17,7 +17,8 @@
 //! limits of a bucket in one Cluster slot, so the multi-key script never fails with
 //! `CROSSSLOT`. The window (not the position or the request count) names the key, so a reload
 //! that only changes `requests` keeps the recorded entries, and one that changes a window
-//! starts that limit afresh.
+//! starts that limit afresh. A limit with a key of its own (`limits[].key`) counts under its own
+//! bucket's keys; on a Cluster those may be in another slot (`stacked.rs`).
 //!
 //! # Connections and failure
 //!
@@ -50,7 +51,7 @@ use async_trait::async_trait;
 
 use super::coalesce::known::KnownDenials;
 use super::coalesce::sender::{self, Coalescer};
-use super::{Checked, Limit, Store, StoreError, Verdict, WindowView};
+use super::{Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
@@ -64,6 +65,7 @@ mod maintain;
 mod refund;
 mod reply;
 mod sentinel;
+mod stacked;
 
 pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
 
@@ -171,16 +173,19 @@ impl RedisStore {
 
     /// See [`Store::check`]. Fails at once while the gate is closed or nothing is connected,
     /// rather than queue behind a reconnect.
-    async fn decide(&self, bucket: &str, limits: &[Limit]) -> Checked {
+    ///
+    /// Every limit's bucket must be in one lane (see `stacked.rs` for those that are not).
+    async fn decide(&self, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
         if limits.is_empty() {
             return Ok(Verdict {
                 admitted: true,
                 states: Vec::new(),
                 recorded_at: None,
+                recorded_each: Vec::new(),
             });
         }
         self.inner.live_conn()?;
-        sender::decide(&self.inner, bucket, limits).await
+        sender::decide(&self.inner, buckets, limits).await
     }
 }
 
@@ -200,8 +205,11 @@ impl Inner {
 impl Store for RedisStore {
     /// Concurrent decisions share calls per lane (the coalescer's sender). Redis keys name
     /// their bucket, so the route is not needed.
-    async fn check(&self, _route: &str, bucket: &str, limits: &[Limit]) -> Checked {
-        self.decide(bucket, limits).await
+    async fn check(&self, _route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+        if buckets.is_one() {
+            return self.decide(buckets, limits).await;
+        }
+        self.decide_stacked(buckets, limits).await
     }
 
     fn backend(&self) -> &'static str {
@@ -245,13 +253,11 @@ impl Store for RedisStore {
     async fn refund(
         &self,
         _route: &str,
-        bucket: &str,
+        buckets: &Buckets<'_>,
         limits: &[Limit],
-        recorded_at: u64,
+        recorded_at: &[u64],
     ) -> Result<(), StoreError> {
-        let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
-        let refund = async move { inner.refund_entry(&bucket, &limits, recorded_at).await };
-        self.inner.io.run(refund).await
+        self.refund_each(buckets, limits, recorded_at).await
     }
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {

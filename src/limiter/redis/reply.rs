@@ -87,6 +87,7 @@ impl ScriptReply {
             admitted,
             states,
             recorded_at,
+            recorded_each: Vec::new(),
         })
     }
 }

@@ -16,26 +16,54 @@ fn cache() -> (DenyCache, Arc<Counting>) {
 
 /// Fill a one-request limit of bucket `b`: admitted, then denied.
 async fn fill(cache: &DenyCache, limits: &[Limit]) {
-    assert!(cache.check("r", "b", limits).await.unwrap().admitted);
-    assert!(!cache.check("r", "b", limits).await.unwrap().admitted);
+    assert!(
+        cache
+            .check("r", &Buckets::one("b"), limits)
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert!(
+        !cache
+            .check("r", &Buckets::one("b"), limits)
+            .await
+            .unwrap()
+            .admitted
+    );
 }
 
 #[tokio::test]
 async fn denies_locally_until_the_bucket_has_room_then_asks_again() {
     let (cache, store) = cache();
     let limits = [limit(2, Duration::from_millis(300))];
-    assert!(cache.check("r", "b", &limits).await.unwrap().admitted);
-    assert!(cache.check("r", "b", &limits).await.unwrap().admitted);
-    let denied = cache.check("r", "b", &limits).await.unwrap();
+    assert!(
+        cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert!(
+        cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
+    let denied = cache.check("r", &Buckets::one("b"), &limits).await.unwrap();
     assert!(!denied.admitted);
     assert_eq!(store.reached(), 3, "the first denial comes from the store");
-    let cached = cache.check("r", "b", &limits).await.unwrap();
+    let cached = cache.check("r", &Buckets::one("b"), &limits).await.unwrap();
     assert!(!cached.admitted);
     assert_eq!(store.reached(), 3, "the second one does not reach it");
     assert!(cached.states[0].reset <= denied.states[0].reset);
     tokio::time::sleep(denied.retry_after().unwrap() + Duration::from_millis(5)).await;
     assert!(
-        cache.check("r", "b", &limits).await.unwrap().admitted,
+        cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted,
         "room again: the store decides again"
     );
     assert_eq!(store.reached(), 4);
@@ -47,11 +75,21 @@ async fn reload_clears_the_cache() {
     let limits = [limit(1, Duration::from_secs(60))];
     fill(&cache, &limits).await;
     cache.rules_changed();
-    assert!(!cache.check("r", "b", &limits).await.unwrap().admitted);
+    assert!(
+        !cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(store.reached(), 3, "asked the store again after the reload");
     let raised = [limit(3, Duration::from_secs(60))];
     assert!(
-        cache.check("r", "b", &raised).await.unwrap().admitted,
+        cache
+            .check("r", &Buckets::one("b"), &raised)
+            .await
+            .unwrap()
+            .admitted,
         "raised limit admits at once"
     );
 }
@@ -63,7 +101,13 @@ async fn a_denial_only_binds_the_limits_it_was_decided_under() {
     let (cache, store) = cache();
     fill(&cache, &[limit(1, Duration::from_secs(60))]).await;
     let new = [limit(2, Duration::from_secs(60))];
-    assert!(cache.check("r", "b", &new).await.unwrap().admitted);
+    assert!(
+        cache
+            .check("r", &Buckets::one("b"), &new)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(store.reached(), 3);
 }
 
@@ -71,6 +115,7 @@ fn denial(reset: Duration) -> Verdict {
     Verdict {
         admitted: false,
         recorded_at: None,
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset,
@@ -119,6 +164,7 @@ fn an_admission_teaches_nothing() {
     let admitted = Verdict {
         admitted: true,
         recorded_at: Some(1),
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(60),
@@ -136,7 +182,13 @@ async fn a_cache_reading_a_stores_memory_answers_what_the_store_learned_and_lear
     let limits = [limit(1, Duration::from_secs(60))];
     // The store itself learns (here: would learn) its denials: the cache adds none of its own.
     fill(&cache, &limits).await;
-    assert!(!cache.check("r", "b", &limits).await.unwrap().admitted);
+    assert!(
+        !cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(store.reached(), 3, "nothing learned by the cache");
     // What the store learns, under the cache's stamp (epoch 0), answers at the cache.
     let stamp = Stamp {
@@ -145,7 +197,13 @@ async fn a_cache_reading_a_stores_memory_answers_what_the_store_learned_and_lear
     };
     let now = Instant::now();
     known.learn("b", &limits, &denial(Duration::from_secs(30)), now, stamp);
-    assert!(!cache.check("r", "b", &limits).await.unwrap().admitted);
+    assert!(
+        !cache
+            .check("r", &Buckets::one("b"), &limits)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(store.reached(), 3, "answered from the shared memory");
     assert!(
         known.outlives_lanes(),

@@ -31,6 +31,7 @@ fn denial() -> Verdict {
     Verdict {
         admitted: false,
         recorded_at: None,
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(30),
@@ -40,12 +41,26 @@ fn denial() -> Verdict {
 
 fn arrive(lane: &mut Lane, known: &KnownDenials, bucket: &str, limits: &[Limit]) -> Arrival {
     let (tx, _rx) = oneshot::channel();
-    lane.arrive(bucket, limits, tx, known, GENERATION, Instant::now())
+    lane.arrive(
+        (bucket, None),
+        limits,
+        tx,
+        known,
+        GENERATION,
+        Instant::now(),
+    )
 }
 
 fn queue(lane: &mut Lane, bucket: &str) -> oneshot::Receiver<Checked> {
     let (tx, rx) = oneshot::channel();
-    lane.arrive(bucket, &LIMITS, tx, &known(), GENERATION, Instant::now());
+    lane.arrive(
+        (bucket, None),
+        &LIMITS,
+        tx,
+        &known(),
+        GENERATION,
+        Instant::now(),
+    );
     rx
 }
 
@@ -85,7 +100,7 @@ fn a_denial_binds_only_its_limits_and_generation() {
     let (tx, _rx) = oneshot::channel();
     let later = GENERATION + 1;
     assert!(matches!(
-        lane.arrive("r:hot", &LIMITS, tx, &known, later, Instant::now()),
+        lane.arrive(("r:hot", None), &LIMITS, tx, &known, later, Instant::now()),
         Arrival::Start
     ));
     let other = [Limit::log(5, Duration::from_secs(60))];

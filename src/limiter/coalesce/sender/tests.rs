@@ -41,6 +41,7 @@ fn verdict(admitted: bool) -> Verdict {
     Verdict {
         admitted,
         recorded_at: admitted.then_some(1),
+        recorded_each: Vec::new(),
         states: vec![LimitState {
             remaining: 0,
             reset: Duration::from_secs(30),
@@ -76,16 +77,22 @@ impl Backend for Fake {
 #[tokio::test(flavor = "current_thread")]
 async fn what_arrives_together_goes_in_one_call_and_a_denial_is_remembered_while_busy() {
     let fake = Fake::new();
+    let (hot_bucket, cold_bucket) = (Buckets::one("hot"), Buckets::one("cold"));
     let (hot, cold, hot_again) = tokio::join!(
-        decide(&fake, "hot", &LIMITS),
-        decide(&fake, "cold", &LIMITS),
-        decide(&fake, "hot", &LIMITS),
+        decide(&fake, &hot_bucket, &LIMITS),
+        decide(&fake, &cold_bucket, &LIMITS),
+        decide(&fake, &hot_bucket, &LIMITS),
     );
     assert!(!hot.unwrap().admitted && cold.unwrap().admitted && !hot_again.unwrap().admitted);
     assert_eq!(fake.calls(), [["hot", "cold", "hot"]]);
     // No deny cache: once the lane is idle, the denial answers no more.
     fake.idle().await;
-    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 2, "asked the backend again");
 }
 
@@ -93,13 +100,28 @@ async fn what_arrives_together_goes_in_one_call_and_a_denial_is_remembered_while
 async fn with_a_deny_cache_a_denial_answers_without_a_call() {
     let fake = Fake::new();
     fake.coalescer.known().serve_cache(Duration::from_secs(10));
-    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     fake.idle().await;
-    assert!(!decide(&fake, "hot", &LIMITS).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 1, "the second was answered from memory");
     // Other limits are another question.
     let other = [Limit::log(2, Duration::from_secs(60))];
-    assert!(!decide(&fake, "hot", &other).await.unwrap().admitted);
+    assert!(
+        !decide(&fake, &Buckets::one("hot"), &other)
+            .await
+            .unwrap()
+            .admitted
+    );
     assert_eq!(fake.calls().len(), 2);
 }
 
@@ -109,12 +131,12 @@ fn queue_two(fake: &Fake) -> [oneshot::Receiver<Checked>; 2] {
     let known = &fake.coalescer.known;
     let (first, rx1) = oneshot::channel();
     assert!(matches!(
-        lane.arrive("r:a", &[], first, known, 0, Instant::now()),
+        lane.arrive(("r:a", None), &[], first, known, 0, Instant::now()),
         Arrival::Start
     ));
     let (tx, rx2) = oneshot::channel();
     assert!(matches!(
-        lane.arrive("r:c", &[], tx, known, 0, Instant::now()),
+        lane.arrive(("r:c", None), &[], tx, known, 0, Instant::now()),
         Arrival::Send
     ));
     [rx1, rx2]

@@ -1,0 +1,56 @@
+//! Limits of one decision in several buckets (`limits[].key`), all-or-nothing on the memory
+//! store: see [`MemoryStore::check_stacked`].
+
+use std::future::Future as _;
+
+use super::MemoryStore;
+use crate::limiter::buckets::{reserve_in_order, Part};
+use crate::limiter::{Buckets, Limit, Verdict};
+
+impl MemoryStore {
+    /// Decide limits in several buckets of `route`: each bucket's limits under its shard's
+    /// lock, one bucket after another in the route's key order, what was reserved given back
+    /// at once when a later bucket denies ([`reserve_in_order`]). Not every lock held at once:
+    /// two buckets may share a shard (one mutex), a bucket's decision may evict in its shard
+    /// and fall back to the summary, and all of that is written for one locked shard; the
+    /// release follows its denial with no wait in between, so the over-count lasts
+    /// microseconds and is never an admission past a limit.
+    pub(super) fn check_stacked(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+    ) -> Verdict {
+        let groups = buckets.groups(limits.len());
+        let parts: Vec<Part> = (groups.iter())
+            .map(|(_, members)| Part {
+                members: members.clone(),
+            })
+            .collect();
+        let bucket_of = |members: &[usize]| buckets.of(members[0]);
+        let decide = |sub: Vec<Limit>, members: &[usize]| {
+            let verdict = self.check_now_in(route, bucket_of(members), &sub);
+            std::future::ready(Ok(verdict))
+        };
+        let release = |sub: Vec<Limit>, members: &[usize], at: u64| {
+            self.refund_now(route, bucket_of(members), &sub, at);
+            std::future::ready(())
+        };
+        let decided = reserve_in_order(limits, &parts, decide, release);
+        // Every future above is ready: this completes on its first poll.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let polled = std::pin::pin!(decided).poll(&mut cx);
+        match polled {
+            std::task::Poll::Ready(Ok(verdict)) => verdict,
+            _ => unreachable!("the memory store's decisions never wait or fail"),
+        }
+    }
+
+    /// Give back an admission of `bucket` recorded at `at` under `limits`.
+    pub(super) fn refund_now(&self, route: &str, bucket: &str, limits: &[Limit], at: u64) {
+        if let Some(room) = self.rooms.load().get(route) {
+            room.refund(self.hash(bucket), limits, at);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Limits with keys of their own (`limits[].key`), through the real binary: a route with a
+//! per-client limit of 5 and a `global` one of 8 a minute, three clients sending at once (one
+//! over HTTP/1.1, one over HTTP/2 over TLS, one over h2c). On the memory store, one Redis, two
+//! proxies sharing one Redis, and a Redis Cluster: exactly 8 admitted in all, at most 5 per
+//! client, the denials name the limit that denied, and the inspector shows that no denial was
+//! recorded anywhere (a client denied by the global limit has not used its own). With
+//! `count_status`, on the memory store and a Cluster: a refund gives every limit back in its own
+//! bucket. And the config: a bad `limits[].key` names its file, line and key; a `global` key of
+//! its own is reserved last; each limit's policy name names its key.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::admin::{admin, wait_readyz};
+use common::config::assert_invalid;
+use common::fetch::{fetch, fetch_with, url, Seen};
+use common::proxy::{ConfigBuilder, Proxy};
+use common::redis::{RedisCluster, RedisServer};
+use common::tls::{tls_options, Protocol, TestCa};
+use common::upstream::{Upstream, STATUS_HEADER};
+use futures::future::join_all;
+use slidegate::config::Config;
+
+/// Requests each client sends at once: more than its own 5, and 3 × 6 more than the 8 shared.
+const EACH: usize = 6;
+
+/// Each client's protocol: all three of them in every run.
+const CLIENTS: [(&str, Protocol); 3] = [
+    ("alice", Protocol::H1),
+    ("bob", Protocol::H2Tls),
+    ("carol", Protocol::H2c),
+];
+
+fn config(up: &Upstream, store: &str) -> String {
+    ConfigBuilder::new()
+        .store(store)
+        .upstream("app", up.addr())
+        .route(
+            "chat",
+            "key = \"header:X-Client\"\n\
+             limits = [\n  { requests = 5, window = \"1m\" },\n  \
+             { requests = 8, window = \"1m\", key = \"global\" },\n]",
+        )
+        .build()
+}
+
+/// Proxies on `store`, each with a TLS listener and h2c, ready (`/readyz`).
+fn proxies(up: &Upstream, ca: &TestCa, store: &str, n: usize) -> Vec<Proxy> {
+    (0..n)
+        .map(|_| {
+            let proxy = Proxy::start_with(&config(up, store), tls_options(ca, "h2c = true"));
+            wait_readyz(&proxy, 200, Duration::from_secs(20));
+            proxy
+        })
+        .collect()
+}
+
+/// Every client sends [`EACH`] requests at once, request `i` to proxy `i % proxies`.
+async fn burst(proxies: &[Proxy], ca: &TestCa) -> Vec<(&'static str, Seen)> {
+    let clients: HashMap<_, _> = (CLIENTS.iter())
+        .map(|&(who, protocol)| (who, protocol.client(&ca.ca_pem())))
+        .collect();
+    let calls = (0..EACH)
+        .flat_map(|i| CLIENTS.map(|c| (i, c)))
+        .map(|(i, (who, protocol))| {
+            let target = url(&proxies[i % proxies.len()], protocol, "/");
+            let client = clients[who].clone();
+            async move { (who, fetch(&client, &target, who, protocol.version()).await) }
+        });
+    join_all(calls).await
+}
+
+/// The inspector's count of each limit of `client` on `route` (own, global).
+fn counts_on(proxy: &Proxy, route: &str, client: &str) -> (u64, u64) {
+    let path = format!("/api/v1/window?route={route}&client={client}");
+    let (status, body) = proxy.admin_get(&path);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let count = |i: usize| {
+        v["limits"][i]["count"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    assert_eq!(v["limits"][1]["name"], format!("{route}-60s-global"), "{v}");
+    (count(0), count(1))
+}
+
+/// [`counts_on`] the `chat` route.
+fn counts(proxy: &Proxy, client: &str) -> (u64, u64) {
+    counts_on(proxy, "chat", client)
+}
+
+/// The shared checks of every store: see the module documentation.
+async fn exactly_eight(proxies: &[Proxy], ca: &TestCa) {
+    let seen = burst(proxies, ca).await;
+    let admitted = |who: &str| {
+        (seen.iter())
+            .filter(|(w, s)| *w == who && s.status == 200)
+            .count()
+    };
+    let total: usize = CLIENTS.iter().map(|(who, _)| admitted(who)).sum();
+    assert_eq!(total, 8, "{seen:#?}");
+    for (who, seen) in &seen {
+        assert!(matches!(seen.status, 200 | 429), "{who}: {seen:?}");
+        let policy = seen.policy.as_deref().unwrap_or_default();
+        assert!(policy.contains("\"chat-60s-global\";q=8;w=60"), "{policy}");
+        if seen.status == 429 {
+            // Whichever limit denied says 0 left; the RateLimit field names it.
+            let field = seen.ratelimit.as_deref().unwrap_or_default();
+            assert!(field.contains(";r=0;"), "{who}: {field}");
+        }
+    }
+    let mut global = 0;
+    for (who, _) in CLIENTS {
+        assert!(admitted(who) <= 5, "{who}: {}", admitted(who));
+        let (own, shared) = counts(&proxies[0], who);
+        // Denials are recorded nowhere: the client's own bucket holds its admissions only.
+        assert_eq!(own, admitted(who) as u64, "{who}");
+        global = shared;
+    }
+    assert_eq!(global, 8, "the global bucket holds the admissions only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_admits_exactly_the_global_limit() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let proxies = proxies(&up, &ca, "backend = \"memory\"", 1);
+    exactly_eight(&proxies, &ca).await;
+    // The inspector names each limit's own key; a client's reset leaves the shared bucket.
+    let (_, routes) = proxies[0].admin_get("/api/v1/routes");
+    let routes: serde_json::Value = serde_json::from_str(&routes).unwrap();
+    assert_eq!(
+        routes[0]["limits"][0]["key"],
+        serde_json::Value::Null,
+        "{routes}"
+    );
+    assert_eq!(routes[0]["limits"][1]["key"], "global", "{routes}");
+    let reset = admin(
+        &proxies[0],
+        "POST",
+        "/api/v1/reset?route=chat&client=alice",
+        &[],
+    )
+    .await;
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(counts(&proxies[0], "alice"), (0, 8));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_redis_admits_exactly_the_global_limit() {
+    let (up, ca, redis) = (Upstream::start(), TestCa::new("ca"), RedisServer::start());
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"",
+        redis.url()
+    );
+    let proxies = proxies(&up, &ca, &store, 1);
+    exactly_eight(&proxies, &ca).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_on_one_redis_admit_exactly_the_global_limit() {
+    let (up, ca, redis) = (Upstream::start(), TestCa::new("ca"), RedisServer::start());
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"",
+        redis.url()
+    );
+    let proxies = proxies(&up, &ca, &store, 2);
+    exactly_eight(&proxies, &ca).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_admits_exactly_the_global_limit() {
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
+    let store = format!(
+        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
+        cluster.urls()
+    );
+    let proxies = proxies(&up, &ca, &store, 1);
+    exactly_eight(&proxies, &ca).await;
+}
+
+#[test]
+fn a_bad_limit_key_names_its_file_line_and_key() {
+    let up = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n[upstreams.app]\nservers = [\"127.0.0.1:1\"]\n";
+    let text = format!(
+        "{up}\n[[routes]]\nname = \"chat\"\nupstream = \"app\"\nlimits = [\n  \
+         {{ requests = 5, window = \"1m\" }},\n  \
+         {{ requests = 8, window = \"1m\", key = \"header:\" }},\n]\n"
+    );
+    assert_invalid(&text, "routes[0].limits[1].key", 12, "invalid header name");
+    // Two limits of one window whose keys read the same in a policy name.
+    let text = format!(
+        "{up}\n[[routes]]\nname = \"chat\"\nupstream = \"app\"\nlimits = [\n  \
+         {{ requests = 5, window = \"1m\", key = \"header:a_b\" }},\n  \
+         {{ requests = 8, window = \"1m\", key = \"header:a-b\" }},\n]\n"
+    );
+    assert_invalid(&text, "routes[0].limits[1].key", 12, "chat-60s-header-a-b");
+}
+
+#[test]
+fn a_global_key_of_its_own_is_reserved_last() {
+    let text = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+        [upstreams.app]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\nname = \"chat\"\n\
+        upstream = \"app\"\nlimits = [\n  { requests = 8, window = \"1m\", key = \"global\" },\n  \
+        { requests = 5, window = \"1m\", key = \"header:X-Org\" },\n  \
+        { requests = 2, window = \"1s\" },\n]\n";
+    let config = Config::from_toml(std::path::Path::new("t.toml"), text).expect("valid");
+    let route = &config.routing.routes[0];
+    let keys: Vec<String> = route
+        .limit_keys
+        .keys
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(keys, ["header:x-org", "global"]);
+    assert_eq!(route.limit_keys.of_limit, [2, 1, 0]);
+    assert_eq!(
+        route.policy_names(),
+        ["chat-60s-global", "chat-60s-header-x-org", "chat-1s"]
+    );
+}
+
+/// `count_status = [401]` on a route with a per-client 2 and a global 3: an answer of 200 gives
+/// the admission back in both buckets (on a Cluster each in its own slot, recorded at its own
+/// node's time); 401s count in both, and a denial by either counts in neither.
+async fn refunds_in_every_bucket(proxy: &Proxy, protocol: Protocol, ca: &TestCa) {
+    let client = protocol.client(&ca.ca_pem());
+    let target = url(proxy, protocol, "/");
+    let send = |who: &'static str, status: &'static str| {
+        let (client, target) = (client.clone(), target.clone());
+        async move {
+            let headers = [("x-client", who), (STATUS_HEADER, status)];
+            fetch_with(&client, &target, &headers, protocol.version())
+                .await
+                .status
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(send("a", "200").await, 200);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counts_on(proxy, "login", "a") != (0, 0) {
+            assert!(Instant::now() < deadline, "not given back in both buckets");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let statuses = [
+        send("a", "401").await,
+        send("a", "401").await,
+        send("a", "401").await,
+    ];
+    assert_eq!(statuses, [401, 401, 429], "a's own limit denies the third");
+    assert_eq!([send("b", "401").await, send("b", "401").await], [401, 429]);
+    assert_eq!(counts_on(proxy, "login", "a"), (2, 3));
+    assert_eq!(counts_on(proxy, "login", "b"), (1, 3));
+}
+
+fn login_config(up: &Upstream, store: &str) -> String {
+    ConfigBuilder::new()
+        .store(store)
+        .upstream("app", up.addr())
+        .route(
+            "login",
+            "key = \"header:X-Client\"\ncount_status = [401]\n\
+             limits = [\n  { requests = 2, window = \"1m\" },\n  \
+             { requests = 3, window = \"1m\", key = \"global\" },\n]",
+        )
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_refunds_every_limit_in_its_own_bucket() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let config = login_config(&up, "backend = \"memory\"");
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
+    refunds_in_every_bucket(&proxy, Protocol::H2Tls, &ca).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_refunds_every_limit_in_its_own_bucket() {
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
+    let store = format!(
+        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
+        cluster.urls()
+    );
+    let proxy = Proxy::start_with(&login_config(&up, &store), tls_options(&ca, "h2c = true"));
+    wait_readyz(&proxy, 200, Duration::from_secs(20));
+    refunds_in_every_bucket(&proxy, Protocol::H2c, &ca).await;
+}
