@@ -96,7 +96,7 @@ impl SlideGate {
                 | Outcome::LocalAllowed(verdict),
                 Some(route),
             ) => {
-                ctx.ratelimit = respond::ratelimit_value(route, verdict);
+                ctx.ratelimit = respond::ratelimit_value(route, verdict, &ctx.key);
                 ctx.legacy = respond::legacy_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.counting.count_status, verdict.recorded_at)

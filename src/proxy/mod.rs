@@ -117,7 +117,7 @@ impl ProxyHttp for SlideGate {
         let outcome = outcome(&checked);
         let route = ctx.route.map(|i| &rules.routes[i]);
         self.account(ctx, route, &outcome, checked.store_error());
-        respond::write_early(session, &outcome, route, &rules).await
+        respond::write_early(session, &outcome, route, &rules, &ctx.key).await
     }
 
     async fn upstream_peer(

@@ -19,7 +19,7 @@ use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
 use crate::routes::{Route, Rules};
 
-/// Header names of draft-ietf-httpapi-ratelimit-headers-10.
+/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]).
 const RATELIMIT_POLICY: &str = "RateLimit-Policy";
 const RATELIMIT: &str = "RateLimit";
 /// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
@@ -100,8 +100,8 @@ pub(super) fn failure_status(e: &pingora::Error) -> u16 {
 }
 
 /// Write the response of an outcome slidegate answers itself (400, 404, 429, 503), the one
-/// place that knows which those are; `route` is the matched route, which a `429` needs for its
-/// fields. Returns whether a response was written, which is what `request_filter` returns.
+/// place that knows which those are; `route` is the matched route and `bucket` the bucket key
+/// the request was counted under, which a `429` needs for its fields. Returns whether a response was written, which is what `request_filter` returns.
 /// A small unread body is read and dropped after the answer (see [`discard`]), except after a
 /// `400`, which closes.
 pub(super) async fn write_early(
@@ -109,6 +109,7 @@ pub(super) async fn write_early(
     outcome: &Outcome<'_>,
     route: Option<&Route>,
     rules: &Rules,
+    bucket: &str,
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
@@ -127,7 +128,7 @@ pub(super) async fn write_early(
             let Some(route) = route else {
                 return Error::e_explain(ErrorType::InternalError, "a 429 without a route");
             };
-            too_many_requests(route, verdict, reader)?
+            too_many_requests(route, verdict, bucket, reader)?
         }
         // The client is gone: nothing to send, the request ends as a client abort (499).
         Outcome::ClientGone => {
@@ -167,6 +168,7 @@ pub(super) async fn write_early(
 fn too_many_requests(
     route: &Route,
     verdict: &Verdict,
+    bucket: &str,
     reader: Reader,
 ) -> Result<(ResponseHeader, Bytes)> {
     let deny = &route.spec.answers.deny;
@@ -177,7 +179,7 @@ fn too_many_requests(
             grpc::answer(GrpcStatus::ResourceExhausted, &detail, h2)?
         }
     };
-    if let Some(r) = ratelimit_value(route, verdict) {
+    if let Some(r) = ratelimit_value(route, verdict, bucket) {
         insert_ratelimit_fields(&mut header, route, r)?;
     }
     if let Some(legacy) = legacy_value(route, verdict) {
@@ -195,10 +197,15 @@ fn too_many_requests(
     Ok((header, body.into()))
 }
 
-/// The `RateLimit` value of `verdict` on `route`.
-pub(super) fn ratelimit_value(route: &Route, verdict: &Verdict) -> Option<HeaderValue> {
-    let mut field = String::with_capacity(48 * route.spec.limits.len());
-    ratelimit_field(&mut field, &route.policy_names, verdict);
+/// The `RateLimit` value of `verdict` on `route` for the request counted in `bucket`.
+pub(super) fn ratelimit_value(
+    route: &Route,
+    verdict: &Verdict,
+    bucket: &str,
+) -> Option<HeaderValue> {
+    let mut field = String::with_capacity(72 * route.spec.limits.len());
+    let pk = route.partition_key(bucket);
+    ratelimit_field(&mut field, &route.policy_names, verdict, &pk);
     HeaderValue::try_from(field).ok()
 }
 
