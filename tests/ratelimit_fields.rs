@@ -153,6 +153,11 @@ async fn proxies_sharing_a_secret_agree_on_pk() {
     let from_c = get(&c, &pem, Protocol::H1, "/key", "carol").await;
     assert_eq!(from_c.status, 429, "the same bucket, full");
     assert_ne!(pk(&from_c), pk(&from_a));
+    // A proxy on a shared store without the secret says its pk is its own.
+    let own = "RateLimit pk hashed under a secret of this process";
+    let d = Proxy::start(&config(&up, &store(&backend, None)));
+    assert!(d.log().contains(own), "{}", d.log());
+    assert!(!a.log().contains(own), "{}", a.log());
 
     // The memory store: the pk comes from the secret and the prefix alone.
     let m1 = Proxy::start(&config(&up, &store("", Some(&secret))));
