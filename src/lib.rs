@@ -7,6 +7,7 @@
 //! - [`keys`]: client address resolution and bucket keys.
 //! - [`limiter`]: the store trait and its memory and Redis implementations.
 //! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`.
+//! - [`partition_key`]: the RateLimit fields' `pk`, a keyed hash of the bucket.
 //! - [`problem`]: the `application/problem+json` bodies of the proxy and the admin API.
 //! - [`grpc`]: the trailers-only answers a refused gRPC call gets instead.
 //! - [`metrics`]: Prometheus metrics.
@@ -45,6 +46,7 @@ pub mod limits_os;
 pub mod log_hygiene;
 pub mod log_limit;
 pub mod metrics;
+pub mod partition_key;
 pub mod pid_file;
 pub mod problem;
 pub mod proxy;

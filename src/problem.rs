@@ -9,12 +9,15 @@ use crate::ratelimit_headers::retry_after_secs;
 /// The media type of every problem body.
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
-/// The problem type registered for quota errors.
+/// The problem type registered for quota errors (draft-ietf-httpapi-ratelimit-headers-10 §5.1:
+/// "the requests sent by the client exceed one or more Quota Policies", with the extension
+/// member `violated-policies`, the names of those policies).
 pub const QUOTA_EXCEEDED_TYPE: &str =
     "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
-/// The title registered for [`QUOTA_EXCEEDED_TYPE`] (draft-ietf-httpapi-ratelimit-headers
-/// §10.2.1): RFC 9457 asks that a type's title not vary between occurrences.
+/// The title registered for [`QUOTA_EXCEEDED_TYPE`] (draft-ietf-httpapi-ratelimit-headers-10
+/// §10.2.1; the longer title of the §5.1 example is not the registered one): RFC 9457 asks
+/// that a type's title not vary between occurrences.
 pub const QUOTA_EXCEEDED_TITLE: &str = "Quota Exceeded";
 
 /// One problem body. Serialized from a struct, so no map is built per request, and the members

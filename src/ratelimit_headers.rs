@@ -1,5 +1,6 @@
 //! The response fields of a decision: `RateLimit-Policy` / `RateLimit`
-//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields), `Retry-After`, and
+//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields; the partition key in
+//! [`crate::partition_key`]), `Retry-After`, and
 //! the older `X-RateLimit-*` trio a route may opt into (`legacy_headers`). The body of a 429 is
 //! built in [`crate::problem`].
 
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use crate::keys::KeySpec;
 use crate::limiter::{Limit, Verdict};
+use crate::partition_key::PartitionKey;
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`;
 /// a limit with a key of its own (`limits[].key`) adds `-<key>` ([`key_suffix`]):
@@ -49,55 +51,99 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// Write an RFC 9651 list of strings with two integer parameters each:
-/// `"name";a=1;b=2, "other";a=3;b=4` (the shape of both rate-limit fields).
-fn write_items<'a>(
-    out: &mut String,
-    [a, b]: [&str; 2],
-    items: impl Iterator<Item = (&'a str, u64, u64)>,
-) {
-    out.clear();
-    for (i, (name, x, y)) in items.enumerate() {
-        if i > 0 {
-            out.push_str(", ");
+/// The unit a limit counts in, the draft's quota unit (`qu`, §3.1.2), by the names its RateLimit
+/// Quota Units registry gives them. Every kind of limit today counts requests; a limit that
+/// counts something else names its unit in [`quota_unit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaUnit {
+    /// `requests`, the draft's default: sent as no `qu` at all.
+    Requests,
+    /// `content-bytes`: bytes of content.
+    ContentBytes,
+    /// `concurrent-requests`: requests in flight at once.
+    ConcurrentRequests,
+}
+
+impl QuotaUnit {
+    /// The registered name.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
         }
-        // push_str + itoa: `write!` costs ~10x more here, and this runs on every response.
-        let mut digits = itoa::Buffer::new();
-        out.push('"');
-        out.push_str(name);
-        out.push_str("\";");
-        out.push_str(a);
-        out.push('=');
-        out.push_str(digits.format(x));
-        out.push(';');
-        out.push_str(b);
-        out.push('=');
-        out.push_str(digits.format(y));
+    }
+
+    /// The `qu` value to send: none for the default unit, which the draft lets go unsaid (a
+    /// few bytes less on every response of every limited route).
+    pub fn param(self) -> Option<&'static str> {
+        (self != QuotaUnit::Requests).then(|| self.name())
     }
 }
 
-/// The `RateLimit-Policy` value for a route's limits (computed once per route at load).
+/// The unit `limit` counts in: the one place a kind of limit that does not count requests
+/// (cost, concurrency) says so.
+pub fn quota_unit(_limit: &Limit) -> QuotaUnit {
+    QuotaUnit::Requests
+}
+
+/// Append `"name";a=x` to an RFC 9651 list in `out` (`, ` before every item but the first).
+fn push_item(out: &mut String, name: &str, param: &str, value: u64) {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    out.push('"');
+    out.push_str(name);
+    out.push('"');
+    push_param(out, param, value);
+}
+
+/// Append `;a=x`. push_str + itoa: `write!` costs ~10x more here, and this runs on every
+/// response.
+fn push_param(out: &mut String, param: &str, value: u64) {
+    out.push(';');
+    out.push_str(param);
+    out.push('=');
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
+/// The `RateLimit-Policy` value for a route's limits (computed once per route at load):
+/// `"name";q=<quota>;qu="<unit>";w=<secs>` per limit, `qu` only for a unit other than requests.
+/// It carries no `pk`: the field is the same for every client of the route (the draft asks that
+/// it stay consistent over a sequence of responses), and the `RateLimit` items carry the `pk`.
 pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
     let mut out = String::new();
-    // `w` is an integer number of seconds; sub-second windows round up to 1.
-    let items = names.iter().zip(limits).map(|(name, limit)| {
-        let w = ceil_secs(limit.window).max(1);
-        (name.as_str(), u64::from(limit.requests), w)
-    });
-    write_items(&mut out, ["q", "w"], items);
+    for (name, limit) in names.iter().zip(limits) {
+        push_item(&mut out, name, "q", u64::from(limit.requests));
+        if let Some(unit) = quota_unit(limit).param() {
+            out.push_str(";qu=\"");
+            out.push_str(unit);
+            out.push('"');
+        }
+        // `w` is an integer number of seconds; sub-second windows round up to 1.
+        push_param(&mut out, "w", ceil_secs(limit.window).max(1));
+    }
     out
 }
 
-/// The `RateLimit` value for one decision: remaining quota and seconds until a slot frees.
-pub fn ratelimit_field(out: &mut String, names: &[String], verdict: &Verdict) {
-    let items = names.iter().zip(&verdict.states).map(|(name, state)| {
-        (
-            name.as_str(),
-            u64::from(state.remaining),
-            ceil_secs(state.reset),
-        )
-    });
-    write_items(out, ["r", "t"], items);
+/// The `RateLimit` value for one decision: `"name";r=<remaining>;t=<secs>;pk=:<base64>:` per
+/// limit, the remaining quota, seconds until a slot frees, and the partition key of the bucket
+/// counted in, `pk_of(i)` for limit `i` (one for every limit while a route's limits share its
+/// key; a limit with a key of its own, such as `global`, has its own bucket's).
+pub fn ratelimit_field<'a>(
+    out: &mut String,
+    names: &[String],
+    verdict: &Verdict,
+    pk_of: impl Fn(usize) -> &'a PartitionKey,
+) {
+    out.clear();
+    for (i, (name, state)) in names.iter().zip(&verdict.states).enumerate() {
+        push_item(out, name, "r", u64::from(state.remaining));
+        push_param(out, "t", ceil_secs(state.reset));
+        out.push_str(";pk=:");
+        out.push_str(pk_of(i).as_str());
+        out.push(':');
+    }
 }
 
 /// The `X-RateLimit-*` fields of one decision (a route's `legacy_headers`): the values of its
@@ -175,9 +221,27 @@ mod tests {
         );
         let v = crate::limiter::fixtures::denied_by_the_first_of_two();
         let mut out = String::new();
-        ratelimit_field(&mut out, &names, &v);
-        assert_eq!(out, "\"login-1s\";r=0;t=2, \"login-60s\";r=40;t=30");
+        let pk = crate::partition_key::PartitionKeys::new(None, "p").of("login:ip:192.0.2.1");
+        ratelimit_field(&mut out, &names, &v, |_| &pk);
+        let pk = pk.as_str();
+        assert_eq!(
+            out,
+            format!("\"login-1s\";r=0;t=2;pk=:{pk}:, \"login-60s\";r=40;t=30;pk=:{pk}:")
+        );
         assert_eq!(retry_after_secs(&v), 2);
+    }
+
+    #[test]
+    fn units_other_than_requests_are_named() {
+        assert_eq!(QuotaUnit::Requests.param(), None);
+        assert_eq!(QuotaUnit::ContentBytes.param(), Some("content-bytes"));
+        assert_eq!(
+            QuotaUnit::ConcurrentRequests.param(),
+            Some("concurrent-requests")
+        );
+        assert_eq!(QuotaUnit::Requests.name(), "requests");
+        let limit = Limit::log(5, Duration::from_secs(1));
+        assert_eq!(quota_unit(&limit), QuotaUnit::Requests);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use pingora::lb::{selection::RoundRobin, LoadBalancer};
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
 use crate::metrics::RouteMetrics;
+use crate::partition_key::{PartitionKey, PartitionKeys};
 use crate::ratelimit_headers::policy_field;
 use crate::state_log::StateLog;
 use crate::tls::{TlsFileError, UpstreamTransport};
@@ -32,13 +33,15 @@ pub struct Route {
     pub state_log: StateLog,
     /// The custom deny body (`deny_body_file`), read when the rules were built.
     pub deny_body: Option<bytes::Bytes>,
+    /// What the `pk` of this route's buckets is hashed with (shared by every route).
+    pub partition_keys: Arc<PartitionKeys>,
 }
 
 /// Largest `deny_body_file`: a denial is cheap to send, and a flood of them must stay so.
 pub const MAX_DENY_BODY: u64 = 64 * 1024;
 
 impl Route {
-    fn new(spec: &RouteSpec) -> Result<Route, RulesError> {
+    fn new(spec: &RouteSpec, partition_keys: &Arc<PartitionKeys>) -> Result<Route, RulesError> {
         let deny_body = match &spec.answers.deny.body {
             None => None,
             Some(body) => Some(read_deny_body(&spec.name, &body.file)?),
@@ -55,7 +58,13 @@ impl Route {
             metrics: RouteMetrics::new(&spec.name),
             state_log: StateLog::default(),
             deny_body,
+            partition_keys: partition_keys.clone(),
         })
+    }
+
+    /// The partition key (`pk`) the RateLimit fields give `bucket`, a bucket key of this route.
+    pub fn partition_key(&self, bucket: &str) -> PartitionKey {
+        self.partition_keys.of(bucket)
     }
 
     /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
@@ -214,11 +223,16 @@ impl Rules {
                 connect_log: Default::default(),
             });
         }
+        let secret = config.store.partition_key_secret.as_ref();
+        let partition_keys = Arc::new(PartitionKeys::new(
+            secret.map(|s| s.expose().as_bytes()),
+            &config.store.prefix,
+        ));
         Ok(Rules {
             routes: config
                 .routes
                 .iter()
-                .map(Route::new)
+                .map(|spec| Route::new(spec, &partition_keys))
                 .collect::<Result<_, _>>()?,
             upstreams,
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())

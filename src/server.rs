@@ -284,6 +284,19 @@ fn log_listeners(config: &Config) {
     }
 }
 
+/// With a shared store and no `partition_key_secret_file`, each proxy hashes the RateLimit
+/// fields' `pk` under its own secret: say so once, since a client will see another `pk` from
+/// each proxy for the one bucket they share.
+fn log_partition_keys(config: &Config) {
+    if config.store.redis_target().is_some() && config.store.partition_key_secret.is_none() {
+        log::info!(
+            "RateLimit pk hashed under a secret of this process: set \
+             store.partition_key_secret_file for one pk per client across the proxies sharing \
+             the store"
+        );
+    }
+}
+
 /// Pingora process settings derived from `[server]`.
 fn server_conf(config: &Config) -> ServerConf {
     let s = &config.server;
@@ -379,6 +392,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         server.add_service(background_service("access log reopen", reopen));
     }
     log_listeners(&config);
+    log_partition_keys(&config);
     let pid_file = config.server.pid_file.clone();
     server.add_service(background_service(
         "config reload",

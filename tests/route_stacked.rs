@@ -10,13 +10,14 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::admin::{admin, wait_readyz};
 use common::config::assert_invalid;
 use common::fetch::{fetch, fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
+use common::ratelimit::parse_ratelimit;
 use common::redis::{RedisCluster, RedisServer};
 use common::tls::{tls_options, Protocol, TestCa};
 use common::upstream::{Upstream, STATUS_HEADER};
@@ -92,9 +93,30 @@ fn counts(proxy: &Proxy, client: &str) -> (u64, u64) {
     counts_on(proxy, "chat", client)
 }
 
+/// Each limit's `pk` is its own bucket's: the global limit's one for every client, each
+/// client's own limit its own (one proxy: without a shared secret each process keys its own).
+fn partition_keys_follow_the_buckets(seen: &[(&str, Seen)]) {
+    let mut global = HashSet::new();
+    let mut own: HashMap<&str, HashSet<Vec<u8>>> = HashMap::new();
+    for (who, seen) in seen {
+        let items = parse_ratelimit(seen.ratelimit.as_deref().unwrap_or_default());
+        assert_eq!(items.len(), 2, "{who}: {items:?}");
+        own.entry(who).or_default().insert(items[0].pk.clone());
+        global.insert(items[1].pk.clone());
+    }
+    assert_eq!(global.len(), 1, "one global bucket, one pk: {global:?}");
+    let owns: HashSet<Vec<u8>> = own.values().flatten().cloned().collect();
+    assert!(own.values().all(|pks| pks.len() == 1), "{own:?}");
+    assert_eq!(owns.len(), CLIENTS.len(), "{own:?}");
+    assert!(owns.is_disjoint(&global));
+}
+
 /// The shared checks of every store: see the module documentation.
 async fn exactly_eight(proxies: &[Proxy], ca: &TestCa) {
     let seen = burst(proxies, ca).await;
+    if proxies.len() == 1 {
+        partition_keys_follow_the_buckets(&seen);
+    }
     let admitted = |who: &str| {
         (seen.iter())
             .filter(|(w, s)| *w == who && s.status == 200)

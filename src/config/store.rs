@@ -205,6 +205,10 @@ pub struct StoreSettings {
     pub max_delayed: u32,
     /// TLS material for `rediss://` URLs beyond the system roots.
     pub tls: Option<RedisTls>,
+    /// `partition_key_secret_file`: what the RateLimit fields' `pk` is keyed with (`None`: a
+    /// random key per process, see [`crate::partition_key`]).
+    #[serde(serialize_with = "super::redacted")]
+    pub partition_key_secret: Option<super::Secret>,
 }
 
 impl StoreSettings {

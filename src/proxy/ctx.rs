@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use http::HeaderValue;
 
 use crate::forwarding::OwnHop;
+use crate::limiter::Buckets;
 use crate::metrics::{Decision, InFlight};
 use crate::request_form::RequestForm;
 use crate::routes::{Route, Rules};
@@ -84,6 +85,12 @@ pub struct RequestCtx {
 }
 
 impl RequestCtx {
+    /// The buckets this request counts in on `route`: its own (`key`), and those of the
+    /// route's limits with keys of their own.
+    pub(super) fn buckets<'a>(&'a self, route: &'a Route) -> Buckets<'a> {
+        Buckets::stacked(&self.key, &self.limit_keys, &route.spec.limit_keys.of_limit)
+    }
+
     pub(super) fn route(&self) -> Option<&Route> {
         Some(&self.rules.as_ref()?.routes[self.route?])
     }

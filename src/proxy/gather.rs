@@ -9,7 +9,7 @@ use super::outcome::{Checked, DecidedBy, Outcome};
 use super::{refund, respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
-use crate::limiter::{Buckets, StoreError};
+use crate::limiter::StoreError;
 use crate::metrics::METRICS;
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
@@ -59,8 +59,7 @@ impl SlideGate {
             return Checked::BadForm(BadRequest::AmbiguousKey);
         }
         let max_delayed = rules.max_delayed;
-        let of_limit = &route.spec.limit_keys.of_limit;
-        let buckets = Buckets::stacked(&ctx.key, &ctx.limit_keys, of_limit);
+        let buckets = ctx.buckets(route);
         self.limiter
             .check(session, &buckets, route, max_delayed)
             .await
@@ -98,7 +97,7 @@ impl SlideGate {
                 | Outcome::LocalAllowed(verdict),
                 Some(route),
             ) => {
-                ctx.ratelimit = respond::ratelimit_value(route, verdict);
+                ctx.ratelimit = respond::ratelimit_value(route, verdict, ctx.buckets(route));
                 ctx.legacy = respond::legacy_value(route, verdict);
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.counting.count_status, verdict.recorded_times())

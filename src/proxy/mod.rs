@@ -117,7 +117,8 @@ impl ProxyHttp for SlideGate {
         let outcome = outcome(&checked);
         let route = ctx.route.map(|i| &rules.routes[i]);
         self.account(ctx, route, &outcome, checked.store_error());
-        respond::write_early(session, &outcome, route, &rules).await
+        let buckets = route.map(|route| ctx.buckets(route));
+        respond::write_early(session, &outcome, route, &rules, buckets).await
     }
 
     async fn upstream_peer(

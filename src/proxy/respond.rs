@@ -14,12 +14,13 @@ use super::outcome::Outcome;
 use super::stamp::stamp;
 use crate::config::ResponseHeaders;
 use crate::grpc::{self, GrpcStatus};
-use crate::limiter::Verdict;
+use crate::limiter::{Buckets, Verdict};
+use crate::partition_key::PartitionKey;
 use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
 use crate::routes::{Route, Rules};
 
-/// Header names of draft-ietf-httpapi-ratelimit-headers-10.
+/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]).
 const RATELIMIT_POLICY: &str = "RateLimit-Policy";
 const RATELIMIT: &str = "RateLimit";
 /// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
@@ -100,8 +101,8 @@ pub(super) fn failure_status(e: &pingora::Error) -> u16 {
 }
 
 /// Write the response of an outcome slidegate answers itself (400, 404, 429, 503), the one
-/// place that knows which those are; `route` is the matched route, which a `429` needs for its
-/// fields. Returns whether a response was written, which is what `request_filter` returns.
+/// place that knows which those are; `route` is the matched route and `buckets` the buckets
+/// the request was counted in, which a `429` needs for its fields. Returns whether a response was written, which is what `request_filter` returns.
 /// A small unread body is read and dropped after the answer (see [`discard`]), except after a
 /// `400`, which closes.
 pub(super) async fn write_early(
@@ -109,6 +110,7 @@ pub(super) async fn write_early(
     outcome: &Outcome<'_>,
     route: Option<&Route>,
     rules: &Rules,
+    buckets: Option<Buckets<'_>>,
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
@@ -124,10 +126,10 @@ pub(super) async fn write_early(
             (header, body)
         }
         Outcome::Denied(verdict) | Outcome::LocalDenied(verdict) => {
-            let Some(route) = route else {
+            let (Some(route), Some(buckets)) = (route, buckets) else {
                 return Error::e_explain(ErrorType::InternalError, "a 429 without a route");
             };
-            too_many_requests(route, verdict, reader)?
+            too_many_requests(route, verdict, buckets, reader)?
         }
         // The client is gone: nothing to send, the request ends as a client abort (499).
         Outcome::ClientGone => {
@@ -167,6 +169,7 @@ pub(super) async fn write_early(
 fn too_many_requests(
     route: &Route,
     verdict: &Verdict,
+    buckets: Buckets<'_>,
     reader: Reader,
 ) -> Result<(ResponseHeader, Bytes)> {
     let deny = &route.spec.answers.deny;
@@ -177,7 +180,7 @@ fn too_many_requests(
             grpc::answer(GrpcStatus::ResourceExhausted, &detail, h2)?
         }
     };
-    if let Some(r) = ratelimit_value(route, verdict) {
+    if let Some(r) = ratelimit_value(route, verdict, buckets) {
         insert_ratelimit_fields(&mut header, route, r)?;
     }
     if let Some(legacy) = legacy_value(route, verdict) {
@@ -195,10 +198,31 @@ fn too_many_requests(
     Ok((header, body.into()))
 }
 
-/// The `RateLimit` value of `verdict` on `route`.
-pub(super) fn ratelimit_value(route: &Route, verdict: &Verdict) -> Option<HeaderValue> {
-    let mut field = String::with_capacity(48 * route.spec.limits.len());
-    ratelimit_field(&mut field, &route.policy_names, verdict);
+/// The `RateLimit` value of `verdict` on `route` for the request counted in `buckets`: each
+/// limit's `pk` is its own bucket's (one keyed hash per distinct bucket).
+pub(super) fn ratelimit_value(
+    route: &Route,
+    verdict: &Verdict,
+    buckets: Buckets<'_>,
+) -> Option<HeaderValue> {
+    let mut field = String::with_capacity(72 * route.spec.limits.len());
+    let first = route.partition_key(buckets.first());
+    let mut own: Vec<(&str, PartitionKey)> = Vec::new();
+    if !buckets.is_one() {
+        for i in 0..route.spec.limits.len() {
+            let b = buckets.of(i);
+            if b != buckets.first() && !own.iter().any(|(x, _)| *x == b) {
+                own.push((b, route.partition_key(b)));
+            }
+        }
+    }
+    let pk_of = |i: usize| {
+        let b = buckets.of(i);
+        own.iter()
+            .find(|(x, _)| *x == b)
+            .map_or(&first, |(_, pk)| pk)
+    };
+    ratelimit_field(&mut field, &route.policy_names, verdict, pk_of);
     HeaderValue::try_from(field).ok()
 }
 

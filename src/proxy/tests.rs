@@ -137,8 +137,12 @@ async fn h1_allow_then_deny_writes_a_429() {
     assert_eq!(ctx.decision, Some(Decision::Allowed));
     let field = ctx
         .ratelimit
+        .clone()
         .expect("a RateLimit field for the upstream response");
-    assert_eq!(field.to_str().unwrap(), "\"login-60s\";r=0;t=60");
+    // The partition key of this client's bucket, the same on its allowed and denied answers.
+    let pk = ctx.route().unwrap().partition_key(&ctx.key);
+    let item = format!("\"login-60s\";r=0;t=60;pk=:{}:", pk.as_str());
+    assert_eq!(field.to_str().unwrap(), item);
 
     let (out, ctx) = answered_h1(&gate, head).await;
     assert_eq!(ctx.decision, Some(Decision::Denied));
@@ -147,10 +151,7 @@ async fn h1_allow_then_deny_writes_a_429() {
         out.contains("RateLimit-Policy: \"login-60s\";q=1;w=60\r\n"),
         "{out}"
     );
-    assert!(
-        out.contains("RateLimit: \"login-60s\";r=0;t=60\r\n"),
-        "{out}"
-    );
+    assert!(out.contains(&format!("RateLimit: {item}\r\n")), "{out}");
     assert!(out.contains("Retry-After: 60\r\n"), "{out}");
     assert_eq!(
         json_body(&out)["violated-policies"],
@@ -232,7 +233,13 @@ async fn h2_deny_is_429_with_fields() {
 
     let (parts, body) = h2_exchange(&gate, "http://a.test/login").await;
     assert_eq!(parts.status, 429);
-    assert_eq!(parts.headers["ratelimit"], "\"login-60s\";r=0;t=60");
+    let field = parts.headers["ratelimit"].to_str().unwrap();
+    let pk = field.strip_prefix("\"login-60s\";r=0;t=60;pk=:").unwrap();
+    assert_eq!(
+        pk.len(),
+        17,
+        "16 characters of base64 and the closing colon: {field}"
+    );
     assert_eq!(parts.headers["retry-after"], "60");
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["violated-policies"], serde_json::json!(["login-60s"]));

@@ -3,7 +3,7 @@
 
 use super::proxy::Reply;
 
-/// One item of a `RateLimit` field: `"<name>";r=<remaining>;t=<secs>`.
+/// One item of a `RateLimit` field: `"<name>";r=<remaining>;t=<secs>;pk=:<base64>:`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RateLimitItem {
     /// Policy name, e.g. `login-1s`.
@@ -12,20 +12,32 @@ pub struct RateLimitItem {
     pub r: u64,
     /// Seconds until a slot frees.
     pub t: u64,
+    /// The partition key: the bytes of the RFC 9651 Byte Sequence (12 of them).
+    pub pk: Vec<u8>,
 }
+
+/// Bytes of a partition key as slidegate sends them (96 bits of a keyed hash).
+pub const PK_BYTES: usize = 12;
 
 /// Parse a `RateLimit` field value.
 pub fn parse_ratelimit(field: &str) -> Vec<RateLimitItem> {
+    use base64::Engine as _;
     field
         .split(", ")
         .map(|item| {
             let parse = || -> Option<RateLimitItem> {
                 let (name, rest) = item.strip_prefix('"')?.split_once("\";r=")?;
-                let (r, t) = rest.split_once(";t=")?;
+                let (r, rest) = rest.split_once(";t=")?;
+                let (t, pk) = rest.split_once(";pk=:")?;
+                let pk = base64::engine::general_purpose::STANDARD
+                    .decode(pk.strip_suffix(':')?)
+                    .ok()
+                    .filter(|pk| pk.len() == PK_BYTES)?;
                 Some(RateLimitItem {
                     name: name.to_string(),
                     r: r.parse().ok()?,
                     t: t.parse().ok()?,
+                    pk,
                 })
             };
             parse().unwrap_or_else(|| panic!("malformed RateLimit item {item:?} in {field:?}"))
@@ -40,6 +52,14 @@ pub fn ratelimit(reply: &Reply) -> Vec<RateLimitItem> {
             .header("ratelimit")
             .unwrap_or_else(|| panic!("no RateLimit field: {reply:?}")),
     )
+}
+
+/// The partition key of a reply: every item's, which are one while a route's limits share its
+/// key.
+pub fn pk(reply: &Reply) -> Vec<u8> {
+    let items = ratelimit(reply);
+    assert!(items.windows(2).all(|w| w[0].pk == w[1].pk), "{items:?}");
+    items[0].pk.clone()
 }
 
 /// `(r, t)` of the named policy.

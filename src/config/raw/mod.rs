@@ -160,6 +160,9 @@ pub(super) struct RawStore {
     pub urls: Option<Spanned<Vec<EnvText>>>,
     /// Replaces the password of every URL (trailing newline stripped).
     pub password_file: Option<Spanned<EnvPath>>,
+    /// The secret the RateLimit fields' partition keys are hashed under (trailing newline
+    /// stripped); none: a random one per process.
+    pub partition_key_secret_file: Option<Spanned<EnvPath>>,
     /// Private CA (PEM) trusted for `rediss://` instead of the system roots.
     pub ca_file: Option<Spanned<EnvPath>>,
     pub client_cert_file: Option<Spanned<EnvPath>>,
@@ -199,6 +202,7 @@ impl Default for RawStore {
             url: None,
             urls: None,
             password_file: None,
+            partition_key_secret_file: None,
             ca_file: None,
             client_cert_file: None,
             client_key_file: None,

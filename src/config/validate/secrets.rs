@@ -1,5 +1,5 @@
 //! The keys whose value is read from a file at validation, or is a secret: `[store]`
-//! `password_file`, `ca_file`, `client_cert_file`, `client_key_file`, and `[server]`
+//! `password_file`, `partition_key_secret_file`, `ca_file`, `client_cert_file`, `client_key_file`, and `[server]`
 //! `admin_token` / `admin_token_file`. Files are read once per load (so also on every reload);
 //! errors name the key and the file, never a secret.
 
@@ -75,6 +75,27 @@ impl Validator<'_> {
             *url = url.clone().with_password(&password);
         }
         Ok(())
+    }
+
+    /// `store.partition_key_secret_file`: at least 16 bytes, so the partition keys it hashes
+    /// cannot be inverted by guessing it.
+    pub(super) fn partition_key_secret(
+        &self,
+        raw: &RawStore,
+    ) -> Result<Option<Secret>, ConfigError> {
+        let Some(file) = &raw.partition_key_secret_file else {
+            return Ok(None);
+        };
+        let key = "store.partition_key_secret_file";
+        let secret = self.secret_file(file, key)?;
+        if secret.len() < 16 {
+            return self.err(
+                Some(file.span()),
+                key,
+                "the secret must be at least 16 bytes",
+            );
+        }
+        Ok(Some(Secret::new(secret)))
     }
 
     /// `store.ca_file` and the client certificate pair: PEM read and checked here, for

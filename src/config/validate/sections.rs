@@ -180,6 +180,7 @@ impl Validator<'_> {
         let mut backend = self.backend(&raw)?;
         self.store_password(&raw, &mut backend)?;
         let tls = self.store_tls(&raw, &mut backend)?;
+        let partition_key_secret = self.partition_key_secret(&raw)?;
         let prefix = raw.prefix.get_ref();
         if prefix.is_empty()
             || prefix.contains(['{', '}'])
@@ -208,6 +209,7 @@ impl Validator<'_> {
             max_memory: raw.max_memory.0,
             deny_cache_max_age: raw.deny_cache_max_age.0,
             tls,
+            partition_key_secret,
         })
     }
 
