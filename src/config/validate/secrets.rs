@@ -202,21 +202,16 @@ impl Validator<'_> {
         key: &str,
         files: &mut Vec<std::path::PathBuf>,
     ) -> Result<Vec<u8>, ConfigError> {
-        let pem = self.file_bytes(file, key)?;
-        let path = file.get_ref().0.display();
-        match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
-            Ok(certs) if !certs.is_empty() => {}
-            Ok(_) => {
-                return self.err(
-                    Some(file.span()),
-                    key,
-                    format!("{path}: no PEM certificate in it"),
-                )
-            }
-            Err(e) => return self.err(Some(file.span()), key, format!("{path}: bad PEM: {e}")),
-        }
-        files.push(file.get_ref().0.clone());
-        Ok(pem)
+        self.pem(
+            file,
+            key,
+            files,
+            |pem| match CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>() {
+                Ok(certs) if !certs.is_empty() => Ok(()),
+                Ok(_) => Err("no PEM certificate in it".to_owned()),
+                Err(e) => Err(format!("bad PEM: {e}")),
+            },
+        )
     }
 
     /// A PEM file holding a private key (PKCS#8, PKCS#1 or SEC1).
@@ -226,14 +221,26 @@ impl Validator<'_> {
         key: &str,
         files: &mut Vec<std::path::PathBuf>,
     ) -> Result<Vec<u8>, ConfigError> {
+        self.pem(file, key, files, |pem| {
+            PrivateKeyDer::from_pem_slice(pem)
+                .map(drop)
+                .map_err(|e| format!("no PEM private key: {e}"))
+        })
+    }
+
+    /// A PEM file that passes `check` (whose error is prefixed with the path), remembered in
+    /// `files` (where the store's TLS material was read from).
+    fn pem(
+        &self,
+        file: &Spanned<EnvPath>,
+        key: &str,
+        files: &mut Vec<std::path::PathBuf>,
+        check: impl FnOnce(&[u8]) -> Result<(), String>,
+    ) -> Result<Vec<u8>, ConfigError> {
         let pem = self.file_bytes(file, key)?;
-        if let Err(e) = PrivateKeyDer::from_pem_slice(&pem) {
+        if let Err(e) = check(&pem) {
             let path = file.get_ref().0.display();
-            return self.err(
-                Some(file.span()),
-                key,
-                format!("{path}: no PEM private key: {e}"),
-            );
+            return self.err(Some(file.span()), key, format!("{path}: {e}"));
         }
         files.push(file.get_ref().0.clone());
         Ok(pem)
