@@ -3,20 +3,27 @@
 //! a Byte Sequence).
 //!
 //! A bucket is named by the client's key (an address, an API key, a cookie), which must not
-//! leave the proxy: `pk` is HMAC-SHA256 of the bucket under a secret, cut to [`PK_BYTES`]. The
+//! leave the proxy: `pk` is a keyed hash of the bucket under a secret, cut to [`PK_BYTES`]. The
 //! same bucket always gets the same `pk` under one secret, so every proxy given the same
 //! `[store] partition_key_secret_file` and `prefix` (the proxies sharing one store) agrees; with
 //! no secret configured each process draws its own, so a client's `pk` is stable until the proxy
 //! restarts, and differs between proxies. Without the secret a `pk` cannot be tied to a client,
 //! even by trying every IPv4 address.
+//!
+//! The hash is SipHash-1-3 with a 128-bit output (a keyed pseudo-random function made for short
+//! inputs: the one std's `HashMap` keys against hash flooding), its key derived from the secret
+//! and the prefix by HMAC-SHA256 once per rule set. For a 50-byte bucket it measured 38-46 ns
+//! against 232-262 ns for an HMAC-SHA256 of it (release build, this 2-core VM, 2026-12-03), and
+//! a `pk` is written on every limited response.
 
 use std::sync::LazyLock;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use ring::hmac;
+use siphasher::sip128::{Hasher128, SipHasher13};
 
-/// Bytes of the HMAC kept: 96 bits, no collision among any plausible number of buckets, and a
+/// Bytes of the hash kept: 96 bits, no collision among any plausible number of buckets, and a
 /// multiple of 3, so the base64 text has no padding.
 pub const PK_BYTES: usize = 12;
 
@@ -42,7 +49,8 @@ fn random_secret() -> [u8; 32] {
 
 /// What a route hashes its buckets' partition keys with; built with the rules.
 pub struct PartitionKeys {
-    key: hmac::Key,
+    /// The SipHash key, derived from the secret and the prefix.
+    key: [u8; 16],
 }
 
 impl PartitionKeys {
@@ -55,17 +63,19 @@ impl PartitionKeys {
             &hmac::Key::new(hmac::HMAC_SHA256, secret),
             prefix.as_bytes(),
         );
-        PartitionKeys {
-            key: hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref()),
-        }
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&derived.as_ref()[..16]);
+        PartitionKeys { key }
     }
 
     /// The partition key of `bucket` (the bucket key the store counts the request under).
     pub fn of(&self, bucket: &str) -> PartitionKey {
-        let tag = hmac::sign(&self.key, bucket.as_bytes());
+        let mut hasher = SipHasher13::new_with_key(&self.key);
+        std::hash::Hasher::write(&mut hasher, bucket.as_bytes());
+        let tag = hasher.finish128().as_bytes();
         let mut text = [0u8; PK_TEXT];
         // 12 bytes always encode to exactly 16 characters: this cannot fail.
-        let _ = STANDARD.encode_slice(&tag.as_ref()[..PK_BYTES], &mut text);
+        let _ = STANDARD.encode_slice(&tag[..PK_BYTES], &mut text);
         PartitionKey(text)
     }
 }
