@@ -99,14 +99,20 @@ impl SlideGate {
             ) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict, ctx.buckets(route));
                 ctx.legacy = respond::legacy_value(route, verdict);
+                let by = match outcome {
+                    Outcome::LocalAllowed(_) => DecidedBy::Local,
+                    _ => DecidedBy::Store,
+                };
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.counting.count_status, verdict.recorded_times())
                 {
-                    let by = match outcome {
-                        Outcome::LocalAllowed(_) => DecidedBy::Local,
-                        _ => DecidedBy::Store,
-                    };
                     ctx.ticket = Some(refund::Ticket::new(recorded_at, by));
+                }
+                if let (true, Some(recorded_at)) =
+                    (route.spec.has_leases(), verdict.recorded_times())
+                {
+                    ctx.lease = Some(refund::Ticket::new(recorded_at, by));
+                    route.metrics.leases_held.inc();
                 }
             }
             _ => {}

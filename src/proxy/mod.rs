@@ -335,9 +335,15 @@ impl ProxyHttp for SlideGate {
         ctx.in_flight = None;
         if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
             if ticket.due {
-                self.limiter
-                    .refund(route, &ctx.key, &ctx.limit_keys, ticket);
+                let counted = refund::Part::Counted;
+                (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, ticket, counted);
             }
+        }
+        // However the request ended (sent whole, client gone, upstream failed), its leases go.
+        if let (Some(lease), Some(route)) = (ctx.lease.take(), ctx.route()) {
+            route.metrics.leases_held.dec();
+            let leases = refund::Part::Leases;
+            (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, lease, leases);
         }
         let Some(log) = &self.access_log else {
             return;

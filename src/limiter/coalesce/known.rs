@@ -122,6 +122,11 @@ impl KnownDenials {
         let Some(wait) = verdict.retry_after() else {
             return;
         };
+        // A lease is given back whenever its request ends, on any proxy: a full concurrency
+        // limit proves nothing about the next moment.
+        if limits.iter().any(Limit::is_lease) {
+            return;
+        }
         if self.denied.len() >= MAX_ENTRIES && !self.denied.contains_key(bucket) {
             return;
         }
