@@ -35,7 +35,7 @@ impl Validator<'_> {
                     .chain([("resolution", l.resolution.as_ref().map(|r| r.span()))]);
                 for (field, span) in stray {
                     if let Some(span) = span {
-                        let message = format!("a `concurrent` limit has no `{field}`: its leases last `lease_ttl` past their last renewal");
+                        let message = format!("a `concurrent` limit has no `{field}`: a lease lasts until its request ends, at most `lease_ttl`");
                         return self.err(Some(span), at(field), message);
                     }
                 }
