@@ -153,6 +153,7 @@ macro_rules! conformance {
                 a_global_bucket_is_shared_by_concurrent_clients,
                 refund_gives_back_in_every_bucket,
                 leases_held_released_and_expired,
+                a_renewed_lease_outlives_its_first_deadline,
             ]
         );
     };

@@ -49,3 +49,26 @@ pub async fn leases_held_released_and_expired(store: Arc<dyn Store>) {
     assert!(late <= 1, "{late} leases left after their deadline");
     assert!(check(&store, b, &limits).await.admitted);
 }
+
+/// A renewed lease outlives its first deadline and is released by its new time; the entry it
+/// replaced, or a lease given back, renews nothing.
+pub async fn a_renewed_lease_outlives_its_first_deadline(store: Arc<dyn Store>) {
+    let limits = [Limit::lease(1, TTL)];
+    let b = Buckets::one("renew:client");
+    let t0 = Instant::now();
+    let first = store.check(ROUTE, &b, &limits).await.unwrap();
+    let at = first.recorded_at.expect("admitted");
+    tokio::time::sleep_until((t0 + Duration::from_millis(600)).into()).await;
+    let renewed = store.renew(ROUTE, &b, &limits, &[at]).await.unwrap();
+    assert!(renewed[0] > at, "{renewed:?} after {at}");
+    assert_eq!(store.renew(ROUTE, &b, &limits, &[at]).await.unwrap(), [0]);
+    // Past the first deadline: still held.
+    tokio::time::sleep_until((t0 + TTL + Duration::from_millis(200)).into()).await;
+    assert!(!store.check(ROUTE, &b, &limits).await.unwrap().admitted);
+    store.refund(ROUTE, &b, &limits, &renewed).await.unwrap();
+    assert_eq!(
+        store.renew(ROUTE, &b, &limits, &renewed).await.unwrap(),
+        [0]
+    );
+    assert!(store.check(ROUTE, &b, &limits).await.unwrap().admitted);
+}

@@ -289,6 +289,17 @@ impl Store for DenyCache {
         Ok(())
     }
 
+    async fn renew(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        // A renewal frees nothing: no known denial changes.
+        self.inner.renew(route, buckets, limits, recorded_at).await
+    }
+
     fn rules_changed(&self) {
         // New limits may admit what the old ones denied.
         self.known.clear();
