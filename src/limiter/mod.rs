@@ -372,7 +372,7 @@ pub(crate) mod fixtures {
             limits: &[Limit],
             recorded_at: &[u64],
         ) -> Result<Vec<u64>, StoreError> {
-            self.inner.renew(route, buckets, limits, recorded_at).await
+            self.store.renew(route, buckets, limits, recorded_at).await
         }
         fn backend(&self) -> &'static str {
             "counting"

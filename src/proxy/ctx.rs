@@ -84,7 +84,7 @@ pub struct RequestCtx {
     pub(super) ticket: Option<super::refund::Ticket>,
     /// The leases of the route's concurrency limits this request holds, given back when it
     /// ends (`logging`), however it ends.
-    pub(super) lease: Option<super::refund::Ticket>,
+    pub(super) lease: Option<super::lease::Lease>,
 }
 
 impl RequestCtx {

@@ -111,8 +111,8 @@ impl SlideGate {
                 if let (true, Some(recorded_at)) =
                     (route.spec.has_leases(), verdict.recorded_times())
                 {
-                    ctx.lease = Some(refund::Ticket::new(recorded_at, by));
-                    route.metrics.leases_held.inc();
+                    let (key, own) = (&ctx.key, &ctx.limit_keys);
+                    ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
                 }
             }
             _ => {}

@@ -80,7 +80,7 @@ impl Part {
 
 /// `part` of a route's `limits`, with their buckets' indexes (`of_limit`, empty: all the
 /// route's) and record times (one for all, or one per limit); `None` when it has none.
-fn part_of(
+pub(super) fn part_of(
     part: Part,
     limits: &[Limit],
     of_limit: &[u8],
@@ -101,20 +101,14 @@ fn part_of(
 }
 
 impl Limiter {
-    /// Give `ticket`'s admission back in the limits of `part`, every limit in its own bucket
+    /// Give `ticket`'s admission back in the limits that count requests (the leases are the
+    /// request's [`Lease`](super::lease::Lease)'s to give back), every limit in its own bucket
     /// (`bucket` the route's, `own` the limits' own keys' as the request computed them), in a
     /// task of its own: the
     /// response does not wait for the store, and until the store has removed the entry the
     /// slot stays taken (the bound errs on the safe side). A failed refund keeps the slot, and
     /// is counted.
-    pub(super) fn refund(
-        &self,
-        route: &Route,
-        bucket: &str,
-        own: &[String],
-        ticket: Ticket,
-        part: Part,
-    ) {
+    pub(super) fn refund(&self, route: &Route, bucket: &str, own: &[String], ticket: Ticket) {
         let store = match ticket.by {
             DecidedBy::Store => self.store.clone(),
             DecidedBy::Local => match &self.local {
@@ -123,21 +117,18 @@ impl Limiter {
             },
         };
         let of_limit = &route.spec.limit_keys.of_limit;
-        let Some((limits, of_limit, at)) =
-            part_of(part, &route.spec.limits, of_limit, &ticket.recorded_at)
-        else {
+        let Some((limits, of_limit, at)) = part_of(
+            Part::Counted,
+            &route.spec.limits,
+            of_limit,
+            &ticket.recorded_at,
+        ) else {
             return;
         };
         let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());
         tokio::spawn(async move {
             let buckets = Buckets::stacked(&bucket, &own, &of_limit);
             let result = store.refund(&name, &buckets, &limits, &at).await;
-            if part == Part::Leases {
-                if let Err(e) = result {
-                    log::debug!("route {name}: a lease stays held until its deadline: {e}");
-                }
-                return;
-            }
             let outcome = if result.is_ok() { "ok" } else { "error" };
             if let Err(e) = result {
                 log::debug!("route {name}: refund failed, the slot stays taken: {e}");

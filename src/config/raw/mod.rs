@@ -368,8 +368,8 @@ pub(super) struct RawLimit {
     pub requests: Option<Spanned<NonZeroU32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Spanned<Window>>,
-    /// Requests in flight at once (a concurrency limit), each lease held until its request
-    /// ends, at most `lease_ttl`.
+    /// Requests in flight at once (a concurrency limit), each lease held while its request
+    /// runs (renewed every `lease_ttl / 3`), and at most `lease_ttl` past a crashed proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent: Option<Spanned<NonZeroU32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

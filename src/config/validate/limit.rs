@@ -35,7 +35,7 @@ impl Validator<'_> {
                     .chain([("resolution", l.resolution.as_ref().map(|r| r.span()))]);
                 for (field, span) in stray {
                     if let Some(span) = span {
-                        let message = format!("a `concurrent` limit has no `{field}`: a lease lasts until its request ends, at most `lease_ttl`");
+                        let message = format!("a `concurrent` limit has no `{field}`: a lease lasts while its request runs (renewed), or `lease_ttl` past a crashed proxy");
                         return self.err(Some(span), at(field), message);
                     }
                 }

@@ -2,7 +2,9 @@
 //! requests in flight per bucket. Each admitted request holds one lease: an entry stamped with
 //! its admission time, as the exact log's, which leaves when the request ends (the proxy gives
 //! it back through [`Store::refund`](crate::limiter::Store::refund)) or, should the proxy that
-//! holds it die, one `lease_ttl` (the limit's window) after it was stamped. So the record and
+//! holds it die, one `lease_ttl` (the limit's window) after it was stamped. A request still
+//! running renews its lease ([`Store::renew`](crate::limiter::Store::renew)): its entry is
+//! replaced by one stamped now (in Redis, `lua/renew/script.lua`). So the record and
 //! its rules are the log's ([`Entries`]), and in Redis the same LIST and the same Lua: the
 //! lease's ARGV value ([`SCRIPT_ARG`]) matches no other kind's `@when`, so it runs the log's
 //! sections, the default branch (`lua/kinds/log.lua`).
