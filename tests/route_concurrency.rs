@@ -275,6 +275,16 @@ async fn a_long_request_keeps_its_lease() {
         .collect();
     tokio::time::sleep_until((start + Duration::from_millis(1600)).into()).await;
     assert_eq!(up.in_flight(), N);
+    // The inspector shows the leases held, each by its (renewed) time.
+    let (_, body) = proxy.admin_get("/api/v1/window?route=chat&client=long");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["limits"][0]["concurrent"], true, "{v}");
+    assert_eq!(v["limits"][0]["count"], N, "{v}");
+    assert_eq!(
+        v["limits"][0]["entries_ms"].as_array().map(Vec::len),
+        Some(N as usize)
+    );
+    assert_eq!(leases_held(proxy), N);
     for protocol in [Protocol::H1, Protocol::H2Tls, Protocol::H2c] {
         assert_eq!(
             get(proxy, &ca, protocol, "long", 0).await,

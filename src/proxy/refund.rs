@@ -146,6 +146,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_part_keeps_its_limits_buckets_and_times() {
+        let w = std::time::Duration::from_secs(60);
+        let limits = [Limit::log(5, w), Limit::lease(2, w), Limit::log(9, w / 2)];
+        let (lease, counted) = (Part::Leases, Part::Counted);
+        assert_eq!(
+            part_of(lease, &limits, &[], &[7]),
+            Some((vec![limits[1]], vec![], vec![7]))
+        );
+        assert_eq!(
+            part_of(counted, &limits, &[0, 1, 2], &[4, 5, 6]),
+            Some((vec![limits[0], limits[2]], vec![0, 2], vec![4, 6]))
+        );
+        assert_eq!(part_of(lease, &limits[..1], &[], &[7]), None);
+    }
+
+    #[test]
     fn a_final_status_not_listed_gives_the_slot_back() {
         let failures = [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN];
         let cases = [
