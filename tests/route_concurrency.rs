@@ -350,3 +350,37 @@ async fn a_killed_proxys_leases_are_freed_within_lease_ttl() {
         );
     }
 }
+
+/// A shadow route's admissions hold and give back their leases like any other: requests one
+/// after the other are never shadow-denied.
+#[test]
+fn a_shadow_route_gives_its_leases_back() {
+    let up = Upstream::start();
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("chat", "shadow = true\nlimits = [ { concurrent = 1 } ]")
+        .build();
+    let proxy = Proxy::start(&config);
+    wait_readyz(&proxy, 200, Duration::from_secs(20));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = Protocol::H1.client(&TestCa::new("ca").ca_pem());
+    for _ in 0..N + 2 {
+        let seen = rt.block_on(fetch_with(
+            &client,
+            &url(&proxy, Protocol::H1, "/"),
+            &[],
+            Protocol::H1.version(),
+        ));
+        assert_eq!(seen.status, 200);
+        // The release is sent once the response is out: wait for it before the next request.
+        let start = Instant::now();
+        while leases_held(&proxy) > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "lease not given back"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(proxy.decisions("chat", "shadow_denied"), 0);
+}

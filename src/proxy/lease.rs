@@ -101,9 +101,9 @@ impl Held {
         }
     }
 
-    /// Give back every lease still held (a lapsed one, time 0, names no entry).
+    /// Give back every lease still held (a lapsed one, time 0, names no entry), then leave the
+    /// gauge: a client that sees it drop finds the lease free in the store.
     async fn release(self) {
-        self.gauge.dec();
         let result = (self.store)
             .refund(&self.route, &self.buckets(), &self.limits, &self.at)
             .await;
@@ -113,5 +113,6 @@ impl Held {
                 self.route
             );
         }
+        self.gauge.dec();
     }
 }
