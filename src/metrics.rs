@@ -8,7 +8,8 @@ use std::sync::LazyLock;
 use crate::limiter::{StoreError, StoreErrorKind};
 use prometheus::{
     register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
-    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec,
 };
 
 /// The proxy's metrics: everything but `slidegate_client_aborts_total` ([`crate::log_hygiene`])
@@ -49,6 +50,9 @@ pub struct Metrics {
     /// `slidegate_refunds_total{route,result}`: admissions given back under `count_status`
     /// (`result="ok"`), or whose refund failed and kept the slot (`"error"`).
     pub refunds: IntCounterVec,
+    /// `slidegate_leases_held{route}`: leases of concurrency limits this proxy took and has
+    /// not given back yet (per proxy: other proxies sharing the store hold their own).
+    pub leases_held: IntGaugeVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -265,6 +269,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route", "result"]
     )
     .expect("register slidegate_refunds_total"),
+    leases_held: register_int_gauge_vec!(
+        "slidegate_leases_held",
+        "Leases of concurrency limits this proxy took and has not given back yet",
+        &["route"]
+    )
+    .expect("register slidegate_leases_held"),
 }
 });
 
@@ -342,6 +352,8 @@ pub struct RouteMetrics {
     pub upstream_duration: Histogram,
     /// `slidegate_delay_seconds{route}`.
     pub delay: Histogram,
+    /// `slidegate_leases_held{route}`.
+    pub leases_held: IntGauge,
 }
 
 impl RouteMetrics {
@@ -356,6 +368,7 @@ impl RouteMetrics {
             request_duration: m.request_duration.with_label_values(&[route]),
             upstream_duration: m.upstream_duration.with_label_values(&[route]),
             delay: m.delay.with_label_values(&[route]),
+            leases_held: m.leases_held.with_label_values(&[route]),
         }
     }
 

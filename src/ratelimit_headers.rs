@@ -83,8 +83,11 @@ impl QuotaUnit {
 
 /// The unit `limit` counts in: the one place a kind of limit that does not count requests
 /// (cost, concurrency) says so.
-pub fn quota_unit(_limit: &Limit) -> QuotaUnit {
-    QuotaUnit::Requests
+pub fn quota_unit(limit: &Limit) -> QuotaUnit {
+    match limit.is_lease() {
+        true => QuotaUnit::ConcurrentRequests,
+        false => QuotaUnit::Requests,
+    }
 }
 
 /// Append `"name";a=x` to an RFC 9651 list in `out` (`, ` before every item but the first).

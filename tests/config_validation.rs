@@ -339,6 +339,56 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "resolution \"500us\" is shorter than 1ms",
         },
         Case {
+            what: "a limit both requests and concurrent",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", concurrent = 4 }",
+            ),
+            key: "routes[0].limits[0].concurrent",
+            line_of: Some("concurrent = 4"),
+            message: "either `requests` (per `window`) or `concurrent`, not both",
+        },
+        Case {
+            what: "a concurrent limit with a window",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ concurrent = 4, window = \"1m\" }",
+            ),
+            key: "routes[0].limits[0].window",
+            line_of: Some("concurrent = 4"),
+            message: "a `concurrent` limit has no `window`",
+        },
+        Case {
+            what: "lease_ttl on a requests limit",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", lease_ttl = \"5s\" }",
+            ),
+            key: "routes[0].limits[0].lease_ttl",
+            line_of: Some("lease_ttl"),
+            message: "`lease_ttl` belongs to a `concurrent` limit",
+        },
+        Case {
+            what: "lease_ttl under 1s",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ concurrent = 4, lease_ttl = \"100ms\" }",
+            ),
+            key: "routes[0].limits[0].lease_ttl",
+            line_of: Some("lease_ttl"),
+            message: "is shorter than 1s",
+        },
+        Case {
+            what: "two concurrent limits under one key",
+            toml: edit(
+                "limits = [ { requests = 10, window = \"1m\" } ]",
+                "limits = [\n  { concurrent = 4 },\n  { concurrent = 8, lease_ttl = \"1m\" },\n]",
+            ),
+            key: "routes[0].limits[1].key",
+            line_of: Some("concurrent = 8"),
+            message: "a second limit with the policy name",
+        },
+        Case {
             what: "bad listen address",
             toml: edit("listen = \"127.0.0.1:18080\"", "listen = \"127.0.0.1\""),
             key: "server.listen",

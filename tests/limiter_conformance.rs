@@ -14,6 +14,8 @@ mod admin;
 mod common;
 #[path = "limiter_conformance/decide.rs"]
 mod decide;
+#[path = "limiter_conformance/lease.rs"]
+mod lease;
 #[path = "limiter_conformance/own_keys.rs"]
 mod own_keys;
 
@@ -25,6 +27,7 @@ use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
 use decide::*;
+use lease::*;
 use own_keys::*;
 use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
@@ -149,6 +152,8 @@ macro_rules! conformance {
                 limits_in_two_buckets_all_or_nothing,
                 a_global_bucket_is_shared_by_concurrent_clients,
                 refund_gives_back_in_every_bucket,
+                leases_held_released_and_expired,
+                a_renewed_lease_outlives_its_first_deadline,
             ]
         );
     };

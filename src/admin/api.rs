@@ -75,6 +75,10 @@ fn limits_json(route: &Route) -> Vec<Value> {
             if let Some(key) = route.spec.limit_keys.key_of(i) {
                 v["key"] = key.to_string().into();
             }
+            if l.is_lease() {
+                // A concurrency limit: `requests` in flight, `window_ms` its lease_ttl.
+                v["concurrent"] = true.into();
+            }
             v
         })
         .collect()
@@ -245,6 +249,9 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
                 "count": lv.count,
                 "entries_ms": lv.entries_us.iter().map(|&t| us_to_ms(t)).collect::<Vec<_>>(),
                 "resolution_ms": limit.resolution_us().map(|r| r / 1000),
+                // A concurrency limit's `count` is the leases held now, `entries_ms` when each
+                // was taken.
+                "concurrent": limit.is_lease(),
                 "slots": lv.slots.iter().map(|&(start, count)| json!({
                     "start_ms": us_to_ms(start),
                     "count": count,

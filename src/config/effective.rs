@@ -85,6 +85,22 @@ impl Config {
             route
                 .entry("deny_status")
                 .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
+            lease_ttls(route);
+        }
+    }
+}
+
+/// Each `concurrent` limit's `lease_ttl`, its default written out.
+fn lease_ttls(route: &mut Table) {
+    let Some(Value::Array(limits)) = route.get_mut("limits") else {
+        return;
+    };
+    for limit in limits.iter_mut() {
+        if let Value::Table(limit) = limit {
+            if limit.contains_key("concurrent") {
+                let ttl = humantime::format_duration(super::raw::DEFAULT_LEASE_TTL).to_string();
+                limit.entry("lease_ttl").or_insert(Value::String(ttl));
+            }
         }
     }
 }

@@ -47,6 +47,12 @@ impl RouteSpec {
         !self.limits.is_empty()
     }
 
+    /// Whether the route has a concurrency limit, whose leases each request gives back when it
+    /// ends.
+    pub fn has_leases(&self) -> bool {
+        self.limits.iter().any(Limit::is_lease)
+    }
+
     /// Each limit's policy name, in order (`RateLimit-Policy`, `RateLimit`, the inspector):
     /// see [`policy_name`].
     pub fn policy_names(&self) -> Vec<String> {

@@ -276,6 +276,20 @@ pub trait Store: Send + Sync + 'static {
         recorded_at: &[u64],
     ) -> Result<(), StoreError>;
 
+    /// Renew the leases of an admission: in each concurrency limit of `limits` (each in its
+    /// bucket of `buckets`), replace the entry recorded at `recorded_at` (one time for all, or
+    /// one per limit) by one stamped now, so its deadline moves one `lease_ttl` on, atomically.
+    /// Returns the new time per limit, for the next renewal and the release (a
+    /// [`Store::refund`]): 0 where the lease had already lapsed (left its window, or its bucket
+    /// was reset), which renews nothing, so a lapsed lease never comes back.
+    async fn renew(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Result<Vec<u64>, StoreError>;
+
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
     /// `redis_sentinel`).
     fn backend(&self) -> &'static str;
@@ -351,6 +365,15 @@ pub(crate) mod fixtures {
             self.store.refund(route, buckets, limits, recorded_at).await
         }
 
+        async fn renew(
+            &self,
+            route: &str,
+            buckets: &Buckets<'_>,
+            limits: &[Limit],
+            recorded_at: &[u64],
+        ) -> Result<Vec<u64>, StoreError> {
+            self.store.renew(route, buckets, limits, recorded_at).await
+        }
         fn backend(&self) -> &'static str {
             "counting"
         }

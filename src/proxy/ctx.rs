@@ -82,6 +82,9 @@ pub struct RequestCtx {
     /// An admission on a `count_status` route, until the upstream's status says whether it
     /// counts.
     pub(super) ticket: Option<super::refund::Ticket>,
+    /// The leases of the route's concurrency limits this request holds, given back when it
+    /// ends (`logging`), however it ends.
+    pub(super) lease: Option<super::lease::Lease>,
 }
 
 impl RequestCtx {

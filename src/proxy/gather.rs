@@ -9,7 +9,7 @@ use super::outcome::{Checked, DecidedBy, Outcome};
 use super::{refund, respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
-use crate::limiter::StoreError;
+use crate::limiter::{StoreError, Verdict};
 use crate::metrics::METRICS;
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
@@ -88,8 +88,13 @@ impl SlideGate {
                 METRICS.bad_requests.inc();
             }
             (Outcome::NoRoute, _) => METRICS.no_route.inc(),
-            (Outcome::Shadow { denied: true }, Some(route)) => {
+            (Outcome::Shadow { denied: true, .. }, Some(route)) => {
                 log::debug!("route {}: shadow deny for {}", route.spec.name, ctx.key);
+            }
+            // A shadow route's admission holds its leases too, or they would count until
+            // their deadline.
+            (Outcome::Shadow { verdict, by, .. }, Some(route)) => {
+                self.take_leases(ctx, route, verdict, *by);
             }
             (
                 Outcome::Allowed(verdict)
@@ -99,17 +104,27 @@ impl SlideGate {
             ) => {
                 ctx.ratelimit = respond::ratelimit_value(route, verdict, ctx.buckets(route));
                 ctx.legacy = respond::legacy_value(route, verdict);
+                let by = match outcome {
+                    Outcome::LocalAllowed(_) => DecidedBy::Local,
+                    _ => DecidedBy::Store,
+                };
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.counting.count_status, verdict.recorded_times())
                 {
-                    let by = match outcome {
-                        Outcome::LocalAllowed(_) => DecidedBy::Local,
-                        _ => DecidedBy::Store,
-                    };
                     ctx.ticket = Some(refund::Ticket::new(recorded_at, by));
                 }
+                self.take_leases(ctx, route, verdict, by);
             }
             _ => {}
+        }
+    }
+
+    /// An admission of a route with concurrency limits holds their leases until the request
+    /// ends (see [`super::lease`]).
+    fn take_leases(&self, ctx: &mut RequestCtx, route: &Route, verdict: &Verdict, by: DecidedBy) {
+        if let (true, Some(recorded_at)) = (route.spec.has_leases(), verdict.recorded_times()) {
+            let (key, own) = (&ctx.key, &ctx.limit_keys);
+            ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
         }
     }
 }

@@ -54,6 +54,7 @@ mod ctx;
 mod delay;
 mod discard;
 mod gather;
+mod lease;
 mod limiter;
 mod outcome;
 mod refund;
@@ -335,10 +336,11 @@ impl ProxyHttp for SlideGate {
         ctx.in_flight = None;
         if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
             if ticket.due {
-                self.limiter
-                    .refund(route, &ctx.key, &ctx.limit_keys, ticket);
+                (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, ticket);
             }
         }
+        // However the request ended (sent whole, client gone, upstream failed), its leases go.
+        ctx.lease = None;
         let Some(log) = &self.access_log else {
             return;
         };

@@ -104,6 +104,9 @@ pub(super) enum Outcome<'a> {
     Shadow {
         /// The limits would have denied the request.
         denied: bool,
+        /// The verdict, and who gave it: an admission holds leases like any other.
+        verdict: &'a Verdict,
+        by: DecidedBy,
     },
     /// Forwarded, with the verdict's `RateLimit` fields on the response.
     Allowed(&'a Verdict),
@@ -140,8 +143,10 @@ pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
         // A shadow route never answers for the store either.
         (Err(_), _) if policy.on_error == OnError::Deny && !policy.shadow => Outcome::ErrorDenied,
         (Err(_), _) => Outcome::ErrorAllowed,
-        (Ok(v), _) if policy.shadow => Outcome::Shadow {
+        (Ok(v), by) if policy.shadow => Outcome::Shadow {
             denied: !v.admitted,
+            verdict: v,
+            by: *by,
         },
         (Ok(v), DecidedBy::Store) if v.admitted && delayed => Outcome::Delayed(v),
         (Ok(v), DecidedBy::Store) if v.admitted => Outcome::Allowed(v),
@@ -156,10 +161,10 @@ impl Outcome<'_> {
     pub fn decision(&self) -> Option<Decision> {
         Some(match self {
             Outcome::BadRequest(_) | Outcome::NoRoute => return None,
-            Outcome::Unlimited | Outcome::Allowed(_) | Outcome::Shadow { denied: false } => {
+            Outcome::Unlimited | Outcome::Allowed(_) | Outcome::Shadow { denied: false, .. } => {
                 Decision::Allowed
             }
-            Outcome::Shadow { denied: true } => Decision::ShadowDenied,
+            Outcome::Shadow { denied: true, .. } => Decision::ShadowDenied,
             Outcome::Exempt => Decision::Exempt,
             Outcome::ErrorAllowed => Decision::ErrorAllowed,
             Outcome::ErrorDenied => Decision::ErrorDenied,
@@ -288,11 +293,17 @@ mod tests {
     #[test]
     fn shadow_counts_what_would_have_happened() {
         let denied = decided(true, OnError::Allow, Ok(verdict(false)));
-        assert_eq!(outcome(&denied), Outcome::Shadow { denied: true });
+        assert!(matches!(
+            outcome(&denied),
+            Outcome::Shadow { denied: true, .. }
+        ));
         assert_eq!(outcome(&denied).decision(), Some(Decision::ShadowDenied));
 
         let allowed = decided(true, OnError::Allow, Ok(verdict(true)));
-        assert_eq!(outcome(&allowed), Outcome::Shadow { denied: false });
+        assert!(matches!(
+            outcome(&allowed),
+            Outcome::Shadow { denied: false, .. }
+        ));
         assert_eq!(outcome(&allowed).decision(), Some(Decision::Allowed));
     }
 
@@ -339,7 +350,10 @@ mod tests {
     fn a_failed_local_log_fails_open_and_shadow_stays_silent() {
         assert_eq!(outcome(&local(false, failed())), Outcome::ErrorAllowed);
         let shadow = local(true, Ok(verdict(false)));
-        assert_eq!(outcome(&shadow), Outcome::Shadow { denied: true });
+        assert!(matches!(
+            outcome(&shadow),
+            Outcome::Shadow { denied: true, .. }
+        ));
     }
 
     #[test]

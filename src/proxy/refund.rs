@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::limiter::Limiter;
 use super::outcome::DecidedBy;
-use crate::limiter::Buckets;
+use crate::limiter::{Buckets, Limit};
 use crate::metrics::METRICS;
 use crate::routes::Route;
 
@@ -62,9 +62,49 @@ pub(super) fn settle(count_status: &[StatusCode], status: StatusCode) -> Settle 
     }
 }
 
+/// Which limits of a route a refund gives back: each entry is given back once, so a
+/// `count_status` refund leaves the leases to the release at the request's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// The limits that count requests (`count_status`).
+    Counted,
+    /// The concurrency limits (the request ended).
+    Leases,
+}
+
+impl Part {
+    fn holds(self, limit: &Limit) -> bool {
+        limit.is_lease() == (self == Part::Leases)
+    }
+}
+
+/// `part` of a route's `limits`, with their buckets' indexes (`of_limit`, empty: all the
+/// route's) and record times (one for all, or one per limit); `None` when it has none.
+pub(super) fn part_of(
+    part: Part,
+    limits: &[Limit],
+    of_limit: &[u8],
+    at: &[u64],
+) -> Option<(Vec<Limit>, Vec<u8>, Vec<u64>)> {
+    let picked = || (0..limits.len()).filter(|&i| part.holds(&limits[i]));
+    picked().next()?;
+    let limits = picked().map(|i| limits[i]).collect();
+    let of_limit = match of_limit.is_empty() {
+        true => Vec::new(),
+        false => picked().map(|i| of_limit[i]).collect(),
+    };
+    let at = match at.len() {
+        1 => at.to_vec(),
+        _ => picked().filter_map(|i| at.get(i).copied()).collect(),
+    };
+    Some((limits, of_limit, at))
+}
+
 impl Limiter {
-    /// Give `ticket`'s admission back, every limit in its own bucket (`bucket` the route's,
-    /// `own` the limits' own keys' as the request computed them), in a task of its own: the
+    /// Give `ticket`'s admission back in the limits that count requests (the leases are the
+    /// request's [`Lease`](super::lease::Lease)'s to give back), every limit in its own bucket
+    /// (`bucket` the route's, `own` the limits' own keys' as the request computed them), in a
+    /// task of its own: the
     /// response does not wait for the store, and until the store has removed the entry the
     /// slot stays taken (the bound errs on the safe side). A failed refund keeps the slot, and
     /// is counted.
@@ -76,17 +116,19 @@ impl Limiter {
                 None => return,
             },
         };
-        let (name, bucket, limits) = (
-            route.spec.name.clone(),
-            bucket.to_owned(),
-            route.spec.limits.clone(),
-        );
-        let (own, of_limit) = (own.to_vec(), route.spec.limit_keys.of_limit.clone());
+        let of_limit = &route.spec.limit_keys.of_limit;
+        let Some((limits, of_limit, at)) = part_of(
+            Part::Counted,
+            &route.spec.limits,
+            of_limit,
+            &ticket.recorded_at,
+        ) else {
+            return;
+        };
+        let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());
         tokio::spawn(async move {
             let buckets = Buckets::stacked(&bucket, &own, &of_limit);
-            let result = store
-                .refund(&name, &buckets, &limits, &ticket.recorded_at)
-                .await;
+            let result = store.refund(&name, &buckets, &limits, &at).await;
             let outcome = if result.is_ok() { "ok" } else { "error" };
             if let Err(e) = result {
                 log::debug!("route {name}: refund failed, the slot stays taken: {e}");
@@ -102,6 +144,22 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_keeps_its_limits_buckets_and_times() {
+        let w = std::time::Duration::from_secs(60);
+        let limits = [Limit::log(5, w), Limit::lease(2, w), Limit::log(9, w / 2)];
+        let (lease, counted) = (Part::Leases, Part::Counted);
+        assert_eq!(
+            part_of(lease, &limits, &[], &[7]),
+            Some((vec![limits[1]], vec![], vec![7]))
+        );
+        assert_eq!(
+            part_of(counted, &limits, &[0, 1, 2], &[4, 5, 6]),
+            Some((vec![limits[0], limits[2]], vec![0, 2], vec![4, 6]))
+        );
+        assert_eq!(part_of(lease, &limits[..1], &[], &[7]), None);
+    }
 
     #[test]
     fn a_final_status_not_listed_gives_the_slot_back() {

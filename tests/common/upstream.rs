@@ -69,6 +69,10 @@ pub struct SeenRequest {
 /// What the upstream has seen.
 struct Seen {
     hits: AtomicU64,
+    /// Requests being answered now (from their head until their response head, or until the
+    /// proxy gave up on them), and the most there ever were at once.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
     /// `X-Forwarded-For` of each request in arrival order (`None` when absent).
     xff: Mutex<Vec<Option<String>>>,
     /// Each request's head as received, in arrival order.
@@ -83,6 +87,8 @@ impl Default for Seen {
     fn default() -> Self {
         Seen {
             hits: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
             xff: Mutex::default(),
             requests: Mutex::default(),
             heads: Mutex::default(),
@@ -184,6 +190,16 @@ impl Upstream {
         self.seen.requests.lock().unwrap().last().cloned()
     }
 
+    /// Requests being answered now (see [`DELAY_HEADER`] to hold them).
+    pub fn in_flight(&self) -> u64 {
+        self.seen.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests it was ever answering at once.
+    pub fn max_in_flight(&self) -> u64 {
+        self.seen.max_in_flight.load(Ordering::SeqCst)
+    }
+
     /// Let one gated body ([`GATED_HEADER`]) send its second byte.
     pub fn release(&self) {
         self.seen.gate.add_permits(1);
@@ -204,6 +220,24 @@ impl Drop for Upstream {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// One request in [`Seen::in_flight`] while it lives (dropped too when the proxy goes away
+/// and its connection's task is cancelled).
+struct Answering(Arc<Seen>);
+
+impl Answering {
+    fn new(seen: Arc<Seen>) -> Answering {
+        let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        seen.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Answering(seen)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -241,6 +275,7 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         arrived: std::time::Instant::now(),
     });
     seen.hits.fetch_add(1, Ordering::SeqCst);
+    let _answering = Answering::new(seen.clone());
     let delay = req
         .headers()
         .get(DELAY_HEADER)

@@ -66,6 +66,14 @@ pub(in crate::config) type UpstreamTimeout = BoundedDuration<1, 3_600_000>;
 
 /// `store.deny_cache_max_age`: 1 ms ..= 1 h; how long a cached denial is trusted without asking
 /// the store again.
+/// A concurrency limit's `lease_ttl`: 1 s ..= 1 h (a crashed proxy's leases stay held for
+/// at most this long).
+pub(in crate::config) type LeaseTtl = BoundedDuration<1000, 3_600_000>;
+
+/// `lease_ttl` when a concurrency limit names none.
+pub(in crate::config) const DEFAULT_LEASE_TTL: std::time::Duration =
+    std::time::Duration::from_secs(30);
+
 pub(in crate::config) type DenyCacheMaxAge = BoundedDuration<1, 3_600_000>;
 
 /// `max_delay` (route and `[store]` default): 0 (no waiting, today's behaviour) ..= 60 s. A

@@ -363,8 +363,17 @@ fn default_key() -> Spanned<RawKey> {
 #[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimit {
-    pub requests: NonZeroU32,
-    pub window: Spanned<Window>,
+    /// Requests per `window`; a limit is this or `concurrent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Spanned<NonZeroU32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Spanned<Window>>,
+    /// Requests in flight at once (a concurrency limit), each lease held while its request
+    /// runs (renewed every `lease_ttl / 3`), and at most `lease_ttl` past a crashed proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<Spanned<NonZeroU32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl: Option<Spanned<LeaseTtl>>,
     /// Slot length of a bounded-memory limit (checked against the window in `validate`).
     #[serde(default)]
     pub resolution: Option<Spanned<Resolution>>,

@@ -16,6 +16,7 @@ use crate::keys::KeyPrefixes;
 
 mod answers;
 mod key;
+mod limit;
 mod policy;
 mod redis_nodes;
 mod request_headers;

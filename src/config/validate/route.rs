@@ -13,7 +13,7 @@ use super::super::{
     Answers, ConfigError, Counting, HostMatch, KeySpec, LimitKeys, RouteMatch, RouteSpec,
     UpstreamSpec,
 };
-use super::{slots, RouteDefaults, Validator};
+use super::{RouteDefaults, Validator};
 use crate::limiter::Limit;
 use crate::ratelimit_headers::policy_name;
 
@@ -142,29 +142,20 @@ impl Validator<'_> {
         let mut of_limit = Vec::with_capacity(r.limits.len());
         for (j, l) in r.limits.iter().enumerate() {
             let k = self.limit_key(i, j, l, key, &mut keys.keys)?;
-            let window = l.window.get_ref().0;
-            let limit = match &l.resolution {
-                None => Limit::log(l.requests.get(), window),
-                Some(res) => match slots::check(window, res.get_ref().0) {
-                    Ok(resolution) => Limit::slotted(l.requests.get(), window, resolution),
-                    Err(e) => {
-                        let key = format!("routes[{i}].limits[{j}].resolution");
-                        return self.err(Some(res.span()), key, e);
-                    }
-                },
-            };
+            let (limit, span) = self.limit(i, j, l)?;
             // Two limits with one id under one key would share one log (one Redis key, one
             // policy name).
             let same = |(x, xk): (&Limit, &u8)| x.id() == limit.id() && *xk == k;
             if limits.iter().zip(&of_limit).any(same) {
+                let (what, field) = match limit.is_lease() {
+                    true => ("`concurrent` limit", "concurrent"),
+                    false => ("window", "window"),
+                };
+                let window = humantime::format_duration(limit.window);
                 return self.err(
-                    Some(l.window.span()),
-                    format!("routes[{i}].limits[{j}].window"),
-                    format!(
-                        "duplicate window {} on route {:?}",
-                        humantime::format_duration(window),
-                        r.name.get_ref()
-                    ),
+                    Some(span),
+                    format!("routes[{i}].limits[{j}].{field}"),
+                    format!("duplicate {what} {window} on route {:?}", r.name.get_ref()),
                 );
             }
             limits.push(limit);
@@ -192,9 +183,11 @@ impl Validator<'_> {
             let policy = policy_name(name, limit, keys.key_of(j));
             if !seen.insert(policy.clone()) {
                 let raw = &r.limits[j];
-                let span = raw.key.as_ref().map_or(raw.window.span(), |k| k.span());
+                let span = (raw.key.as_ref().map(|k| k.span()))
+                    .or_else(|| raw.window.as_ref().map(|w| w.span()))
+                    .or_else(|| raw.concurrent.as_ref().map(|c| c.span()));
                 let message = format!("a second limit with the policy name {policy:?}");
-                return self.err(Some(span), format!("routes[{i}].limits[{j}].key"), message);
+                return self.err(span, format!("routes[{i}].limits[{j}].key"), message);
             }
         }
         Ok(())

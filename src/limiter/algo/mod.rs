@@ -18,6 +18,7 @@ use super::{LimitState, LimitView};
 #[cfg(test)]
 mod assemble;
 pub mod clock;
+pub mod lease;
 pub mod log;
 mod record;
 pub mod script;
@@ -49,6 +50,9 @@ pub enum LimitKind {
         /// Slot length.
         resolution: Duration,
     },
+    /// Requests in flight (`concurrent`): one lease per admitted request, given back when it
+    /// ends, or left to expire one `window` (the `lease_ttl`) after it was taken.
+    Lease,
 }
 
 /// Integers per limit in a script reply (`remaining`, `reset`), whatever its kind.
@@ -67,6 +71,21 @@ impl Limit {
             window,
             kind: LimitKind::Log,
         }
+    }
+
+    /// A concurrency limit: at most `concurrent` leases, each expiring `ttl` after it was
+    /// taken unless given back first.
+    pub const fn lease(concurrent: u32, ttl: Duration) -> Limit {
+        Limit {
+            requests: concurrent,
+            window: ttl,
+            kind: LimitKind::Lease,
+        }
+    }
+
+    /// True for a concurrency limit, whose entries the proxy gives back when a request ends.
+    pub fn is_lease(&self) -> bool {
+        self.kind == LimitKind::Lease
     }
 
     /// A slotted limit of `resolution` (which must divide `window`).
@@ -92,7 +111,7 @@ impl Limit {
     /// The slot length in microseconds, `None` for a log.
     pub fn resolution_us(&self) -> Option<u64> {
         match self.kind {
-            LimitKind::Log => None,
+            LimitKind::Log | LimitKind::Lease => None,
             LimitKind::Slotted { resolution } => Some(resolution.as_micros() as u64),
         }
     }
@@ -102,6 +121,7 @@ impl Limit {
     pub fn script_args(&self) -> [u64; 3] {
         let kind = match self.kind {
             LimitKind::Log => log::SCRIPT_ARG,
+            LimitKind::Lease => lease::SCRIPT_ARG,
             LimitKind::Slotted { resolution } => slots::script_arg(resolution),
         };
         [u64::from(self.requests), self.window_us(), kind]
@@ -109,10 +129,14 @@ impl Limit {
 
     /// This limit's state from its [`REPLY_LEN`] integers of a script reply.
     pub fn state_from_reply(&self, reply: &[i64]) -> LimitState {
-        // Both kinds answer `remaining`, `reset` (µs): see REPLY in the script's head.
+        // Every kind answers `remaining`, `reset` (µs): see REPLY in the script's head.
+        let mut reset = reply[1].max(0) as u64;
+        if self.is_lease() {
+            reset = reset.min(lease::RETRY_US);
+        }
         LimitState {
             remaining: reply[0].clamp(0, i64::from(u32::MAX)) as u32,
-            reset: Duration::from_micros(reply[1].max(0) as u64),
+            reset: Duration::from_micros(reset),
         }
     }
 
@@ -122,6 +146,11 @@ impl Limit {
     pub fn view_from_inspect(&self, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
         match self.kind {
             LimitKind::Log => Some(log::view_from_inspect(head, values)),
+            LimitKind::Lease => {
+                let mut view = log::view_from_inspect(head, values);
+                view.reset = view.reset.min(Duration::from_micros(lease::RETRY_US));
+                Some(view)
+            }
             LimitKind::Slotted { .. } => slots::view_from_inspect(self, head, values),
         }
     }
@@ -134,6 +163,7 @@ impl Limit {
             resolution_ms: self
                 .resolution_us()
                 .map_or(0, |us| (us / 1000).min(u64::from(u32::MAX)) as u32),
+            lease: self.is_lease(),
         }
     }
 }
@@ -151,6 +181,8 @@ pub struct LimitId {
     window_ms: u32,
     /// 0 for a log (a slot is at least 1 ms).
     resolution_ms: u32,
+    /// A concurrency limit (its window the `lease_ttl`, resolution 0).
+    lease: bool,
 }
 
 impl LimitId {
@@ -172,6 +204,7 @@ impl LimitId {
     /// The kind of limit this names.
     pub fn kind(self) -> LimitKind {
         match self.resolution_ms {
+            0 if self.lease => LimitKind::Lease,
             0 => LimitKind::Log,
             r => LimitKind::Slotted {
                 resolution: Duration::from_millis(u64::from(r)),
@@ -179,8 +212,8 @@ impl LimitId {
         }
     }
 
-    /// Append the Redis key suffix (`<window ms>`, or `<window ms>@<resolution ms>` for a
-    /// slotted limit), as [`Display`](std::fmt::Display) writes it but without the formatting
+    /// Append the Redis key suffix (`<window ms>`, `<window ms>@<resolution ms>` for a
+    /// slotted limit, `<lease_ttl ms>c` for a concurrency limit), as [`Display`](std::fmt::Display) writes it but without the formatting
     /// machinery: this runs for every limit of every decision.
     pub fn push_key_suffix(self, out: &mut Vec<u8>) {
         let mut buf = itoa::Buffer::new();
@@ -189,11 +222,18 @@ impl LimitId {
             out.push(b'@');
             out.extend_from_slice(buf.format(self.resolution_ms).as_bytes());
         }
+        if self.lease {
+            out.push(b'c');
+        }
     }
 
     /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
-    /// milliseconds as `1500ms`; a slotted limit adds `@<resolution>` (`1s@100ms`).
+    /// milliseconds as `1500ms`; a slotted limit adds `@<resolution>` (`1s@100ms`); a
+    /// concurrency limit is `concurrent` (a route has at most one per key).
     pub fn policy_suffix(self) -> String {
+        if self.lease {
+            return "concurrent".to_owned();
+        }
         let text = |ms: u32| {
             if ms.is_multiple_of(1000) {
                 format!("{}s", ms / 1000)
@@ -208,7 +248,8 @@ impl LimitId {
     }
 }
 
-/// The Redis key suffix: `<window ms>` (`<window ms>@<resolution ms>` when slotted).
+/// The Redis key suffix: `<window ms>` (`<window ms>@<resolution ms>` when slotted,
+/// `<lease_ttl ms>c` for leases).
 impl std::fmt::Display for LimitId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut out = Vec::new();

@@ -1,7 +1,7 @@
 //! The memory store's record of one limit ([`Record`]) and the rules every kind's record
 //! follows ([`Rules`]): the registry's one `match` over kinds for the memory store.
 
-use super::{log, slots, Limit, LimitId, LimitKind};
+use super::{lease, log, slots, Limit, LimitId, LimitKind};
 use crate::limiter::LimitView;
 
 /// The pure rules of one kind's record of one limit, times in µs on one clock (the memory
@@ -45,6 +45,8 @@ pub enum Record {
     Log(log::Entries),
     /// [`LimitKind::Slotted`]: one counter per slot.
     Slots(slots::SlotCounts),
+    /// [`LimitKind::Lease`]: one entry per lease held.
+    Lease(lease::Leases),
 }
 
 /// Run `$body` with `$r` bound to the record of whichever kind `$record` holds: the one
@@ -55,6 +57,7 @@ macro_rules! each_kind {
         match $record {
             Record::Log($r) => $body,
             Record::Slots($r) => $body,
+            Record::Lease($r) => $body,
         }
     };
 }
@@ -65,6 +68,7 @@ impl Record {
         match id.kind() {
             LimitKind::Log => Record::Log(log::Entries::default()),
             LimitKind::Slotted { .. } => Record::Slots(slots::SlotCounts::default()),
+            LimitKind::Lease => Record::Lease(lease::Leases::default()),
         }
     }
 
@@ -73,6 +77,7 @@ impl Record {
         match id.kind() {
             LimitKind::Log => log::Entries::frees_if_recorded(id, now),
             LimitKind::Slotted { .. } => slots::SlotCounts::frees_if_recorded(id, now),
+            LimitKind::Lease => lease::Leases::frees_if_recorded(id, now),
         }
     }
 }

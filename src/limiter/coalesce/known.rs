@@ -122,6 +122,11 @@ impl KnownDenials {
         let Some(wait) = verdict.retry_after() else {
             return;
         };
+        // A lease is given back whenever its request ends, on any proxy: a full concurrency
+        // limit proves nothing about the next moment.
+        if limits.iter().any(Limit::is_lease) {
+            return;
+        }
         if self.denied.len() >= MAX_ENTRIES && !self.denied.contains_key(bucket) {
             return;
         }
@@ -282,6 +287,17 @@ impl Store for DenyCache {
             self.known.forget(bucket);
         }
         Ok(())
+    }
+
+    async fn renew(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        // A renewal frees nothing: no known denial changes.
+        self.inner.renew(route, buckets, limits, recorded_at).await
     }
 
     fn rules_changed(&self) {

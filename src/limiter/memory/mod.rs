@@ -376,6 +376,16 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn renew(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        Ok(self.renew_now(route, buckets, limits, recorded_at))
+    }
+
     async fn reset(&self, bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
         let key = self.hash(bucket);
         self.each_room(|room| {

@@ -178,6 +178,18 @@ impl Room {
         }
     }
 
+    /// Renew the lease of bucket `key` in `limit` recorded at `at` (see [`Bucket::renew`]), at
+    /// `now()` read under the shard lock and never before the bucket's newest entry.
+    pub(super) fn renew(&self, key: u64, limit: &Limit, at: u64, now: impl Fn() -> u64) -> u64 {
+        let mut shard = self.lock(shard_of(key));
+        let Some(&slot) = shard.index.get(&key) else {
+            return 0;
+        };
+        let bucket = &mut shard.slots[slot as usize];
+        let now = now().max(bucket.newest());
+        bucket.renew(limit, at, now)
+    }
+
     /// Decide in the shard's summary alone, counted and logged.
     fn in_summary(
         &self,

@@ -72,6 +72,24 @@ impl Bucket {
         }
     }
 
+    /// Move the lease of `limit` recorded at `at` to `now` (see
+    /// [`Store::renew`](crate::limiter::Store::renew)): `now`, or 0 when it has lapsed. Its log
+    /// keeps its length, so its memory is as accounted.
+    pub(super) fn renew(&mut self, limit: &Limit, at: u64, now: u64) -> u64 {
+        let Some(log) = self.logs.iter_mut().find(|l| l.id == limit.id()) else {
+            return 0;
+        };
+        log.evict(now);
+        let held = log.count();
+        log.refund(at);
+        if log.count() == held {
+            return 0;
+        }
+        log.push(now);
+        self.last_us = now;
+        now
+    }
+
     /// Evict expired entries of every limit and tell whether all of them have room (recording
     /// nothing): pass 1 of [`Bucket::decide`].
     pub(super) fn admits(&mut self, limits: &[Limit], now: u64) -> bool {

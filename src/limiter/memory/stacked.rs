@@ -4,7 +4,7 @@
 use std::future::Future as _;
 
 use super::MemoryStore;
-use crate::limiter::buckets::{reserve_in_order, Part};
+use crate::limiter::buckets::{reserve_in_order, time_of, Part};
 use crate::limiter::{Buckets, Limit, Verdict};
 
 impl MemoryStore {
@@ -45,6 +45,28 @@ impl MemoryStore {
             std::task::Poll::Ready(Ok(verdict)) => verdict,
             _ => unreachable!("the memory store's decisions never wait or fail"),
         }
+    }
+
+    /// Renew an admission's leases, each limit in its bucket (see
+    /// [`Store::renew`](crate::limiter::Store::renew)).
+    pub(super) fn renew_now(
+        &self,
+        route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Vec<u64> {
+        let mut renewed = vec![0; limits.len()];
+        let Some(room) = self.rooms.load().get(route).cloned() else {
+            return renewed;
+        };
+        for (bucket, members) in buckets.groups(limits.len()) {
+            for i in members {
+                let at = time_of(recorded_at, i);
+                renewed[i] = room.renew(self.hash(bucket), &limits[i], at, || self.now_us());
+            }
+        }
+        renewed
     }
 
     /// Give back an admission of `bucket` recorded at `at` under `limits`.

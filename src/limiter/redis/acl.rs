@@ -23,7 +23,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "PING",
     // Inside the sliding-window script (lua/sliding_window/skeleton.lua
     // with lua/kinds/*.lua), lua/inspect/skeleton.lua
-    // and lua/refund/skeleton.lua.
+    // lua/refund/skeleton.lua and lua/renew/script.lua.
     "TIME",
     "LLEN",
     "LINDEX",

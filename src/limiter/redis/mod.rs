@@ -63,6 +63,7 @@ mod inspect;
 mod io;
 mod maintain;
 mod refund;
+mod renew;
 mod reply;
 mod sentinel;
 mod stacked;
@@ -258,6 +259,16 @@ impl Store for RedisStore {
         recorded_at: &[u64],
     ) -> Result<(), StoreError> {
         self.refund_each(buckets, limits, recorded_at).await
+    }
+
+    async fn renew(
+        &self,
+        _route: &str,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        recorded_at: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        self.renew_each(buckets, limits, recorded_at).await
     }
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
