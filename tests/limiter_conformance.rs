@@ -12,6 +12,8 @@
 #[path = "limiter_conformance/admin.rs"]
 mod admin;
 mod common;
+#[path = "limiter_conformance/cost.rs"]
+mod cost;
 #[path = "limiter_conformance/decide.rs"]
 mod decide;
 #[path = "limiter_conformance/own_keys.rs"]
@@ -24,6 +26,7 @@ use std::time::Duration;
 use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
+use cost::*;
 use decide::*;
 use own_keys::*;
 use slidegate::limiter::coalesce::known::DenyCache;
@@ -149,6 +152,8 @@ macro_rules! conformance {
                 limits_in_two_buckets_all_or_nothing,
                 a_global_bucket_is_shared_by_concurrent_clients,
                 refund_gives_back_in_every_bucket,
+                cost_exact_under_concurrency,
+                cost_and_requests_all_or_nothing,
             ]
         );
     };

@@ -22,15 +22,18 @@ pub(super) struct Ticket {
     pub by: DecidedBy,
     /// The upstream's status gave the slot back: refunded when the response has gone out.
     pub due: bool,
+    /// The request's cost: what its cost limits give back.
+    pub cost: u32,
 }
 
 impl Ticket {
     /// An admission that counts until its upstream answers.
-    pub fn new(recorded_at: &[u64], by: DecidedBy) -> Ticket {
+    pub fn new(recorded_at: &[u64], by: DecidedBy, cost: u32) -> Ticket {
         Ticket {
             recorded_at: recorded_at.into(),
             by,
             due: false,
+            cost,
         }
     }
 
@@ -76,10 +79,11 @@ impl Limiter {
                 None => return,
             },
         };
+        let limits = super::limiter::weighted(route, ticket.cost);
         let (name, bucket, limits) = (
             route.spec.name.clone(),
             bucket.to_owned(),
-            route.spec.limits.clone(),
+            limits.unwrap_or_else(|| route.spec.limits.clone()),
         );
         let (own, of_limit) = (own.to_vec(), route.spec.limit_keys.of_limit.clone());
         tokio::spawn(async move {

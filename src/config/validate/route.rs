@@ -13,7 +13,7 @@ use super::super::{
     Answers, ConfigError, Counting, HostMatch, KeySpec, LimitKeys, RouteMatch, RouteSpec,
     UpstreamSpec,
 };
-use super::{slots, RouteDefaults, Validator};
+use super::{RouteDefaults, Validator};
 use crate::limiter::Limit;
 use crate::ratelimit_headers::policy_name;
 
@@ -43,6 +43,7 @@ impl Validator<'_> {
         let answers = self.answers(i, &r, defaults)?;
         let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
         let counting = self.counting(i, &r, defaults)?;
+        let cost = self.cost(i, &r, &limits)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             matching,
@@ -53,6 +54,7 @@ impl Validator<'_> {
             counting,
             answers,
             smoothing,
+            cost,
         })
     }
 
@@ -143,16 +145,7 @@ impl Validator<'_> {
         for (j, l) in r.limits.iter().enumerate() {
             let k = self.limit_key(i, j, l, key, &mut keys.keys)?;
             let window = l.window.get_ref().0;
-            let limit = match &l.resolution {
-                None => Limit::log(l.requests.get(), window),
-                Some(res) => match slots::check(window, res.get_ref().0) {
-                    Ok(resolution) => Limit::slotted(l.requests.get(), window, resolution),
-                    Err(e) => {
-                        let key = format!("routes[{i}].limits[{j}].resolution");
-                        return self.err(Some(res.span()), key, e);
-                    }
-                },
-            };
+            let limit = self.limit(i, j, l)?;
             // Two limits with one id under one key would share one log (one Redis key, one
             // policy name).
             let same = |(x, xk): (&Limit, &u8)| x.id() == limit.id() && *xk == k;
