@@ -139,12 +139,25 @@ async fn bad_costs_are_refused(proxy: &Proxy, ca: &TestCa) {
     }
 }
 
+/// The inspector's cost limit of the burst's client: `sum` used, the rest remaining, in cost
+/// units.
+fn inspector_shows_cost_units(proxy: &Proxy, sum: u64) {
+    let (status, body) = proxy.admin_get("/api/v1/window?route=chat&client=burst");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cost = &v["limits"][1];
+    assert_eq!(cost["name"], "chat-60s@1s-cost", "{v}");
+    assert_eq!(cost["count"].as_u64(), Some(sum), "{v}");
+    assert_eq!(cost["remaining"].as_u64(), Some(QUOTA - sum), "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_admits_at_most_the_quota() {
     let (up, ca) = (Upstream::start(), TestCa::new("ca"));
     let proxies = proxies(&up, &ca, "backend = \"memory\"", 1);
     let sum = burst(&proxies, &ca).await;
     assert_eq!(upstream_sum(&up, "burst"), sum);
+    inspector_shows_cost_units(&proxies[0], sum);
     bad_costs_are_refused(&proxies[0], &ca).await;
     let metrics = proxies[0].admin_get("/metrics").1;
     let line = "slidegate_cost_admitted_total{limit=\"chat-60s@1s-cost\",route=\"chat\"}";

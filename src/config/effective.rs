@@ -85,6 +85,24 @@ impl Config {
             route
                 .entry("deny_status")
                 .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
+            add_cost_resolutions(route, &spec.limits);
+        }
+    }
+}
+
+/// A cost limit's `resolution` when the file gives none: the one the validator picked.
+fn add_cost_resolutions(route: &mut Table, limits: &[crate::limiter::Limit]) {
+    let Some(Value::Array(raw)) = route.get_mut("limits") else {
+        return;
+    };
+    for (raw, limit) in raw.iter_mut().zip(limits) {
+        let (Value::Table(raw), Some(us)) = (raw, limit.resolution_us()) else {
+            continue;
+        };
+        if limit.unit == crate::limiter::Unit::Cost {
+            let text = humantime::format_duration(std::time::Duration::from_micros(us));
+            raw.entry("resolution")
+                .or_insert(Value::String(text.to_string()));
         }
     }
 }
