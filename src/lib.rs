@@ -35,6 +35,7 @@ pub mod access_log;
 pub mod admin;
 pub mod bench_switch;
 pub mod config;
+pub mod cost;
 pub mod drain;
 pub mod edge;
 pub mod forwarding;

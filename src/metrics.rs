@@ -53,6 +53,11 @@ pub struct Metrics {
     /// `slidegate_leases_held{route}`: leases of concurrency limits this proxy took and has
     /// not given back yet (per proxy: other proxies sharing the store hold their own).
     pub leases_held: IntGaugeVec,
+    /// `slidegate_cost_admitted_total{route,limit}` / `slidegate_cost_denied_total{route,limit}`:
+    /// cost units of admitted / denied requests in each cost limit (`limit`: its policy name).
+    pub cost_admitted: IntCounterVec,
+    /// See [`Metrics::cost_admitted`].
+    pub cost_denied: IntCounterVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -275,6 +280,18 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route"]
     )
     .expect("register slidegate_leases_held"),
+    cost_admitted: register_int_counter_vec!(
+        "slidegate_cost_admitted_total",
+        "Cost units of admitted requests, per cost limit (unit = \"cost\")",
+        &["route", "limit"]
+    )
+    .expect("register slidegate_cost_admitted_total"),
+    cost_denied: register_int_counter_vec!(
+        "slidegate_cost_denied_total",
+        "Cost units of denied requests, per cost limit (unit = \"cost\")",
+        &["route", "limit"]
+    )
+    .expect("register slidegate_cost_denied_total"),
 }
 });
 

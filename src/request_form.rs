@@ -56,6 +56,9 @@ pub enum BadRequest {
     /// `"k1"` would be two identities of one client.
     #[error("a field value has leading or trailing whitespace")]
     FieldWhitespace,
+    /// The request's `cost` is malformed, given twice, over `max_cost` or over every window.
+    #[error("{0}")]
+    Cost(#[from] crate::cost::CostError),
 }
 
 /// A request that passed the checks: the host routes match on and, for absolute-form, the

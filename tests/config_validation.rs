@@ -161,6 +161,21 @@ fn on_error_defaults_to_local_with_a_shared_store() {
 }
 
 #[test]
+fn a_cost_limit_is_slotted_by_a_sixtieth_of_its_window_by_default() {
+    let toml = edit(
+        "limits = [ { requests = 10, window = \"1m\" } ]",
+        "cost = \"header:X-Cost\"\nmax_cost = 500\nlimits = [ { requests = 10, window = \"1m\" }, \
+         { quota = 1000, window = \"1h\", unit = \"cost\" } ]",
+    );
+    let config = Config::from_toml(Path::new("cost.toml"), &toml).expect("valid");
+    let route = &config.routes[0];
+    let cost = &route.limits[1];
+    assert_eq!(cost.id().to_string(), "3600000@60000c");
+    assert_eq!((cost.requests, route.limits[0].weight), (1000, 1));
+    assert_eq!((route.cost.max, route.cost.fits), (Some(500), Some(1000)));
+}
+
+#[test]
 fn shipped_example_config_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slidegate.toml");
     let config = Config::load(&path).expect("config/slidegate.toml loads");
@@ -346,7 +361,7 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             ),
             key: "routes[0].limits[0].concurrent",
             line_of: Some("concurrent = 4"),
-            message: "either `requests` (per `window`) or `concurrent`, not both",
+            message: "either `requests` or `quota` (per `window`) or `concurrent`, not both",
         },
         Case {
             what: "a concurrent limit with a window",
@@ -722,6 +737,50 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             key: "log.format",
             line_of: Some("format = \"xml\""),
             message: "unknown variant `xml`",
+        },
+        Case {
+            what: "quota without unit = cost",
+            toml: edit("{ requests = 10, window = \"1m\" }", "{ quota = 10, window = \"1m\" }"),
+            key: "routes[0].limits[0].quota",
+            line_of: Some("{ quota = 10"),
+            message: "unit = \"cost\"",
+        },
+        Case {
+            what: "a cost limit counting requests",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ requests = 10, window = \"1m\", unit = \"cost\" }",
+            ),
+            key: "routes[0].limits[0].requests",
+            line_of: Some("unit = \"cost\""),
+            message: "`quota`",
+        },
+        Case {
+            what: "unknown unit",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ quota = 10, window = \"1m\", unit = \"tokens\" }",
+            ),
+            key: "routes[0].limits[0].unit",
+            line_of: Some("unit = \"tokens\""),
+            message: "unknown variant `tokens`",
+        },
+        Case {
+            what: "a cost limit whose window no default slot divides",
+            toml: edit(
+                "{ requests = 10, window = \"1m\" }",
+                "{ quota = 10, window = \"60013ms\", unit = \"cost\" }",
+            ),
+            key: "routes[0].limits[0].window",
+            line_of: Some("60013ms"),
+            message: "give this cost limit a `resolution`",
+        },
+        Case {
+            what: "cost from a query parameter",
+            toml: edit("key = \"client_ip\"", "key = \"client_ip\"\ncost = \"query:n\""),
+            key: "routes[0].cost",
+            line_of: Some("cost = \"query:n\""),
+            message: "\"header:<Name>\"",
         },
         Case {
             what: "empty access log path",

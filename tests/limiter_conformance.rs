@@ -12,6 +12,8 @@
 #[path = "limiter_conformance/admin.rs"]
 mod admin;
 mod common;
+#[path = "limiter_conformance/cost.rs"]
+mod cost;
 #[path = "limiter_conformance/decide.rs"]
 mod decide;
 #[path = "limiter_conformance/lease.rs"]
@@ -26,6 +28,7 @@ use std::time::Duration;
 use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
+use cost::*;
 use decide::*;
 use lease::*;
 use own_keys::*;
@@ -154,6 +157,8 @@ macro_rules! conformance {
                 refund_gives_back_in_every_bucket,
                 leases_held_released_and_expired,
                 a_renewed_lease_outlives_its_first_deadline,
+                cost_exact_under_concurrency,
+                cost_and_requests_all_or_nothing,
             ]
         );
     };

@@ -663,6 +663,7 @@ fn memory_per_entry_list_vs_seed_zset_at_100k() {
                 .arg(N as u64 * 2)
                 .arg(3_600_000_000u64)
                 .arg(0)
+                .arg(1)
                 .ignore();
         }
         let _: () = pipe.query(&mut conn).unwrap();
@@ -776,7 +777,7 @@ fn measure_cpu_per_call() -> Vec<(&'static str, f64)> {
                 }
                 cmd.arg(limits.len());
                 for (r, w) in limits.iter() {
-                    cmd.arg(*r).arg(w * 1000).arg(0);
+                    cmd.arg(*r).arg(w * 1000).arg(0).arg(1);
                 }
                 pipe.add_command(cmd).ignore();
             }

@@ -92,7 +92,8 @@ fn a_client_at_full_rate_keeps_at_most_n_plus_one_counters() {
                 .arg(1)
                 .arg(limit.0)
                 .arg(limit.1 * 1000)
-                .arg(limit.2 * 1000);
+                .arg(limit.2 * 1000)
+                .arg(1);
         }
         let replies: Vec<Vec<u8>> = pipe.query(&mut conn).unwrap();
         for r in replies {
@@ -213,6 +214,7 @@ fn a_slot_client_costs_a_hundredth_of_the_log_at_the_same_rate() {
                 .arg(20_000)
                 .arg(1_000_000)
                 .arg(resolution_us)
+                .arg(1)
                 .ignore();
         }
         let _: () = pipe.query(&mut conn).unwrap();

@@ -67,7 +67,7 @@ proptest! {
             now += gap;
             slots.evict(case.shape, now);
             if slots.count() < u64::from(case.requests) {
-                slots.push(case.shape, now);
+                slots.push(case.shape, now, 1);
                 admitted.push(now);
                 // The window that ends at an admission is where a window's count peaks.
                 prop_assert!(in_window(&admitted, now, w) <= case.requests as usize,
@@ -106,7 +106,7 @@ proptest! {
             let slots_admit = slots.count() < u64::from(case.requests);
             prop_assert!(log_admits || !slots_admit, "the counters admit where the log refuses at {now}");
             if slots_admit {
-                slots.push(case.shape, now);
+                slots.push(case.shape, now, 1);
                 admitted.push(now);
             }
         }

@@ -10,7 +10,9 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   are cur - n ..= cur (cur = floor(now / res)): k <= n + 1 and offsets <= n <= 1000, so a
   client costs at most 8 + 6 (n + 1) bytes of value however fast it sends (74 B at 1 s /
   100 ms), and no more than 6 bytes per admission when it sends slowly.
-  A decision admits only if the sum over those slots is below `requests`. Every admission in
+  A decision admits only if the sum over those slots plus its `weight` is at most `requests`
+  (weight 1: the sum is below `requests`; a cost limit's weight is the request's cost, and an
+  admission adds it to the slot's counter; weight 0 admits without writing). Every admission in
   any window (a, a + window] is counted by the last of them, so no window ever holds more than
   `requests`; the oldest slot may hold admissions that already left the window, so a limit may
   refuse up to one slot early: a refusal at `now` means `requests` admissions in
@@ -66,14 +68,15 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                     end
                 end
                 st[j - 3], st[j - 1], st[j] = from, sum, r
-                if sum >= r then
+                if sum + wt > r then
                     admitted = false
                 end
 -- @section answer
                 -- Rewrite the counters (admitted only) and answer, admitted or denied.
                 local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
                 local sum, r, cur = st[j - 1], st[j], floor(now / res)
-                if admitted then
+                local fits = sum + wt <= r
+                if admitted and wt > 0 then
                     -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
                     -- slots as offsets from the first.
                     local o = {}
@@ -83,9 +86,9 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                         end
                     end
                     if #o > 0 and o[#o - 1] == cur then
-                        o[#o] = o[#o] + 1
+                        o[#o] = o[#o] + wt
                     else
-                        o[#o + 1], o[#o + 2] = cur, 1
+                        o[#o + 1], o[#o + 2] = cur, wt
                     end
                     local first = o[1]
                     for q = 1, #o, 2 do
@@ -94,13 +97,13 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                     local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
                     local ttl = math.ceil((w + res) / 1000) + TTL_MARGIN_MS
                     call('SET', key, packed, 'PX', ttl)
-                    sum = sum + 1
+                    sum = sum + wt
                 end
-                -- Full: when enough of the oldest slots left for the sum to drop below r; else
+                -- Full: when enough of the oldest slots left for `weight` to fit again; else
                 -- when the oldest leaves (the slot of this admission if it is the only one).
                 local reset = w
                 if sum > 0 then
-                    local must, at, dropped = sum + 1 - r, cur, 0
+                    local must, at, dropped = sum + (wt > 0 and wt or 1) - r, cur, 0
                     if must < 1 then
                         must = 1
                     end
@@ -118,7 +121,7 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                         reset = 1
                     end
                 end
-                if sum > r then
+                if sum > r or not (admitted or fits) then
                     sum = r
                 end
                 reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - sum, reset
@@ -174,7 +177,7 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
             for p = 1, k do
                 local idx, c = v[1] + v[2 * p], v[2 * p + 1]
                 if idx == slot and not hit then
-                    c, hit = c - 1, true
+                    c, hit = math.max(c - amount, 0), true
                 end
                 if c > 0 then
                     o[#o + 1], o[#o + 2] = idx, c

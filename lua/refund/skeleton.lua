@@ -6,15 +6,17 @@ build time as the deciding script is (see ASSEMBLY there).
 
 KEYS  (n = #KEYS >= 1) the keys of one admitted decision, as the deciding script got them: one
       per limit, one hash tag, so one Cluster hash slot
-ARGV  (1 + n values, decimal integers)
+ARGV  (1 + 2n values, decimal integers)
   ARGV[1]       `at`: the admitted decision's status, i.e. its `now` in µs, which every entry it
                 recorded carries
-  ARGV[1+i]     resolution of limit i in µs, 0 for a log (as the deciding script's ARGV)
+  ARGV[2i]      resolution of limit i in µs, 0 for a log (as the deciding script's ARGV)
+  ARGV[2i+1]    what to give back in limit i: the weight the admission was charged (1; a cost
+                limit's cost); a log gives back its one entry whatever it says
 
 A log loses one entry equal to `at`, searched from the newest end (LREM key -1 at), where a
 request that just got its answer has its entry: that request's own entry (another admission in
-the same µs has the same value, so which one goes does not matter). A slotted limit loses one
-count from the slot `at` falls in; a pair that reaches 0 is dropped, a key left with none is
+the same µs has the same value, so which one goes does not matter). A slotted limit loses that amount
+(at most what it holds) from the slot `at` falls in; a pair that reaches 0 is dropped, a key left with none is
 deleted, and the rewritten string keeps its TTL (PTTL, then SET .. PX). Nothing else changes: a
 refund never adds, never moves the clock, and an entry that already left its window (trimmed or
 expired) is left alone, so a refund can only lower a count that it raised.
@@ -28,7 +30,7 @@ local at_s = ARGV[1]
 local at = tonumber(at_s)
 local given = 0
 for i = 1, #KEYS do
-    local key, res = KEYS[i], tonumber(ARGV[1 + i])
+    local key, res, amount = KEYS[i], tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
     -- @each-kind refund
 end
 return given

@@ -28,7 +28,7 @@ KEYS  (the lists of every decision, in order; a Cluster call carries one decisio
   the n_d keys of decision d, one per limit: "<prefix>:{<route>:<client>}:<window in ms>" for
   a log, "...:<window in ms>@<resolution in ms>" for slots
 
-ARGV  (per decision d, in the same order: 1 + 3 n_d values, integers written in decimal)
+ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in decimal)
   n_d           number of limits of decision d (>= 1); its keys are the next n_d of KEYS
   then per limit i of d:
     requests    admitted requests allowed per window (>= 1)
@@ -36,6 +36,10 @@ ARGV  (per decision d, in the same order: 1 + 3 n_d values, integers written in 
     resolution  the kind of limit, and its parameter: 0, an exact log (DATA); >= 1000, slots of
                 that length in MICROseconds, a whole number of milliseconds dividing `window`
                 (see SLOTS); 1 to 999 are free for other kinds
+    weight      what this decision's admission counts in the limit (>= 0): 1, or in a cost
+                limit (slots) the request's cost; the limit admits only if what it counts plus
+                `weight` is at most `requests` (weight 1: count < requests), and a denied
+                decision answers `remaining` 0 on a limit its weight did not fit. A log's is 1.
   ARGV that does not account for exactly every key is an error reply (a caller bug).
 
 REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endian
@@ -113,22 +117,22 @@ local errors = nil
 -- function is defined and no pcall made per call: each closure is an allocation, and Redis runs
 -- this whole body on every call.)
 local nk, na = #keys, #argv
-if na ~= 3 * nk + 1 or tonumber(argv[1]) ~= nk then
+if na ~= 4 * nk + 1 or tonumber(argv[1]) ~= nk then
     local k0, a0 = 0, 0
     while a0 < na do
         local n = tonumber(argv[a0 + 1])
-        if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 3 * n > na then
+        if n == nil or n < 1 or k0 + n > nk or a0 + 1 + 4 * n > na then
             return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
         end
-        k0, a0 = k0 + n, a0 + 1 + 3 * n
+        k0, a0 = k0 + n, a0 + 1 + 4 * n
     end
     if k0 ~= nk then
         return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
     end
 end
 
--- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind) triples
--- at ARGV[a0+1 .. a0+3n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
+-- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind, weight)
+-- at ARGV[a0+1 .. a0+4n]; 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
 local k0, a0, r0 = 0, 1, 0
 while a0 <= na do
     local n = argv[a0] + 0
@@ -143,7 +147,7 @@ while a0 <= na do
     -- shape) fails this decision alone, before it has written anything.
     for i = 1, n do
         local key, j = keys[k0 + i], 6 * i
-        local w, res = argv[a0 + 3 * i - 1] + 0, argv[a0 + 3 * i] + 0
+        local w, res = argv[a0 + 4 * i - 2] + 0, argv[a0 + 4 * i - 1] + 0
         -- @each-kind read
     end
 
@@ -160,7 +164,7 @@ while a0 <= na do
         local admitted = true
         for i = 1, n do
             local j = 6 * i
-            local r, res = argv[a0 + 3 * i - 2] + 0, argv[a0 + 3 * i] + 0
+            local r, res, wt = argv[a0 + 4 * i - 3] + 0, argv[a0 + 4 * i - 1] + 0, argv[a0 + 4 * i] + 0
             -- @each-kind decide
         end
 
@@ -188,11 +192,11 @@ while a0 <= na do
         end
         for i = 1, n do
             local key, j = keys[k0 + i], 6 * i
-            local res = argv[a0 + 3 * i] + 0
+            local res, wt = argv[a0 + 4 * i - 1] + 0, argv[a0 + 4 * i] + 0
             -- @each-kind answer
         end
     end
-    k0, a0, r0 = k0 + n, a0 + 1 + 3 * n, r0 + 1 + 2 * n
+    k0, a0, r0 = k0 + n, a0 + 1 + 4 * n, r0 + 1 + 2 * n
 end
 
 -- One binary string; an array only when a decision failed (one table less per call).

@@ -86,6 +86,7 @@ impl Config {
                 .entry("deny_status")
                 .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
             lease_ttls(route);
+            add_cost_resolutions(route, &spec.limits);
         }
     }
 }
@@ -101,6 +102,23 @@ fn lease_ttls(route: &mut Table) {
                 let ttl = humantime::format_duration(super::raw::DEFAULT_LEASE_TTL).to_string();
                 limit.entry("lease_ttl").or_insert(Value::String(ttl));
             }
+        }
+    }
+}
+
+/// A cost limit's `resolution` when the file gives none: the one the validator picked.
+fn add_cost_resolutions(route: &mut Table, limits: &[crate::limiter::Limit]) {
+    let Some(Value::Array(raw)) = route.get_mut("limits") else {
+        return;
+    };
+    for (raw, limit) in raw.iter_mut().zip(limits) {
+        let (Value::Table(raw), Some(us)) = (raw, limit.resolution_us()) else {
+            continue;
+        };
+        if limit.unit == crate::limiter::Unit::Cost {
+            let text = humantime::format_duration(std::time::Duration::from_micros(us));
+            raw.entry("resolution")
+                .or_insert(Value::String(text.to_string()));
         }
     }
 }

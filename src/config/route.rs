@@ -37,6 +37,8 @@ pub struct RouteSpec {
     /// `max_delay` and `max_queue`: denials whose slot frees soon wait for it (`None`: every
     /// denial answers at once).
     pub smoothing: Option<Smoothing>,
+    /// `cost`, `max_cost`: what a request weighs in the cost limits (`unit = "cost"`).
+    pub cost: crate::cost::Cost,
 }
 
 impl RouteSpec {

@@ -26,7 +26,7 @@ pub mod memory;
 pub mod redis;
 mod view;
 
-pub use algo::{Limit, LimitId, LimitKind, MAX_SLOTS};
+pub use algo::{Limit, LimitId, LimitKind, Unit, MAX_SLOTS};
 pub use buckets::Buckets;
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 

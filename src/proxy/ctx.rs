@@ -55,6 +55,8 @@ pub struct RequestCtx {
     /// Why slidegate refused the request (400) before it was counted: the access log's
     /// `error`.
     pub(super) refused: Option<crate::request_form::BadRequest>,
+    /// The request's cost in its route's cost limits (read only on a route that has some).
+    pub(super) cost: u32,
     /// The upstream server this request was last sent to.
     pub(super) upstream: Option<SocketAddr>,
     /// The rules this request started under (a reload mid-request does not affect it).

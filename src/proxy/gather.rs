@@ -11,6 +11,7 @@ use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::METRICS;
+use crate::ratelimit_headers::policy_name;
 use crate::request_form::{self, BadRequest};
 use crate::routes::{normalize_path, Route, Rules};
 
@@ -58,10 +59,16 @@ impl SlideGate {
         if key.is_err() || own_keys(route, &mut ctx.limit_keys, &input).is_err() {
             return Checked::BadForm(BadRequest::AmbiguousKey);
         }
+        if route.spec.cost.is_weighted() {
+            ctx.cost = match route.spec.cost.of(&req.headers) {
+                Ok(cost) => cost,
+                Err(why) => return Checked::BadForm(why.into()),
+            };
+        }
         let max_delayed = rules.max_delayed;
         let buckets = ctx.buckets(route);
         self.limiter
-            .check(session, &buckets, route, max_delayed)
+            .check(session, &buckets, route, max_delayed, ctx.cost)
             .await
     }
 
@@ -111,11 +118,14 @@ impl SlideGate {
                 if let (Some(_), Some(recorded_at)) =
                     (&route.spec.counting.count_status, verdict.recorded_times())
                 {
-                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by));
+                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by, ctx.cost));
                 }
                 self.take_leases(ctx, route, verdict, by);
             }
             _ => {}
+        }
+        if let Some(route) = route.filter(|r| r.spec.cost.is_weighted()) {
+            count_cost(route, outcome, ctx.cost);
         }
     }
 
@@ -125,6 +135,26 @@ impl SlideGate {
         if let (true, Some(recorded_at)) = (route.spec.has_leases(), verdict.recorded_times()) {
             let (key, own) = (&ctx.key, &ctx.limit_keys);
             ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
+        }
+    }
+}
+
+/// `slidegate_cost_admitted_total` / `_denied_total`: a decided request's cost in each of its
+/// route's cost limits.
+fn count_cost(route: &Route, outcome: &Outcome<'_>, cost: u32) {
+    let counter = match outcome {
+        Outcome::Allowed(_) | Outcome::Delayed(_) | Outcome::LocalAllowed(_) => {
+            &METRICS.cost_admitted
+        }
+        Outcome::Denied(_) | Outcome::LocalDenied(_) => &METRICS.cost_denied,
+        _ => return,
+    };
+    let spec = &route.spec;
+    for (j, limit) in spec.limits.iter().enumerate() {
+        if limit.unit == crate::limiter::Unit::Cost {
+            let policy = policy_name(&spec.name, limit, spec.limit_keys.key_of(j));
+            (counter.with_label_values(&[spec.name.as_str(), policy.as_str()]))
+                .inc_by(u64::from(cost));
         }
     }
 }

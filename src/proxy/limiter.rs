@@ -65,10 +65,13 @@ impl Limiter {
         buckets: &Buckets<'_>,
         route: &Route,
         max_delayed: u32,
+        cost: u32,
     ) -> Checked {
         let policy = Policy::of(route);
         let bucket = buckets.first();
-        let (mut result, mut by) = self.decide(buckets, route, policy).await;
+        let weighted = weighted(route, cost);
+        let limits = weighted.as_deref().unwrap_or(&route.spec.limits);
+        let (mut result, mut by) = self.decide(buckets, route, limits, policy).await;
         let first = delay::wait_for(policy, &result, Duration::ZERO, 1);
         let (Some(mut wait), Some(smoothing)) = (first, policy.smoothing) else {
             return Checked::Decided {
@@ -97,7 +100,7 @@ impl Limiter {
                     return Checked::ClientGone;
                 }
             }
-            (result, by) = self.decide(buckets, route, policy).await;
+            (result, by) = self.decide(buckets, route, limits, policy).await;
             decisions += 1;
             match delay::wait_for(policy, &result, started.elapsed(), decisions) {
                 Some(next) => wait = next,
@@ -120,9 +123,10 @@ impl Limiter {
         &self,
         buckets: &Buckets<'_>,
         route: &Route,
+        limits: &[Limit],
         policy: Policy,
     ) -> (Result<Verdict, StoreError>, DecidedBy) {
-        let (name, limits) = (&route.spec.name, &route.spec.limits);
+        let name = &route.spec.name;
         let bucket = buckets.first();
         let started = Instant::now();
         let result = self.store.check(name, buckets, limits).await;
@@ -160,6 +164,13 @@ impl Limiter {
             None => (result, DecidedBy::Store),
         }
     }
+}
+
+/// The route's limits as a request of `cost` counts in them (its cost limits weigh `cost`);
+/// `None` for a route without cost limits, whose limits are used as configured.
+pub(super) fn weighted(route: &Route, cost: u32) -> Option<Vec<Limit>> {
+    (route.spec.cost.is_weighted())
+        .then(|| route.spec.limits.iter().map(|l| l.weighted(cost)).collect())
 }
 
 /// The local log's verdict for `buckets` with each limit reduced by what `learned` still holds

@@ -22,15 +22,18 @@ pub(super) struct Ticket {
     pub by: DecidedBy,
     /// The upstream's status gave the slot back: refunded when the response has gone out.
     pub due: bool,
+    /// The request's cost: what its cost limits give back.
+    pub cost: u32,
 }
 
 impl Ticket {
     /// An admission that counts until its upstream answers.
-    pub fn new(recorded_at: &[u64], by: DecidedBy) -> Ticket {
+    pub fn new(recorded_at: &[u64], by: DecidedBy, cost: u32) -> Ticket {
         Ticket {
             recorded_at: recorded_at.into(),
             by,
             due: false,
+            cost,
         }
     }
 
@@ -116,13 +119,13 @@ impl Limiter {
                 None => return,
             },
         };
+        // The charged cost, in the cost limits (a route with none: the limits as they are).
+        let weighted = super::limiter::weighted(route, ticket.cost);
+        let all = weighted.as_deref().unwrap_or(&route.spec.limits);
         let of_limit = &route.spec.limit_keys.of_limit;
-        let Some((limits, of_limit, at)) = part_of(
-            Part::Counted,
-            &route.spec.limits,
-            of_limit,
-            &ticket.recorded_at,
-        ) else {
+        let Some((limits, of_limit, at)) =
+            part_of(Part::Counted, all, of_limit, &ticket.recorded_at)
+        else {
             return;
         };
         let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());

@@ -114,6 +114,12 @@ pub(super) async fn write_early(
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
+        Outcome::BadRequest(crate::request_form::BadRequest::Cost(why)) => {
+            // A well-formed request whose cost is refused: the detail names `cost`, and the
+            // connection stays open (the client's next request may be fine).
+            let detail = why.to_string();
+            reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
+        }
         Outcome::BadRequest(_) => {
             // Like nginx: 400 and close; nothing of this request reaches a route.
             session.set_keepalive(None);

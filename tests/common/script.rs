@@ -26,7 +26,8 @@ pub fn eval_decisions(
         for (requests, window_ms, resolution_ms) in limits.iter() {
             call.arg(*requests)
                 .arg(window_ms * 1000)
-                .arg(resolution_ms * 1000);
+                .arg(resolution_ms * 1000)
+                .arg(1);
         }
     }
     call.invoke(conn).expect("script call")

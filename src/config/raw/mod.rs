@@ -350,6 +350,28 @@ pub(super) struct RawRoute {
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` of the tightest limit beside the draft's.
     #[serde(default)]
     pub legacy_headers: bool,
+    /// A request's cost in the cost limits: an integer or `"header:<Name>"` (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Spanned<RawCost>>,
+    /// A request claiming a higher cost is refused (`400`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<Spanned<u32>>,
+}
+
+/// `cost`: a fixed integer or where to read it.
+#[derive(Deserialize, Serialize)]
+#[serde(untagged)]
+pub(super) enum RawCost {
+    Fixed(u32),
+    Text(String),
+}
+
+/// `limits[].unit`: what a limit counts.
+#[derive(Deserialize, Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawUnit {
+    Requests,
+    Cost,
 }
 
 fn default_path_prefix() -> Spanned<String> {
@@ -363,9 +385,15 @@ fn default_key() -> Spanned<RawKey> {
 #[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimit {
-    /// Requests per `window`; a limit is this or `concurrent`.
+    /// Requests per `window` (a request limit); a limit is this, `quota` or `concurrent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<Spanned<NonZeroU32>>,
+    /// Cost units per window (a cost limit, `unit = "cost"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Spanned<NonZeroU32>>,
+    /// What the limit counts: `"requests"` (default) or `"cost"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Spanned<RawUnit>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Spanned<Window>>,
     /// Requests in flight at once (a concurrency limit), each lease held while its request

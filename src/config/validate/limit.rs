@@ -1,11 +1,12 @@
-//! One entry of a route's `limits`: exactly one of `requests` (with its `window`, and maybe a
-//! `resolution`) or `concurrent` (with its `lease_ttl`), each error naming the key at fault.
+//! One entry of a route's `limits`: exactly one of `requests` or `quota` (with its `window`,
+//! and maybe a `resolution`: see `cost.rs`) or `concurrent` (with its `lease_ttl`), each error
+//! naming the key at fault.
 
 use std::ops::Range;
 
 use super::super::raw::{RawLimit, DEFAULT_LEASE_TTL};
 use super::super::ConfigError;
-use super::{slots, Validator};
+use super::Validator;
 use crate::limiter::Limit;
 
 impl Validator<'_> {
@@ -18,21 +19,24 @@ impl Validator<'_> {
         l: &RawLimit,
     ) -> Result<(Limit, Range<usize>), ConfigError> {
         let at = |field: &str| format!("routes[{i}].limits[{j}].{field}");
-        match (&l.requests, &l.concurrent) {
-            (Some(_), Some(c)) => self.err(
+        let windowed = l.requests.is_some() || l.quota.is_some();
+        match (windowed, &l.concurrent) {
+            (true, Some(c)) => self.err(
                 Some(c.span()),
                 at("concurrent"),
-                "a limit is either `requests` (per `window`) or `concurrent`, not both",
+                "a limit is either `requests` or `quota` (per `window`) or `concurrent`, not both",
             ),
-            (None, None) => self.err(
+            (false, None) => self.err(
                 None,
                 format!("routes[{i}].limits[{j}]"),
-                "a limit needs `requests` (with a `window`) or `concurrent`",
+                "a limit needs `requests` (with a `window`), `quota` (with unit = \"cost\") or \
+                 `concurrent`",
             ),
-            (None, Some(c)) => {
+            (false, Some(c)) => {
                 let stray = [("window", l.window.as_ref().map(|w| w.span()))]
                     .into_iter()
-                    .chain([("resolution", l.resolution.as_ref().map(|r| r.span()))]);
+                    .chain([("resolution", l.resolution.as_ref().map(|r| r.span()))])
+                    .chain([("unit", l.unit.as_ref().map(|u| u.span()))]);
                 for (field, span) in stray {
                     if let Some(span) = span {
                         let message = format!("a `concurrent` limit has no `{field}`: a lease lasts while its request runs (renewed), or `lease_ttl` past a crashed proxy");
@@ -45,23 +49,17 @@ impl Validator<'_> {
                     .map_or(DEFAULT_LEASE_TTL, |t| t.get_ref().0);
                 Ok((Limit::lease(c.get_ref().get(), ttl), c.span()))
             }
-            (Some(r), None) => {
+            (true, None) => {
+                let amount = l.requests.as_ref().or(l.quota.as_ref());
                 if let Some(t) = &l.lease_ttl {
                     let message = "`lease_ttl` belongs to a `concurrent` limit";
                     return self.err(Some(t.span()), at("lease_ttl"), message);
                 }
                 let Some(w) = &l.window else {
-                    return self.err(Some(r.span()), at("window"), "`requests` needs a `window`");
+                    let span = amount.map(|a| a.span());
+                    return self.err(span, at("window"), "`requests` and `quota` need a `window`");
                 };
-                let (requests, window) = (r.get_ref().get(), w.get_ref().0);
-                let limit = match &l.resolution {
-                    None => Limit::log(requests, window),
-                    Some(res) => match slots::check(window, res.get_ref().0) {
-                        Ok(resolution) => Limit::slotted(requests, window, resolution),
-                        Err(e) => return self.err(Some(res.span()), at("resolution"), e),
-                    },
-                };
-                Ok((limit, w.span()))
+                Ok((self.windowed((i, j), l, w)?, w.span()))
             }
         }
     }

@@ -15,6 +15,7 @@ use super::{ClientIpSettings, Config, ConfigError, OnError, RoutingSpec};
 use crate::keys::KeyPrefixes;
 
 mod answers;
+mod cost;
 mod key;
 mod limit;
 mod policy;

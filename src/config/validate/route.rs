@@ -43,6 +43,7 @@ impl Validator<'_> {
         let answers = self.answers(i, &r, defaults)?;
         let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
         let counting = self.counting(i, &r, defaults)?;
+        let cost = self.cost(i, &r, &limits)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             matching,
@@ -53,6 +54,7 @@ impl Validator<'_> {
             counting,
             answers,
             smoothing,
+            cost,
         })
     }
 

@@ -37,9 +37,41 @@ pub(super) fn check(window: Duration, resolution: Duration) -> Result<Duration, 
     Ok(resolution)
 }
 
+/// A cost limit's resolution when none is given: the largest whole number of milliseconds
+/// dividing the window that is at most a sixtieth of it (`1h` → `1m`, `1m` → `1s`, `10s` →
+/// `125ms`, the largest divisor of 10000 ms up to 166), or the message of the
+/// config error when no such slot gives at most [`MAX_SLOTS`] slots.
+pub(super) fn cost_default(window: Duration) -> Result<Duration, String> {
+    let w = window.as_millis() as u64;
+    let lowest = w.div_ceil(MAX_SLOTS).max(1);
+    let mut r = (w / 60).max(1);
+    while r >= lowest {
+        if w.is_multiple_of(r) {
+            return Ok(Duration::from_millis(r));
+        }
+        r -= 1;
+    }
+    match w <= MAX_SLOTS {
+        true => Ok(Duration::from_millis(1)),
+        false => Err(format!(
+            "no whole-millisecond slot of at most a sixtieth of the window {} divides it into at              most {MAX_SLOTS} slots: give this cost limit a `resolution`",
+            humantime::format_duration(window)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cost_limit_defaults_to_the_largest_divisor_up_to_a_sixtieth() {
+        assert_eq!(cost_default(ms(3_600_000)), Ok(ms(60_000)));
+        assert_eq!(cost_default(ms(60_000)), Ok(ms(1000)));
+        assert_eq!(cost_default(ms(10_000)), Ok(ms(125)));
+        assert_eq!(cost_default(ms(10)), Ok(ms(1)));
+        assert!(cost_default(ms(60_013)).is_err(), "a prime window");
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

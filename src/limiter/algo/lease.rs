@@ -36,15 +36,17 @@ impl Rules for Leases {
     fn count(&self) -> u64 {
         self.0.count()
     }
-    fn push(&mut self, id: LimitId, now: u64) {
-        self.0.push(id, now)
+    /// One lease, whatever the weight (a concurrency limit counts requests).
+    fn push(&mut self, id: LimitId, now: u64, _weight: u32) {
+        self.0.push(id, now, 1)
     }
     /// At most [`RETRY_US`]: a lease is usually given back long before its deadline.
     fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64 {
         self.0.reset_us(id, requests, now).min(RETRY_US)
     }
-    fn refund(&mut self, id: LimitId, at: u64) {
-        self.0.refund(id, at)
+    /// Give back the lease taken at `at`.
+    fn refund(&mut self, id: LimitId, at: u64, _amount: u32) {
+        self.0.refund(id, at, 1)
     }
     fn newest(&self, id: LimitId) -> Option<u64> {
         self.0.newest(id)
@@ -88,7 +90,7 @@ mod tests {
         l.evict(id, now);
         let ok = l.count() < u64::from(limit().requests);
         if ok {
-            l.push(id, now);
+            l.push(id, now, 1);
         }
         ok
     }
@@ -99,7 +101,7 @@ mod tests {
         assert!(admit(&mut l, 10) && admit(&mut l, 20));
         assert!(!admit(&mut l, 30));
         assert!(l.reset_us(limit().id(), 2, 30) <= RETRY_US);
-        l.refund(limit().id(), 10);
+        l.refund(limit().id(), 10, 1);
         assert!(admit(&mut l, 40));
         assert!(!admit(&mut l, 50));
     }
@@ -118,6 +120,6 @@ mod tests {
         assert_ne!(limit().id(), Limit::log(2, ttl).id());
         assert_eq!(limit().id().to_string(), "2000c");
         assert_eq!(limit().id().policy_suffix(), "concurrent");
-        assert_eq!(limit().script_args(), [2, 2_000_000, SCRIPT_ARG]);
+        assert_eq!(limit().script_args(), [2, 2_000_000, SCRIPT_ARG, 1]);
     }
 }

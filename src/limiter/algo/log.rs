@@ -54,7 +54,8 @@ impl Rules for Entries {
         self.0.len() as u64
     }
 
-    fn push(&mut self, _id: LimitId, now: u64) {
+    /// A log's weight is always 1 (cost limits are slotted).
+    fn push(&mut self, _id: LimitId, now: u64, _weight: u32) {
         if self.0.capacity() == 0 {
             // Most clients never have more than one entry: start exact.
             self.0.reserve_exact(1);
@@ -76,7 +77,7 @@ impl Rules for Entries {
 
     /// The newest entry recorded at `at`, searched from the newest end (where a refund's
     /// entry is).
-    fn refund(&mut self, _id: LimitId, at: u64) {
+    fn refund(&mut self, _id: LimitId, at: u64, _amount: u32) {
         if let Some(i) = self.0.iter().rposition(|&t| t == at) {
             self.0.remove(i);
         }
@@ -140,7 +141,7 @@ mod tests {
         e.evict(id(), now);
         let ok = e.count() < u64::from(requests);
         if ok {
-            e.push(id(), now);
+            e.push(id(), now, 1);
         }
         ok
     }
@@ -180,11 +181,11 @@ mod tests {
     fn a_refund_removes_its_own_entry_and_seeding_holds_until_the_figure_frees() {
         let mut e = Entries::default();
         for t in [10, 20, 20, 30] {
-            e.push(id(), t);
+            e.push(id(), t, 1);
         }
-        e.refund(id(), 20);
+        e.refund(id(), 20, 1);
         assert_eq!((e.count(), e.newest(id())), (3, Some(30)));
-        e.refund(id(), 25);
+        e.refund(id(), 25, 1);
         assert_eq!(e.count(), 3);
         let mut s = Entries::default();
         s.seed(id(), 2, 1_500_000);
@@ -201,9 +202,9 @@ mod tests {
     fn bytes_start_at_one_entry_and_double() {
         let mut e = Entries::default();
         assert_eq!((e.heap_bytes(), e.growth(id())), (0, 16));
-        e.push(id(), 1);
+        e.push(id(), 1, 1);
         assert_eq!((e.heap_bytes(), e.growth(id())), (16, 16));
-        e.push(id(), 2);
+        e.push(id(), 2, 1);
         assert!(e.heap_bytes() >= 16);
     }
 }

@@ -35,6 +35,21 @@ pub struct Limit {
     pub window: Duration,
     /// How admissions are recorded: one entry each, or one counter per slot.
     pub kind: LimitKind,
+    /// What the limit counts: requests (1 each), or a cost limit's cost units.
+    pub unit: Unit,
+    /// What this decision's admission counts in it: 1, or for a cost limit the request's cost
+    /// (see [`Limit::weighted`]; the configured limits say 1).
+    pub weight: u32,
+}
+
+/// What a limit counts (`unit` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Unit {
+    /// Every admitted request counts 1.
+    #[default]
+    Requests,
+    /// Every admitted request counts its cost (`cost` of the route); always slotted.
+    Cost,
 }
 
 /// How a limit records what it admitted.
@@ -70,6 +85,8 @@ impl Limit {
             requests,
             window,
             kind: LimitKind::Log,
+            unit: Unit::Requests,
+            weight: 1,
         }
     }
 
@@ -80,6 +97,8 @@ impl Limit {
             requests: concurrent,
             window: ttl,
             kind: LimitKind::Lease,
+            unit: Unit::Requests,
+            weight: 1,
         }
     }
 
@@ -94,6 +113,29 @@ impl Limit {
             requests,
             window,
             kind: LimitKind::Slotted { resolution },
+            unit: Unit::Requests,
+            weight: 1,
+        }
+    }
+
+    /// A cost limit: at most `quota` cost units in any window, counted in slots of
+    /// `resolution`.
+    pub const fn cost(quota: u32, window: Duration, resolution: Duration) -> Limit {
+        Limit {
+            unit: Unit::Cost,
+            ..Limit::slotted(quota, window, resolution)
+        }
+    }
+
+    /// This limit as one request of `cost` counts in it: a cost limit weighs `cost`, any
+    /// other 1.
+    pub const fn weighted(self, cost: u32) -> Limit {
+        match self.unit {
+            Unit::Cost => Limit {
+                weight: cost,
+                ..self
+            },
+            Unit::Requests => self,
         }
     }
 
@@ -116,15 +158,21 @@ impl Limit {
         }
     }
 
-    /// This limit's three ARGV values in the sliding-window script: requests, window in µs,
-    /// and the kind's own value (see ARGV in `lua/sliding_window/skeleton.lua`).
-    pub fn script_args(&self) -> [u64; 3] {
+    /// This limit's four ARGV values in the sliding-window script: requests, window in µs,
+    /// the kind's own value and the admission's weight (see ARGV in
+    /// `lua/sliding_window/skeleton.lua`); the inspector takes the first three.
+    pub fn script_args(&self) -> [u64; 4] {
         let kind = match self.kind {
             LimitKind::Log => log::SCRIPT_ARG,
             LimitKind::Lease => lease::SCRIPT_ARG,
             LimitKind::Slotted { resolution } => slots::script_arg(resolution),
         };
-        [u64::from(self.requests), self.window_us(), kind]
+        [
+            u64::from(self.requests),
+            self.window_us(),
+            kind,
+            u64::from(self.weight),
+        ]
     }
 
     /// This limit's state from its [`REPLY_LEN`] integers of a script reply.
@@ -164,6 +212,7 @@ impl Limit {
                 .resolution_us()
                 .map_or(0, |us| (us / 1000).min(u64::from(u32::MAX)) as u32),
             lease: self.is_lease(),
+            cost: self.unit == Unit::Cost,
         }
     }
 }
@@ -183,6 +232,9 @@ pub struct LimitId {
     resolution_ms: u32,
     /// A concurrency limit (its window the `lease_ttl`, resolution 0).
     lease: bool,
+    /// A cost limit: its own key (`...c`) and policy name (`...-cost`) beside a request limit
+    /// of the same window and resolution.
+    cost: bool,
 }
 
 impl LimitId {
@@ -222,9 +274,17 @@ impl LimitId {
             out.push(b'@');
             out.extend_from_slice(buf.format(self.resolution_ms).as_bytes());
         }
-        if self.lease {
+        // A lease's (`<ttl>c`, never slotted) and a cost limit's (`<window>@<resolution>c`,
+        // always slotted) own letter: never the key of a log or of slots of the same window and
+        // resolution, nor of each other.
+        if self.lease || self.cost {
             out.push(b'c');
         }
+    }
+
+    /// True for a cost limit (`unit = "cost"`).
+    pub fn is_cost(self) -> bool {
+        self.cost
     }
 
     /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
@@ -241,9 +301,10 @@ impl LimitId {
                 format!("{ms}ms")
             }
         };
+        let unit = if self.cost { "-cost" } else { "" };
         match self.resolution_ms {
             0 => text(self.window_ms),
-            r => format!("{}@{}", text(self.window_ms), text(r)),
+            r => format!("{}@{}{unit}", text(self.window_ms), text(r)),
         }
     }
 }
@@ -302,5 +363,16 @@ mod tests {
         assert_eq!(Limit::log(1, w).id().resolution_us(), None);
         let odd = Limit::slotted(1, Duration::from_millis(1500), Duration::from_millis(1500));
         assert_eq!(odd.id().policy_suffix(), "1500ms@1500ms");
+    }
+
+    #[test]
+    fn a_cost_limit_has_its_own_key_and_policy_name_and_weighs_the_cost() {
+        let (w, r) = (Duration::from_secs(1), Duration::from_millis(100));
+        let cost = Limit::cost(10, w, r);
+        assert_ne!(cost.id(), Limit::slotted(10, w, r).id());
+        assert_eq!(cost.id().to_string(), "1000@100c");
+        assert_eq!(cost.id().policy_suffix(), "1s@100ms-cost");
+        assert_eq!(cost.weighted(7).script_args(), [10, 1_000_000, 100_000, 7]);
+        assert_eq!(Limit::log(5, w).weighted(7).weight, 1);
     }
 }

@@ -12,14 +12,15 @@ pub trait Rules {
     fn evict(&mut self, id: LimitId, now: u64);
     /// Requests counted against the limit (after [`Rules::evict`]).
     fn count(&self) -> u64;
-    /// Record one admitted request at `now` (after [`Rules::evict`] at the same `now`, which
-    /// is never before [`Rules::newest`]).
-    fn push(&mut self, id: LimitId, now: u64);
+    /// Record one admitted request of `weight` at `now` (after [`Rules::evict`] at the same
+    /// `now`, which is never before [`Rules::newest`]): 1 but in a cost limit, which is slotted.
+    fn push(&mut self, id: LimitId, now: u64, weight: u32);
     /// Time until this limit admits again when full (at most `requests`), else until the
     /// oldest counted request leaves; the window when nothing is counted.
     fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64;
-    /// Take back one request recorded at `at`, if it is still counted (a refund).
-    fn refund(&mut self, id: LimitId, at: u64);
+    /// Take back `amount` (one request; a cost limit's charged cost) recorded at `at`, as far
+    /// as it is still counted (a refund).
+    fn refund(&mut self, id: LimitId, at: u64, amount: u32);
     /// The newest recorded time, so a decision's `now` never goes back.
     fn newest(&self, id: LimitId) -> Option<u64>;
     /// When everything counted now has left the window (0 when nothing is counted).
@@ -89,14 +90,14 @@ impl Rules for Record {
     fn count(&self) -> u64 {
         each_kind!(self, r => Rules::count(r))
     }
-    fn push(&mut self, id: LimitId, now: u64) {
-        each_kind!(self, r => Rules::push(r, id, now))
+    fn push(&mut self, id: LimitId, now: u64, weight: u32) {
+        each_kind!(self, r => Rules::push(r, id, now, weight))
     }
     fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64 {
         each_kind!(self, r => Rules::reset_us(r, id, requests, now))
     }
-    fn refund(&mut self, id: LimitId, at: u64) {
-        each_kind!(self, r => Rules::refund(r, id, at))
+    fn refund(&mut self, id: LimitId, at: u64, amount: u32) {
+        each_kind!(self, r => Rules::refund(r, id, at, amount))
     }
     fn newest(&self, id: LimitId) -> Option<u64> {
         each_kind!(self, r => Rules::newest(r, id))

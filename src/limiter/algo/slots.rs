@@ -108,33 +108,38 @@ impl SlotCounts {
     /// Record one request at `now` (after [`SlotCounts::evict`] at the same `now`, which must
     /// not be before [`SlotCounts::newest`]). Reserves every counter the window can need at the
     /// first push, so the counters never reallocate.
-    pub fn push(&mut self, shape: SlotShape, now: u64) {
+    pub fn push(&mut self, shape: SlotShape, now: u64, weight: u32) {
+        if weight == 0 {
+            // Admitted without consuming: no counter of 0 is kept.
+            return;
+        }
         let cur = shape.slot_of(now);
         if self.counts.is_empty() {
             self.first = cur;
             self.counts.reserve_exact(shape.slots() as usize + 1);
-            self.counts.push_back(1);
+            self.counts.push_back(weight);
             return;
         }
         let last = self.first + self.counts.len() as u64 - 1;
         if cur > last {
             self.counts
                 .extend(std::iter::repeat_n(0, (cur - last - 1) as usize));
-            self.counts.push_back(1);
+            self.counts.push_back(weight);
         } else if let Some(c) = self.counts.back_mut() {
-            *c = c.saturating_add(1);
+            *c = c.saturating_add(weight);
         }
     }
 
-    /// Take back one request recorded at `at` from its slot, if that slot is still kept and
-    /// counts any (a refund). Leading empty slots are dropped, as [`SlotCounts::evict`] does.
-    pub fn refund(&mut self, shape: SlotShape, at: u64) {
+    /// Take back `amount` recorded at `at` from its slot, as far as that slot is still kept
+    /// and counts it (a refund). Leading empty slots are dropped, as [`SlotCounts::evict`]
+    /// does.
+    pub fn refund(&mut self, shape: SlotShape, at: u64, amount: u32) {
         let s = shape.slot_of(at);
         let Some(i) = s.checked_sub(self.first) else {
             return;
         };
         if let Some(c) = self.counts.get_mut(i as usize) {
-            *c = c.saturating_sub(1);
+            *c = c.saturating_sub(amount);
         }
         while self.counts.front() == Some(&0) {
             self.counts.pop_front();
@@ -208,16 +213,16 @@ impl Rules for SlotCounts {
         SlotCounts::count(self)
     }
 
-    fn push(&mut self, id: LimitId, now: u64) {
-        SlotCounts::push(self, SlotShape::of(id), now);
+    fn push(&mut self, id: LimitId, now: u64, weight: u32) {
+        SlotCounts::push(self, SlotShape::of(id), now, weight);
     }
 
     fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64 {
         SlotCounts::reset_us(self, SlotShape::of(id), requests, now)
     }
 
-    fn refund(&mut self, id: LimitId, at: u64) {
-        SlotCounts::refund(self, SlotShape::of(id), at);
+    fn refund(&mut self, id: LimitId, at: u64, amount: u32) {
+        SlotCounts::refund(self, SlotShape::of(id), at, amount);
     }
 
     /// The start of the newest non-empty slot.
@@ -247,9 +252,8 @@ impl Rules for SlotCounts {
         let r = shape.resolution_us;
         let at = frees_us.saturating_sub(shape.window_us);
         let slot_start = (at.div_ceil(r)).saturating_sub(1) * r;
-        for _ in 0..count {
-            SlotCounts::push(self, shape, slot_start);
-        }
+        let count = count.min(u64::from(u32::MAX)) as u32;
+        SlotCounts::push(self, shape, slot_start, count);
     }
 
     fn heap_bytes(&self) -> usize {
@@ -287,7 +291,7 @@ mod tests {
         let mut s = SlotCounts::default();
         for t in (0..30).map(|i| i * 100_000 + 50_000) {
             s.evict(SHAPE, t);
-            s.push(SHAPE, t);
+            s.push(SHAPE, t, 1);
             assert!(s.counts.len() <= 11);
         }
         // At 2.95 s the slots of 1.9 s ..= 2.9 s overlap (1.95 s, 2.95 s]: 11 of them.
@@ -300,7 +304,7 @@ mod tests {
         let mut s = SlotCounts::default();
         for t in [0, 10, 150_000, 150_001] {
             s.evict(SHAPE, t);
-            s.push(SHAPE, t);
+            s.push(SHAPE, t, 1);
         }
         // 4 counted, limit 4: slot 0 (2 requests) must leave, at 0.1 s + 1 s.
         assert_eq!(s.reset_us(SHAPE, 4, 200_000), 900_000);
@@ -320,11 +324,11 @@ mod tests {
     #[test]
     fn an_idle_client_comes_back_to_nothing() {
         let mut s = SlotCounts::default();
-        s.push(SHAPE, 5);
+        s.push(SHAPE, 5, 1);
         s.evict(SHAPE, 60_000_000);
         assert!(s.is_empty());
         assert_eq!(s.reset_us(SHAPE, 1, 60_000_000), 1_000_000);
-        s.push(SHAPE, 60_000_000);
+        s.push(SHAPE, 60_000_000, 1);
         assert_eq!(s.slots(SHAPE).collect::<Vec<_>>(), [(60_000_000, 1)]);
     }
 }

@@ -42,9 +42,10 @@ impl LimitRecord {
         self.count() == 0
     }
 
-    /// Record one admitted request at `now` (after [`LimitRecord::evict`] at the same `now`).
-    pub(super) fn push(&mut self, now: u64) {
-        self.record.push(self.id, now);
+    /// Record one admitted request of `weight` at `now` (after [`LimitRecord::evict`] at the
+    /// same `now`).
+    pub(super) fn push(&mut self, now: u64, weight: u32) {
+        self.record.push(self.id, now, weight);
     }
 
     /// When this limit admits again if full, else frees room; the window when empty.
@@ -52,9 +53,9 @@ impl LimitRecord {
         self.record.reset_us(self.id, requests, now)
     }
 
-    /// Take back one request recorded at `at`, if it is still counted.
-    pub(super) fn refund(&mut self, at: u64) {
-        self.record.refund(self.id, at);
+    /// Take back `amount` recorded at `at`, as far as it is still counted.
+    pub(super) fn refund(&mut self, at: u64, amount: u32) {
+        self.record.refund(self.id, at, amount);
     }
 
     /// The newest recorded time, so a decision's `now` never goes back.

@@ -230,14 +230,14 @@ pub(super) fn decide_in_summary(
     let admitted = limits
         .iter()
         .zip(&held)
-        .all(|(l, h)| h.count < u64::from(l.requests) && h.count < MAX_COUNT);
+        .all(|(l, h)| super::shard::fits(l, h.count) && h.count < MAX_COUNT);
     let states = limits
         .iter()
         .zip(held)
         .map(|(limit, mut h)| {
             if admitted {
                 h = Held {
-                    count: h.count + 1,
+                    count: h.count + u64::from(limit.weight),
                     frees_us: h
                         .frees_us
                         .max(LimitRecord::frees_if_recorded(limit.id(), now)),
@@ -249,7 +249,7 @@ pub(super) fn decide_in_summary(
                 _ => h.frees_us.saturating_sub(now).max(1),
             };
             LimitState {
-                remaining: u64::from(limit.requests).saturating_sub(h.count) as u32,
+                remaining: super::shard::remaining(limit, h.count, admitted),
                 reset: Duration::from_micros(reset_us),
             }
         })

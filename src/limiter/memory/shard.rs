@@ -13,6 +13,29 @@ use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
 use crate::limiter::{IdHasher, Limit, LimitId, LimitState, Verdict};
 
+/// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
+/// weight of 1: `counted < requests`).
+pub(super) fn fits(limit: &Limit, counted: u64) -> bool {
+    counted + u64::from(limit.weight) <= u64::from(limit.requests)
+}
+
+/// What a limit reports left after a decision: `requests - counted`, but 0 where a denied
+/// request's weight did not fit (its Retry-After and violated policy are that limit's).
+pub(super) fn remaining(limit: &Limit, counted: u64, admitted: bool) -> u32 {
+    if !admitted && !fits(limit, counted) {
+        return 0;
+    }
+    u64::from(limit.requests).saturating_sub(counted) as u32
+}
+
+/// The `requests` under which a kind's `reset` is the time until this decision's weight fits
+/// (a weight of 1, or 0: `requests` itself), as the script's SLOTS computes it.
+pub(super) fn room_for(limit: &Limit) -> u32 {
+    (u64::from(limit.requests) + 1)
+        .saturating_sub(u64::from(limit.weight.max(1)))
+        .min(u64::from(u32::MAX)) as u32
+}
+
 /// All logs of one bucket (route + client), keyed by [`LimitId`] (which leaves `requests` out)
 /// so that a reload that only changes `requests` keeps the recorded entries.
 #[derive(Debug)]
@@ -44,11 +67,11 @@ impl Bucket {
                 let i = self.log_index(limit.id());
                 let log = &mut self.logs[i];
                 if admitted {
-                    log.push(now);
+                    log.push(now, limit.weight);
                 }
-                let reset_us = log.reset_us(limit.requests, now);
+                let reset_us = log.reset_us(room_for(limit), now);
                 LimitState {
-                    remaining: u64::from(limit.requests).saturating_sub(log.count()) as u32,
+                    remaining: remaining(limit, log.count(), admitted),
                     reset: Duration::from_micros(reset_us),
                 }
             })
@@ -67,7 +90,7 @@ impl Bucket {
     pub(super) fn refund(&mut self, limits: &[Limit], at: u64) {
         for limit in limits {
             if let Some(log) = self.logs.iter_mut().find(|l| l.id == limit.id()) {
-                log.refund(at);
+                log.refund(at, limit.weight);
             }
         }
     }
@@ -81,11 +104,11 @@ impl Bucket {
         };
         log.evict(now);
         let held = log.count();
-        log.refund(at);
+        log.refund(at, 1);
         if log.count() == held {
             return 0;
         }
-        log.push(now);
+        log.push(now, 1);
         self.last_us = now;
         now
     }
@@ -99,7 +122,7 @@ impl Bucket {
             let log = &mut self.logs[i];
             log.requests = limit.requests;
             log.evict(now);
-            admitted &= log.count() < u64::from(limit.requests);
+            admitted &= fits(limit, log.count());
         }
         admitted
     }

@@ -41,8 +41,8 @@ impl Inner {
             call.key(self.key(bucket, limit));
         }
         for limit in limits {
-            // The same three values per limit as the deciding script.
-            for arg in limit.script_args() {
+            // The first three values per limit of the deciding script (not the weight).
+            for &arg in &limit.script_args()[..3] {
                 call.arg(arg);
             }
         }

@@ -32,8 +32,10 @@ impl Inner {
         }
         call.arg(recorded_at);
         for limit in limits {
-            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log).
-            call.arg(limit.script_args()[2]);
+            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log), and what
+            // the admission was charged.
+            let [_, _, kind, weight] = limit.script_args();
+            call.arg(kind).arg(weight);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;

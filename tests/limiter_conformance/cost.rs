@@ -1,0 +1,93 @@
+//! The cases of cost limits (`unit = "cost"`): a decision weighs its cost in the cost limits
+//! and 1 in the request limits, exactly under concurrency and all-or-nothing across them; a
+//! refund gives back the charged cost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::store::{check, inspect, limit};
+use futures::future::join_all;
+use slidegate::limiter::{Buckets, Limit, Store};
+
+const WINDOW: Duration = Duration::from_secs(60);
+const QUOTA: u32 = 1000;
+
+fn quota() -> Limit {
+    Limit::cost(QUOTA, WINDOW, Duration::from_secs(1))
+}
+
+/// 200 concurrent decisions of random cost (0..=60) against a quota of 1000 and 150 requests:
+/// the admitted costs sum to at most the quota, the store counts exactly their sum, no more
+/// than 150 are admitted, and a request that did not fit left nothing behind.
+pub async fn cost_exact_under_concurrency(store: Arc<dyn Store>) {
+    let mut rng = fastrand::Rng::with_seed(35);
+    let costs: Vec<u32> = (0..200).map(|_| rng.u32(0..=60)).collect();
+    let runs = costs.iter().map(|&cost| {
+        let store = store.clone();
+        async move {
+            let limits = [quota().weighted(cost), limit(150, WINDOW).weighted(cost)];
+            (cost, check(&store, "cost:a", &limits).await)
+        }
+    });
+    let verdicts = join_all(runs).await;
+    let admitted: Vec<u32> = (verdicts.iter().filter(|(_, v)| v.admitted))
+        .map(|(c, _)| *c)
+        .collect();
+    let sum: u32 = admitted.iter().sum();
+    assert!(
+        sum <= QUOTA,
+        "{}: admitted {sum} > {QUOTA}",
+        store.backend()
+    );
+    assert!(admitted.len() <= 150);
+    assert!(
+        sum + 60 > QUOTA || admitted.len() == 150,
+        "{}: only {sum}",
+        store.backend()
+    );
+    let views = inspect(&store, "cost:a", &[quota(), limit(150, WINDOW)]).await;
+    assert_eq!(views[0].count, u64::from(sum), "{}", store.backend());
+    assert_eq!(views[1].count, admitted.len() as u64, "{}", store.backend());
+    for (cost, v) in verdicts.iter().filter(|(_, v)| !v.admitted) {
+        assert_eq!(
+            v.states[0].remaining, 0,
+            "a cost of {cost} that did not fit: {v:?}"
+        );
+        assert!(v.retry_after().is_some());
+    }
+}
+
+/// All-or-nothing with a request limit: a full request limit denies a request of cost 0 and
+/// of cost 10 alike, and neither is charged; a cost that does not fit takes no request slot;
+/// cost 0 is admitted without consuming; a refund gives back the charged cost.
+pub async fn cost_and_requests_all_or_nothing(store: Arc<dyn Store>) {
+    let both = |cost| [quota().weighted(cost), limit(2, WINDOW).weighted(cost)];
+    let v = check(&store, "cost:b", &both(990)).await;
+    assert!(v.admitted);
+    assert_eq!((v.states[0].remaining, v.states[1].remaining), (10, 1));
+    let v = check(&store, "cost:b", &both(11)).await;
+    assert!(!v.admitted, "11 does not fit in 10: {v:?}");
+    assert_eq!(v.violated().collect::<Vec<_>>(), [0]);
+    assert_eq!(v.states[1].remaining, 1, "the denial took no request slot");
+    let zero = check(&store, "cost:b", &both(0)).await;
+    assert!(zero.admitted);
+    assert_eq!(
+        (zero.states[0].remaining, zero.states[1].remaining),
+        (10, 0)
+    );
+    let full = check(&store, "cost:b", &both(0)).await;
+    assert!(!full.admitted, "the request limit is full: {full:?}");
+    assert_eq!(full.violated().collect::<Vec<_>>(), [1]);
+    let counts = inspect(&store, "cost:b", &both(1)).await;
+    assert_eq!((counts[0].count, counts[1].count), (990, 2));
+
+    let one = [quota().weighted(400)];
+    let v = check(&store, "cost:c", &one).await;
+    let at = v.recorded_times().expect("recorded").to_vec();
+    let buckets = Buckets::one("cost:c");
+    store
+        .refund(crate::common::store::ROUTE, &buckets, &one, &at)
+        .await
+        .expect("refund");
+    assert_eq!(inspect(&store, "cost:c", &one).await[0].count, 0);
+}
