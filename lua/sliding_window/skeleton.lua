@@ -24,9 +24,12 @@ than `requests` in any window. The decisions of one call run in order, each seei
 the ones before it (two requests of one client in a batch are two decisions, like two calls).
 
 KEYS  (the lists of every decision, in order; a Cluster call carries one decision, whose keys
-      share one hash tag, so one Cluster hash slot)
-  the n_d keys of decision d, one per limit: "<prefix>:{<route>:<client>}:<window in ms>" for
-  a log, "...:<window in ms>@<resolution in ms>" for slots
+      are all in one Cluster hash slot)
+  the n_d keys of decision d, one per limit, each in its limit's bucket (a limit with a key of
+  its own counts in another bucket than the route's; on a Cluster the limits of other slots
+  are decided in calls of their own): "<prefix>:{<bucket>}:<window in ms>" for a log,
+  "...:<window in ms>@<resolution in ms>" for slots ("...c" for a cost limit),
+  "...:<lease_ttl in ms>c" for a concurrency limit's leases
 
 ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in decimal)
   n_d           number of limits of decision d (>= 1); its keys are the next n_d of KEYS

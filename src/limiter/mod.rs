@@ -18,6 +18,7 @@
 //! [`redis::RedisStore`] (any number of proxies sharing one Redis, a master found through
 //! Redis Sentinel, or a Redis Cluster).
 
+mod admission;
 pub mod algo;
 pub mod buckets;
 pub mod coalesce;
@@ -26,6 +27,7 @@ pub mod memory;
 pub mod redis;
 mod view;
 
+pub use admission::Admission;
 pub use algo::{Limit, LimitId, LimitKind, Unit, MAX_SLOTS};
 pub use buckets::Buckets;
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
@@ -263,32 +265,20 @@ pub trait Store: Send + Sync + 'static {
     /// bucket the store does not know.
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError>;
 
-    /// Give back the admission of `route` under `limits` in `buckets` recorded at
-    /// `recorded_at` ([`Verdict::recorded_times`]: one time for all, or one per limit): remove
+    /// Give back `admission` (its route's request under its limits, each in its bucket,
+    /// recorded at [`Verdict::recorded_times`]: one time for all, or one per limit): remove
     /// that request's own entry from every limit's log in its bucket (one counted in its time
     /// slot for a slotted limit), so it no longer counts (`count_status`). A no-op for an
     /// entry that has already left its window, or a bucket that is gone.
-    async fn refund(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<(), StoreError>;
+    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError>;
 
-    /// Renew the leases of an admission: in each concurrency limit of `limits` (each in its
-    /// bucket of `buckets`), replace the entry recorded at `recorded_at` (one time for all, or
+    /// Renew the leases of `admission`: in each of its concurrency limits (each in its bucket),
+    /// replace the entry recorded at its time (one time for all, or
     /// one per limit) by one stamped now, so its deadline moves one `lease_ttl` on, atomically.
     /// Returns the new time per limit, for the next renewal and the release (a
     /// [`Store::refund`]): 0 where the lease had already lapsed (left its window, or its bucket
     /// was reset), which renews nothing, so a lapsed lease never comes back.
-    async fn renew(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<Vec<u64>, StoreError>;
+    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError>;
 
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
     /// `redis_sentinel`).
@@ -355,24 +345,12 @@ pub(crate) mod fixtures {
             self.store.reset(bucket, limits).await
         }
 
-        async fn refund(
-            &self,
-            route: &str,
-            buckets: &Buckets<'_>,
-            limits: &[Limit],
-            recorded_at: &[u64],
-        ) -> Result<(), StoreError> {
-            self.store.refund(route, buckets, limits, recorded_at).await
+        async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+            self.store.refund(admission).await
         }
 
-        async fn renew(
-            &self,
-            route: &str,
-            buckets: &Buckets<'_>,
-            limits: &[Limit],
-            recorded_at: &[u64],
-        ) -> Result<Vec<u64>, StoreError> {
-            self.store.renew(route, buckets, limits, recorded_at).await
+        async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
+            self.store.renew(admission).await
         }
         fn backend(&self) -> &'static str {
             "counting"

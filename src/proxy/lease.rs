@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::limiter::Limiter;
 use super::outcome::DecidedBy;
 use super::refund::{part_of, Part};
-use crate::limiter::{Buckets, Limit, Store};
+use crate::limiter::{Admission, Buckets, Limit, Store};
 use crate::routes::Route;
 
 /// A request's leases: ending it (or dropping it) has its task give them back.
@@ -93,7 +93,12 @@ impl Held {
     /// lease lasts a whole `lease_ttl` from the last success).
     async fn renew(&mut self) {
         let renewed = (self.store)
-            .renew(&self.route, &self.buckets(), &self.limits, &self.at)
+            .renew(Admission::new(
+                &self.route,
+                &self.buckets(),
+                &self.limits,
+                &self.at,
+            ))
             .await;
         match renewed {
             Ok(at) => self.at = at,
@@ -105,7 +110,12 @@ impl Held {
     /// gauge: a client that sees it drop finds the lease free in the store.
     async fn release(self) {
         let result = (self.store)
-            .refund(&self.route, &self.buckets(), &self.limits, &self.at)
+            .refund(Admission::new(
+                &self.route,
+                &self.buckets(),
+                &self.limits,
+                &self.at,
+            ))
             .await;
         if let Err(e) = result {
             log::debug!(

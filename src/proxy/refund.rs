@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::limiter::Limiter;
 use super::outcome::DecidedBy;
-use crate::limiter::{Buckets, Limit};
+use crate::limiter::{Admission, Buckets, Limit};
 use crate::metrics::METRICS;
 use crate::routes::Route;
 
@@ -131,7 +131,9 @@ impl Limiter {
         let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());
         tokio::spawn(async move {
             let buckets = Buckets::stacked(&bucket, &own, &of_limit);
-            let result = store.refund(&name, &buckets, &limits, &at).await;
+            let result = store
+                .refund(Admission::new(&name, &buckets, &limits, &at))
+                .await;
             let outcome = if result.is_ok() { "ok" } else { "error" };
             if let Err(e) = result {
                 log::debug!("route {name}: refund failed, the slot stays taken: {e}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::store::{check, inspect, limit};
 use futures::future::join_all;
-use slidegate::limiter::{Buckets, Limit, Store};
+use slidegate::limiter::{Admission, Buckets, Limit, Store};
 
 const WINDOW: Duration = Duration::from_secs(60);
 const QUOTA: u32 = 1000;
@@ -86,7 +86,12 @@ pub async fn cost_and_requests_all_or_nothing(store: Arc<dyn Store>) {
     let at = v.recorded_times().expect("recorded").to_vec();
     let buckets = Buckets::one("cost:c");
     store
-        .refund(crate::common::store::ROUTE, &buckets, &one, &at)
+        .refund(Admission::new(
+            crate::common::store::ROUTE,
+            &buckets,
+            &one,
+            &at,
+        ))
         .await
         .expect("refund");
     assert_eq!(inspect(&store, "cost:c", &one).await[0].count, 0);

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::store::{assert_near, check, limit, remaining, ROUTE, TOLERANCE};
 use futures::future::join_all;
-use slidegate::limiter::{Buckets, Limit, Store, Verdict};
+use slidegate::limiter::{Admission, Buckets, Limit, Store, Verdict};
 
 /// 500 concurrent checks against 10/min admit exactly 10, each seeing a distinct `remaining`.
 pub async fn exact_count_under_concurrency(store: Arc<dyn Store>) {
@@ -308,7 +308,7 @@ pub async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
     // Nothing was recorded two windows after the last admission: no slot comes back.
     let never = at[2] + 2 * w.as_micros() as u64;
     store
-        .refund(route, &Buckets::one(b), &limits, &[never])
+        .refund(Admission::new(route, &Buckets::one(b), &limits, &[never]))
         .await
         .unwrap();
     assert!(
@@ -320,7 +320,7 @@ pub async fn refund_gives_back_its_own_entry(store: Arc<dyn Store>) {
     );
     // The second admission's entries go: one more is admitted, then the limit is full again.
     store
-        .refund(route, &Buckets::one(b), &limits, &[at[1]])
+        .refund(Admission::new(route, &Buckets::one(b), &limits, &[at[1]]))
         .await
         .unwrap();
     let again = store.check(route, &Buckets::one(b), &limits).await.unwrap();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::store::{check, ROUTE};
 use futures::future::join_all;
-use slidegate::limiter::{Buckets, Limit, Store};
+use slidegate::limiter::{Admission, Buckets, Limit, Store};
 
 /// The lease's deadline: short, so the case sees one pass.
 const TTL: Duration = Duration::from_secs(1);
@@ -32,7 +32,7 @@ pub async fn leases_held_released_and_expired(store: Arc<dyn Store>) {
     // The release gives back one lease (the leases alone, as the proxy sends it).
     let at = admitted[0].recorded_times().unwrap().to_vec();
     (store
-        .refund(ROUTE, &Buckets::one(b), &[lease], &at[..1])
+        .refund(Admission::new(ROUTE, &Buckets::one(b), &[lease], &at[..1]))
         .await)
         .unwrap();
     let again = check(&store, b, &limits).await;
@@ -59,15 +59,30 @@ pub async fn a_renewed_lease_outlives_its_first_deadline(store: Arc<dyn Store>) 
     let first = store.check(ROUTE, &b, &limits).await.unwrap();
     let at = first.recorded_at.expect("admitted");
     tokio::time::sleep_until((t0 + Duration::from_millis(600)).into()).await;
-    let renewed = store.renew(ROUTE, &b, &limits, &[at]).await.unwrap();
+    let renewed = store
+        .renew(Admission::new(ROUTE, &b, &limits, &[at]))
+        .await
+        .unwrap();
     assert!(renewed[0] > at, "{renewed:?} after {at}");
-    assert_eq!(store.renew(ROUTE, &b, &limits, &[at]).await.unwrap(), [0]);
+    assert_eq!(
+        store
+            .renew(Admission::new(ROUTE, &b, &limits, &[at]))
+            .await
+            .unwrap(),
+        [0]
+    );
     // Past the first deadline: still held.
     tokio::time::sleep_until((t0 + TTL + Duration::from_millis(200)).into()).await;
     assert!(!store.check(ROUTE, &b, &limits).await.unwrap().admitted);
-    store.refund(ROUTE, &b, &limits, &renewed).await.unwrap();
+    store
+        .refund(Admission::new(ROUTE, &b, &limits, &renewed))
+        .await
+        .unwrap();
     assert_eq!(
-        store.renew(ROUTE, &b, &limits, &renewed).await.unwrap(),
+        store
+            .renew(Admission::new(ROUTE, &b, &limits, &renewed))
+            .await
+            .unwrap(),
         [0]
     );
     assert!(store.check(ROUTE, &b, &limits).await.unwrap().admitted);

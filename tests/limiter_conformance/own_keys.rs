@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::store::{inspect, limit, ROUTE};
 use futures::future::join_all;
-use slidegate::limiter::{Buckets, Limit, Store, Verdict};
+use slidegate::limiter::{Admission, Buckets, Limit, Store, Verdict};
 
 const WINDOW: Duration = Duration::from_secs(60);
 
@@ -96,7 +96,7 @@ pub async fn refund_gives_back_in_every_bucket(store: Arc<dyn Store>) {
     assert!(!decide(&store, "back:ip:a", &global, &limits).await.admitted);
     let buckets = Buckets::stacked("back:ip:a", &global, &[0, 1]);
     store
-        .refund(ROUTE, &buckets, &limits, &times)
+        .refund(Admission::new(ROUTE, &buckets, &limits, &times))
         .await
         .expect("refund");
     assert_eq!(inspect(&store, "back:ip:a", &limits[..1]).await[0].count, 0);

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use crate::limiter::{Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
+use crate::limiter::{Admission, Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
 
 /// Upper bound on remembered buckets; past it new denials are simply not remembered (correct,
 /// only slower), so a flood of distinct clients cannot grow memory without bound.
@@ -272,16 +272,9 @@ impl Store for DenyCache {
         Ok(())
     }
 
-    async fn refund(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<(), StoreError> {
-        self.inner
-            .refund(route, buckets, limits, recorded_at)
-            .await?;
+    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        let (_, buckets, limits, _) = admission.parts();
+        self.inner.refund(admission).await?;
         // An entry came back: a denial remembered before it is too pessimistic now.
         for (bucket, _) in buckets.groups(limits.len()) {
             self.known.forget(bucket);
@@ -289,15 +282,9 @@ impl Store for DenyCache {
         Ok(())
     }
 
-    async fn renew(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<Vec<u64>, StoreError> {
+    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
         // A renewal frees nothing: no known denial changes.
-        self.inner.renew(route, buckets, limits, recorded_at).await
+        self.inner.renew(admission).await
     }
 
     fn rules_changed(&self) {

@@ -75,7 +75,9 @@ use async_trait::async_trait;
 
 use super::algo::clock::{Clock, MonotonicClock};
 use super::buckets::time_of;
-use super::{Buckets, Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView};
+use super::{
+    Admission, Buckets, Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView,
+};
 use room::{shard_of, Room};
 use shard::Bucket;
 
@@ -356,13 +358,8 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn refund(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<(), StoreError> {
+    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        let (route, buckets, limits, recorded_at) = admission.parts();
         if buckets.is_one() && recorded_at.len() <= 1 {
             self.refund_now(route, buckets.first(), limits, time_of(recorded_at, 0));
             return Ok(());
@@ -376,13 +373,8 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn renew(
-        &self,
-        route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<Vec<u64>, StoreError> {
+    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
+        let (route, buckets, limits, recorded_at) = admission.parts();
         Ok(self.renew_now(route, buckets, limits, recorded_at))
     }
 

@@ -51,7 +51,7 @@ use async_trait::async_trait;
 
 use super::coalesce::known::KnownDenials;
 use super::coalesce::sender::{self, Coalescer};
-use super::{Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
+use super::{Admission, Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
@@ -251,23 +251,13 @@ impl Store for RedisStore {
         self.inner.io.run(read).await
     }
 
-    async fn refund(
-        &self,
-        _route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<(), StoreError> {
+    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        let (_, buckets, limits, recorded_at) = admission.parts();
         self.refund_each(buckets, limits, recorded_at).await
     }
 
-    async fn renew(
-        &self,
-        _route: &str,
-        buckets: &Buckets<'_>,
-        limits: &[Limit],
-        recorded_at: &[u64],
-    ) -> Result<Vec<u64>, StoreError> {
+    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
+        let (_, buckets, limits, recorded_at) = admission.parts();
         self.renew_each(buckets, limits, recorded_at).await
     }
 
