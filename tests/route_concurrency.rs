@@ -15,7 +15,7 @@ use common::fetch::{fetch_with, url};
 use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::RedisServer;
-use common::tls::{tls_options, Protocol, TestCa};
+use common::tls::{ready_on_every_protocol, Protocol, TestCa};
 use common::upstream::{Upstream, DELAY_HEADER};
 
 /// Requests in flight at once per key.
@@ -37,14 +37,7 @@ fn config(upstream: &str, store: &str, lease_ttl: &str) -> String {
 
 /// Proxies on `store` with a TLS listener and h2c, each ready (`/readyz`).
 fn proxies(upstream: &str, ca: &TestCa, store: &str, lease_ttl: &str, n: usize) -> Vec<Proxy> {
-    (0..n)
-        .map(|_| {
-            let config = config(upstream, store, lease_ttl);
-            let proxy = Proxy::start_with(&config, tls_options(ca, "h2c = true"));
-            wait_readyz(&proxy, 200, Duration::from_secs(20));
-            proxy
-        })
-        .collect()
+    ready_on_every_protocol(&config(upstream, store, lease_ttl), ca, n)
 }
 
 fn redis_store(redis: &RedisServer) -> String {

@@ -8,14 +8,11 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::admin::wait_readyz;
 use common::fetch::{fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::ratelimit::parse_ratelimit;
 use common::redis::{RedisCluster, RedisServer};
-use common::tls::{tls_options, Protocol, TestCa};
+use common::tls::{ready_on_every_protocol, Protocol, TestCa};
 use common::upstream::Upstream;
 use futures::future::join_all;
 
@@ -36,13 +33,7 @@ fn config(up: &Upstream, store: &str) -> String {
 }
 
 fn proxies(up: &Upstream, ca: &TestCa, store: &str, n: usize) -> Vec<Proxy> {
-    (0..n)
-        .map(|_| {
-            let proxy = Proxy::start_with(&config(up, store), tls_options(ca, "h2c = true"));
-            wait_readyz(&proxy, 200, Duration::from_secs(20));
-            proxy
-        })
-        .collect()
+    ready_on_every_protocol(&config(up, store), ca, n)
 }
 
 /// One request of `who` with `X-Cost` values `costs` over `protocol` to `proxy`.

@@ -19,7 +19,7 @@ use common::fetch::{fetch, fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::ratelimit::parse_ratelimit;
 use common::redis::{RedisCluster, RedisServer};
-use common::tls::{tls_options, Protocol, TestCa};
+use common::tls::{ready_on_every_protocol, tls_options, Protocol, TestCa};
 use common::upstream::{Upstream, STATUS_HEADER};
 use futures::future::join_all;
 use slidegate::config::Config;
@@ -49,13 +49,7 @@ fn config(up: &Upstream, store: &str) -> String {
 
 /// Proxies on `store`, each with a TLS listener and h2c, ready (`/readyz`).
 fn proxies(up: &Upstream, ca: &TestCa, store: &str, n: usize) -> Vec<Proxy> {
-    (0..n)
-        .map(|_| {
-            let proxy = Proxy::start_with(&config(up, store), tls_options(ca, "h2c = true"));
-            wait_readyz(&proxy, 200, Duration::from_secs(20));
-            proxy
-        })
-        .collect()
+    ready_on_every_protocol(&config(up, store), ca, n)
 }
 
 /// Every client sends [`EACH`] requests at once, request `i` to proxy `i % proxies`.

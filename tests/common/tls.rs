@@ -292,6 +292,18 @@ pub fn tls_options(ca: &TestCa, server_lines: &str) -> super::proxy::ProxyOption
     }
 }
 
+/// `n` proxies on `config`, each with a TLS listener (a leaf of `ca`) and h2c beside plain
+/// HTTP/1.1, ready (`/readyz` 200): what a test of every protocol on shared state starts.
+pub fn ready_on_every_protocol(config: &str, ca: &TestCa, n: usize) -> Vec<super::proxy::Proxy> {
+    (0..n)
+        .map(|_| {
+            let proxy = super::proxy::Proxy::start_with(config, tls_options(ca, "h2c = true"));
+            super::admin::wait_readyz(&proxy, 200, Duration::from_secs(20));
+            proxy
+        })
+        .collect()
+}
+
 /// A TLS 1.2-style ClientHello record whose SNI extension carries `name` as sent (rustls
 /// refuses an invalid host name, so a client library cannot send one): for tests of what a
 /// server does with an illegal SNI.
