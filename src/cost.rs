@@ -1,6 +1,8 @@
 //! A request's cost (`cost`, `max_cost` of a route): what it weighs in the route's cost limits
 //! (`unit = "cost"`), read from a request header or fixed, and why a cost is refused (`400`,
-//! nothing counted). Pure: the proxy reads the headers, this decides.
+//! nothing counted); and its settlement (`settle`): the real cost the upstream reports in a
+//! response header or trailer, and what that does to the charge. Pure: the proxy reads the
+//! fields, this decides.
 
 use http::header::{HeaderMap, HeaderName};
 
@@ -29,6 +31,31 @@ pub struct Cost {
     /// The smallest `quota` of the route's cost limits (`None`: it has none): a cost above it
     /// could never be admitted, so it is refused at once rather than denied forever.
     pub fits: Option<u32>,
+    /// `settle = "header:<Name>"`: the response header or trailer of this name carries the
+    /// request's real cost, which corrects the charge.
+    pub settle: Option<HeaderName>,
+}
+
+/// What a settlement does to a request's charge in the route's cost limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// The real cost is what was charged.
+    Unchanged,
+    /// Charged more than the real cost: give the difference back.
+    GiveBack(u32),
+    /// Charged less: charge the difference on top (the bucket may go into debt).
+    Charge(u32),
+}
+
+impl Settlement {
+    /// The correction of a charge of `charged` by a real cost of `real`.
+    pub fn of(charged: u32, real: u32) -> Settlement {
+        match real.cmp(&charged) {
+            std::cmp::Ordering::Equal => Settlement::Unchanged,
+            std::cmp::Ordering::Less => Settlement::GiveBack(charged - real),
+            std::cmp::Ordering::Greater => Settlement::Charge(real - charged),
+        }
+    }
 }
 
 /// Why a request's cost was refused: a `400` naming `cost`.
@@ -54,11 +81,18 @@ impl Cost {
         self.fits.is_some()
     }
 
-    /// The cost of a request with `headers`, checked against `max_cost` and the quota.
+    /// The cost of a request with `headers`, checked against `max_cost` and the quota. On a
+    /// route that settles, at least 1: the admission then holds a counter in its slot, which
+    /// is where a settlement charges what the upstream reports (a claim of 0 could otherwise
+    /// leave no counter for the charge to land in).
     pub fn of(&self, headers: &HeaderMap) -> Result<u32, CostError> {
         let cost = match &self.source {
             CostSource::Fixed(n) => *n,
-            CostSource::Header(name) => parse(headers, name)?,
+            CostSource::Header(name) => parse(headers, name)?.unwrap_or(1),
+        };
+        let cost = match self.settle {
+            Some(_) => cost.max(1),
+            None => cost,
         };
         if self.max.is_some_and(|max| cost > max) {
             return Err(CostError::OverMax);
@@ -68,26 +102,35 @@ impl Cost {
         }
         Ok(cost)
     }
+
+    /// The real cost the upstream reported in `fields` (the response header, or its trailers):
+    /// `None` when the route does not settle or the field is absent; an error when it is not
+    /// one non-negative decimal integer (the charge then stands).
+    pub fn settled(&self, fields: &HeaderMap) -> Option<Result<u32, CostError>> {
+        parse(fields, self.settle.as_ref()?).transpose()
+    }
 }
 
-/// The header's one value as a decimal integer; missing: 1. HTTP/1 parsers have already
-/// trimmed the value's surrounding whitespace (and HTTP/2 refuses it), as for keys; what is
-/// left must be digits only: no sign, no fraction, no inner space, no list.
-fn parse(headers: &HeaderMap, name: &HeaderName) -> Result<u32, CostError> {
+/// The field's one value as a decimal integer; `None` when missing. HTTP/1 parsers have
+/// already trimmed the value's surrounding whitespace, which an HTTP/2 peer may still send
+/// (trimmed here too); what is left must be digits only: no sign, no fraction, no inner
+/// space, no list.
+fn parse(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u32>, CostError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
-        return Ok(1);
+        return Ok(None);
     };
     if values.next().is_some() || value.as_bytes().contains(&b',') {
         return Err(CostError::Twice);
     }
-    let text = value.as_bytes();
+    let text = value.as_bytes().trim_ascii();
     if text.is_empty() || text.len() > 10 || !text.iter().all(u8::is_ascii_digit) {
         return Err(CostError::Malformed);
     }
     std::str::from_utf8(text)
         .ok()
         .and_then(|t| t.parse().ok())
+        .map(Some)
         .ok_or(CostError::Malformed)
 }
 
@@ -100,6 +143,7 @@ mod tests {
             source: CostSource::Header(HeaderName::from_static("x-cost")),
             max: Some(500),
             fits: Some(1000),
+            settle: None,
         }
     }
 
@@ -138,7 +182,42 @@ mod tests {
             source: CostSource::Fixed(3),
             max: None,
             fits: Some(2),
+            settle: None,
         };
         assert_eq!(fixed.of(&HeaderMap::new()), Err(CostError::OverQuota));
+    }
+
+    #[test]
+    fn a_settled_cost_is_read_once_and_corrects_the_charge_either_way() {
+        let c = Cost {
+            settle: Some(HeaderName::from_static("x-cost")),
+            ..cost()
+        };
+        assert_eq!(c.settled(&with(&[])), None);
+        assert_eq!(c.settled(&with(&["120"])), Some(Ok(120)));
+        // An HTTP/2 upstream's field may keep the whitespace an HTTP/1 parser trims.
+        assert_eq!(c.settled(&with(&[" 7\t"])), Some(Ok(7)));
+        for bad in ["-3", "1e3", "12 3", "", "4294967296"] {
+            assert_eq!(
+                c.settled(&with(&[bad])),
+                Some(Err(CostError::Malformed)),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(c.settled(&with(&["1", "1"])), Some(Err(CostError::Twice)));
+        let plain = cost();
+        assert_eq!(
+            plain.settled(&with(&["5"])),
+            None,
+            "a route that does not settle"
+        );
+        // A settling route reserves at least 1, so the charge has a counter to land in.
+        assert_eq!(
+            (c.of(&with(&["0"])), plain.of(&with(&["0"]))),
+            (Ok(1), Ok(0))
+        );
+        assert_eq!(Settlement::of(50, 50), Settlement::Unchanged);
+        assert_eq!(Settlement::of(50, 10), Settlement::GiveBack(40));
+        assert_eq!(Settlement::of(1, 5000), Settlement::Charge(4999));
     }
 }

@@ -58,6 +58,10 @@ pub struct Metrics {
     pub cost_admitted: IntCounterVec,
     /// See [`Metrics::cost_admitted`].
     pub cost_denied: IntCounterVec,
+    /// `slidegate_settlements_total{route,result}`: requests of a `settle` route whose real
+    /// cost corrected the charge (`given_back`, `charged`, `unchanged`), or did not (`missing`,
+    /// `invalid`, `error`: the charge stands).
+    pub settlements: IntCounterVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).
     pub request_duration: HistogramVec,
@@ -292,6 +296,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route", "limit"]
     )
     .expect("register slidegate_cost_denied_total"),
+    settlements: register_int_counter_vec!(
+        "slidegate_settlements_total",
+        "Requests of a settle route, by what their real cost did to the charge",
+        &["route", "result"]
+    )
+    .expect("register slidegate_settlements_total"),
 }
 });
 

@@ -776,6 +776,20 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "give this cost limit a `resolution`",
         },
         Case {
+            what: "settle from something other than a response field",
+            toml: edit("key = \"client_ip\"", "key = \"client_ip\"\nsettle = \"body:tokens\""),
+            key: "routes[0].settle",
+            line_of: Some("settle = \"body:tokens\""),
+            message: "\"header:<Name>\"",
+        },
+        Case {
+            what: "settle on a route without a cost limit",
+            toml: edit("key = \"client_ip\"", "key = \"client_ip\"\nsettle = \"header:X-Used\""),
+            key: "routes[0].settle",
+            line_of: Some("settle = \"header:X-Used\""),
+            message: "unit = \"cost\"",
+        },
+        Case {
             what: "cost from a query parameter",
             toml: edit("key = \"client_ip\"", "key = \"client_ip\"\ncost = \"query:n\""),
             key: "routes[0].cost",

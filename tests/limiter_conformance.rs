@@ -159,6 +159,7 @@ macro_rules! conformance {
                 a_renewed_lease_outlives_its_first_deadline,
                 cost_exact_under_concurrency,
                 cost_and_requests_all_or_nothing,
+                settle_charges_into_debt_and_gives_back,
             ]
         );
     };

@@ -253,4 +253,7 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
             end
         end
 -- @section refund
-        given = given + call('LREM', key, -1, at_s)
+        -- A log counts requests: a charge (amount < 0, cost limits only) has nothing to add.
+        if amount >= 0 then
+            given = given + call('LREM', key, -1, at_s)
+        end

@@ -177,7 +177,8 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
             for p = 1, k do
                 local idx, c = v[1] + v[2 * p], v[2 * p + 1]
                 if idx == slot and not hit then
-                    c, hit = math.max(c - amount, 0), true
+                    -- A charge (amount < 0) adds with no room check: the debt of a settle.
+                    c, hit = math.min(math.max(c - amount, 0), 4294967295), true
                 end
                 if c > 0 then
                     o[#o + 1], o[#o + 2] = idx, c

@@ -11,15 +11,19 @@ ARGV  (1 + 2n values, decimal integers)
                 recorded carries
   ARGV[2i]      resolution of limit i in µs, 0 for a log (as the deciding script's ARGV)
   ARGV[2i+1]    what to give back in limit i: the weight the admission was charged (1; a cost
-                limit's cost); a log gives back its one entry whatever it says
+                limit's cost); a log gives back its one entry whatever it says. Negative: a
+                charge of that much on top (a cost settled higher than charged), in a slotted
+                limit only; a log ignores it
 
 A log loses one entry equal to `at`, searched from the newest end (LREM key -1 at), where a
 request that just got its answer has its entry: that request's own entry (another admission in
 the same µs has the same value, so which one goes does not matter). A slotted limit loses that amount
 (at most what it holds) from the slot `at` falls in; a pair that reaches 0 is dropped, a key left with none is
-deleted, and the rewritten string keeps its TTL (PTTL, then SET .. PX). Nothing else changes: a
-refund never adds, never moves the clock, and an entry that already left its window (trimmed or
-expired) is left alone, so a refund can only lower a count that it raised.
+deleted, and the rewritten string keeps its TTL (PTTL, then SET .. PX). A charge adds to that
+slot (capped at 2^32 - 1) with no room check, so the limit may go over its quota (debt), only
+if the slot is still kept: the admission's own charge is in it (a settle route reserves at
+least 1). Nothing else changes: a refund or charge never moves the clock, never creates a key
+or a slot, and an entry that already left its window (trimmed or expired) is left alone.
 
 REPLY  the number of limits that gave an entry back (0 ..= n)
 --]]

@@ -252,6 +252,10 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
                 // A concurrency limit's `count` is the leases held now, `entries_ms` when each
                 // was taken.
                 "concurrent": limit.is_lease(),
+                // A cost limit (`unit = "cost"`) counts cost units; a settlement higher than
+                // the charge may take it past its quota: that excess is its debt.
+                "unit": if limit.unit == crate::limiter::Unit::Cost { "cost" } else { "requests" },
+                "debt": lv.count.saturating_sub(u64::from(limit.requests)),
                 "slots": lv.slots.iter().map(|&(start, count)| json!({
                     "start_ms": us_to_ms(start),
                     "count": count,

@@ -27,7 +27,7 @@ pub mod memory;
 pub mod redis;
 mod view;
 
-pub use admission::Admission;
+pub use admission::{Admission, Change};
 pub use algo::{Limit, LimitId, LimitKind, Unit, MAX_SLOTS};
 pub use buckets::Buckets;
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
@@ -270,6 +270,12 @@ pub trait Store: Send + Sync + 'static {
     /// that request's own entry from every limit's log in its bucket (one counted in its time
     /// slot for a slotted limit), so it no longer counts (`count_status`). A no-op for an
     /// entry that has already left its window, or a bucket that is gone.
+    ///
+    /// With [`Change::Charge`] (a cost settled higher than charged), add each limit's weight
+    /// to the slot the admission was counted in instead, with no room check: the bucket may
+    /// go over its quota, and later requests wait until the window frees the debt. Only
+    /// slotted limits take a charge; a charge to a slot that already left its window is a
+    /// no-op.
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError>;
 
     /// Renew the leases of `admission`: in each of its concurrency limits (each in its bucket),

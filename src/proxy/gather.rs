@@ -115,9 +115,10 @@ impl SlideGate {
                     Outcome::LocalAllowed(_) => DecidedBy::Local,
                     _ => DecidedBy::Store,
                 };
-                if let (Some(_), Some(recorded_at)) =
-                    (&route.spec.counting.count_status, verdict.recorded_times())
-                {
+                // `count_status` or `settle` may correct the admission once the upstream answers.
+                let corrected =
+                    route.spec.counting.count_status.is_some() || route.spec.cost.settle.is_some();
+                if let (true, Some(recorded_at)) = (corrected, verdict.recorded_times()) {
                     ctx.ticket = Some(refund::Ticket::new(recorded_at, by, ctx.cost));
                 }
                 self.take_leases(ctx, route, verdict, by);

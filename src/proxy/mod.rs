@@ -67,7 +67,6 @@ pub use ctx::{RequestCtx, Timing};
 use gather::peer_ip;
 use limiter::Limiter;
 use outcome::outcome;
-use refund::Settle;
 use respond::{close_delimit_for_http10, insert_legacy_fields, insert_ratelimit_fields};
 
 #[async_trait]
@@ -270,14 +269,7 @@ impl ProxyHttp for SlideGate {
         }
         // The slot is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its slot taken.
-        let mut held = None;
-        if let (Some(count_status), Some(ticket)) = (&route.spec.counting.count_status, ticket) {
-            match refund::settle(count_status, status) {
-                Settle::GiveBack => held = Some(ticket.due()),
-                Settle::Keep => {}
-                Settle::Wait => held = Some(ticket),
-            }
-        }
+        let held = ticket.and_then(|t| t.answered(route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head =
             !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
@@ -290,6 +282,19 @@ impl ProxyHttp for SlideGate {
             ctx.timing.upstream_head = Some(now);
         }
         ctx.ticket = held;
+        Ok(())
+    }
+
+    fn upstream_response_trailer_filter(
+        &self,
+        _session: &mut Session,
+        trailers: &mut http::HeaderMap,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let route = ctx.rules.as_ref().zip(ctx.route).map(|(r, i)| &r.routes[i]);
+        if let (Some(route), Some(ticket)) = (route, ctx.ticket.as_mut()) {
+            ticket.trailers(route, trailers);
+        }
         Ok(())
     }
 
@@ -334,10 +339,9 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
+        // Sent whole: `count_status` and `settle` correct the admission (cut off: it stands).
         if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
-            if ticket.due {
-                (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, ticket);
-            }
+            (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, ticket);
         }
         // However the request ended (sent whole, client gone, upstream failed), its leases go.
         ctx.lease = None;

@@ -1,14 +1,17 @@
-//! `count_status`: an admission holds its slot while the request is in flight, and gives it
-//! back when the upstream answers with a status the route does not count (failed logins count,
-//! successful ones do not) and that response has gone out whole. A client that leaves before
-//! its answer keeps the slot taken. The pure part ([`settle`]) decides; [`Limiter::refund`]
-//! sends the refund to the store that recorded the admission, off the response path.
+//! `count_status` and `settle`: an admission holds its slot while the request is in flight.
+//! It gives it back when the upstream answers with a status the route does not count (failed
+//! logins count, successful ones do not), and its charge in the cost limits is corrected to
+//! the real cost the upstream reports (`settle`), once that response has gone out whole. A
+//! client that leaves before its answer keeps the charge as it was. The pure parts
+//! ([`settle`], [`Settlement`]) decide; [`Limiter::refund`] sends the correction to the store
+//! that recorded the admission, off the response path.
 
 use http::StatusCode;
 
 use super::limiter::Limiter;
 use super::outcome::DecidedBy;
-use crate::limiter::{Admission, Buckets, Limit};
+use crate::cost::{CostError, Settlement};
+use crate::limiter::{Admission, Buckets, Change, Limit, Unit};
 use crate::metrics::METRICS;
 use crate::routes::Route;
 
@@ -22,8 +25,10 @@ pub(super) struct Ticket {
     pub by: DecidedBy,
     /// The upstream's status gave the slot back: refunded when the response has gone out.
     pub due: bool,
-    /// The request's cost: what its cost limits give back.
+    /// The request's cost: what its cost limits were charged.
     pub cost: u32,
+    /// The real cost the upstream reported (`settle`): `None` until a field carried one.
+    pub settled: Option<Result<u32, CostError>>,
 }
 
 impl Ticket {
@@ -34,12 +39,42 @@ impl Ticket {
             by,
             due: false,
             cost,
+            settled: None,
         }
     }
 
     /// This ticket, to be refunded once the response is complete.
     pub fn due(self) -> Ticket {
         Ticket { due: true, ..self }
+    }
+
+    /// This ticket after the upstream's response head (`None`: nothing left to correct):
+    /// `count_status` decides whether the admission counts, `settle` reads the real cost in a
+    /// final head. An interim `1xx` (e.g. `100 Continue`) is followed by the real head.
+    pub fn answered(self, route: &Route, head: &pingora::http::ResponseHeader) -> Option<Ticket> {
+        let settles = route.spec.cost.settle.is_some();
+        let mut held = match &route.spec.counting.count_status {
+            None => self,
+            Some(count_status) => match settle(count_status, head.status) {
+                Settle::GiveBack => self.due(),
+                Settle::Keep if settles => self,
+                Settle::Keep => return None,
+                Settle::Wait => return Some(self),
+            },
+        };
+        if settles && !head.status.is_informational() {
+            held.settled = route.spec.cost.settled(&head.headers);
+        }
+        Some(held)
+    }
+
+    /// `settle`: a real cost only known at the end of the body, in the response's trailers
+    /// (an HTTP/2 upstream's; Pingora 0.9 drops an HTTP/1 upstream's chunked trailers). A
+    /// value in the head wins.
+    pub fn trailers(&mut self, route: &Route, trailers: &http::HeaderMap) {
+        if self.settled.is_none() {
+            self.settled = route.spec.cost.settled(trailers);
+        }
     }
 }
 
@@ -73,11 +108,17 @@ pub(super) enum Part {
     Counted,
     /// The concurrency limits (the request ended).
     Leases,
+    /// The cost limits (`settle`).
+    Cost,
 }
 
 impl Part {
     fn holds(self, limit: &Limit) -> bool {
-        limit.is_lease() == (self == Part::Leases)
+        match self {
+            Part::Counted => !limit.is_lease(),
+            Part::Leases => limit.is_lease(),
+            Part::Cost => limit.unit == Unit::Cost,
+        }
     }
 }
 
@@ -104,14 +145,62 @@ pub(super) fn part_of(
 }
 
 impl Limiter {
-    /// Give `ticket`'s admission back in the limits that count requests (the leases are the
-    /// request's [`Lease`](super::lease::Lease)'s to give back), every limit in its own bucket
-    /// (`bucket` the route's, `own` the limits' own keys' as the request computed them), in a
-    /// task of its own: the
-    /// response does not wait for the store, and until the store has removed the entry the
-    /// slot stays taken (the bound errs on the safe side). A failed refund keeps the slot, and
-    /// is counted.
+    /// Correct `ticket`'s admission once its response has gone out whole: give it back in the
+    /// limits that count requests when its status is not counted (the leases are the
+    /// request's [`Lease`](super::lease::Lease)'s to give back), else correct its cost limits
+    /// to the real cost the upstream reported (`settle`). Each limit in its own bucket
+    /// (`bucket` the route's, `own` the limits' own keys' as the request computed them).
     pub(super) fn refund(&self, route: &Route, bucket: &str, own: &[String], ticket: Ticket) {
+        if ticket.due {
+            let cost = ticket.cost;
+            return self.amend(
+                route,
+                (bucket, own),
+                ticket,
+                (Part::Counted, cost),
+                Change::GiveBack,
+            );
+        }
+        let name = route.spec.name.as_str();
+        let result = match ticket.settled {
+            _ if route.spec.cost.settle.is_none() => return,
+            None => "missing",
+            Some(Err(_)) => "invalid",
+            Some(Ok(real)) => match Settlement::of(ticket.cost, real) {
+                Settlement::Unchanged => "unchanged",
+                Settlement::GiveBack(d) => {
+                    let part = (Part::Cost, d);
+                    self.amend(route, (bucket, own), ticket, part, Change::GiveBack);
+                    return;
+                }
+                Settlement::Charge(d) => {
+                    self.amend(
+                        route,
+                        (bucket, own),
+                        ticket,
+                        (Part::Cost, d),
+                        Change::Charge,
+                    );
+                    return;
+                }
+            },
+        };
+        METRICS.settlements.with_label_values(&[name, result]).inc();
+    }
+
+    /// Apply `change` of `weight` to `ticket`'s admission in `part` of the route's limits, in
+    /// a task of its own: the response does not wait for the store, and until the store has
+    /// applied it the admission counts as charged (the bound errs on the safe side for a give
+    /// back; a charge lands a moment late). A failure leaves the charge as it was, and is
+    /// counted.
+    fn amend(
+        &self,
+        route: &Route,
+        (bucket, own): (&str, &[String]),
+        ticket: Ticket,
+        (part, weight): (Part, u32),
+        change: Change,
+    ) {
         let store = match ticket.by {
             DecidedBy::Store => self.store.clone(),
             DecidedBy::Local => match &self.local {
@@ -119,29 +208,29 @@ impl Limiter {
                 None => return,
             },
         };
-        // The charged cost, in the cost limits (a route with none: the limits as they are).
-        let weighted = super::limiter::weighted(route, ticket.cost);
+        // The weight in the cost limits (a route with none: the limits as they are).
+        let weighted = super::limiter::weighted(route, weight);
         let all = weighted.as_deref().unwrap_or(&route.spec.limits);
         let of_limit = &route.spec.limit_keys.of_limit;
-        let Some((limits, of_limit, at)) =
-            part_of(Part::Counted, all, of_limit, &ticket.recorded_at)
-        else {
+        let Some((limits, of_limit, at)) = part_of(part, all, of_limit, &ticket.recorded_at) else {
             return;
         };
         let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());
         tokio::spawn(async move {
             let buckets = Buckets::stacked(&bucket, &own, &of_limit);
-            let result = store
-                .refund(Admission::new(&name, &buckets, &limits, &at))
-                .await;
-            let outcome = if result.is_ok() { "ok" } else { "error" };
-            if let Err(e) = result {
-                log::debug!("route {name}: refund failed, the slot stays taken: {e}");
+            let admission = Admission::new(&name, &buckets, &limits, &at).with_change(change);
+            let result = store.refund(admission).await;
+            if let Err(e) = &result {
+                log::debug!("route {name}: correcting an admission failed, it stands: {e}");
             }
-            METRICS
-                .refunds
-                .with_label_values(&[name.as_str(), outcome])
-                .inc();
+            let (counter, outcome) = match (part, change, result.is_ok()) {
+                (Part::Cost, _, false) => (&METRICS.settlements, "error"),
+                (Part::Cost, Change::GiveBack, true) => (&METRICS.settlements, "given_back"),
+                (Part::Cost, Change::Charge, true) => (&METRICS.settlements, "charged"),
+                (_, _, true) => (&METRICS.refunds, "ok"),
+                (_, _, false) => (&METRICS.refunds, "error"),
+            };
+            counter.with_label_values(&[name.as_str(), outcome]).inc();
         });
     }
 }

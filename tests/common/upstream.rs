@@ -55,6 +55,11 @@ pub const STATUS_HEADER: &str = "x-upstream-status";
 /// `Server: gunicorn` for an upstream that names itself.
 pub const FIELD_HEADER: &str = "x-upstream-field";
 
+/// Request header asking for a response trailer: `Name: value` (repeatable), sent after the
+/// body (`upstream ok`), e.g. a token count only known at the end of a stream. Sent over HTTP/2;
+/// on HTTP/1.1 hyper sends trailers only to a client that asked for them (`TE: trailers`).
+pub const TRAILER_HEADER: &str = "x-upstream-trailer";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -325,7 +330,25 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
             response = response.header(name.trim(), value.trim());
         }
     }
-    let response = if req.headers().contains_key(GATED_HEADER) {
+    let trailers = req.headers().get_all(TRAILER_HEADER).iter().fold(
+        http::HeaderMap::new(),
+        |mut map, field| {
+            let text = String::from_utf8_lossy(field.as_bytes()).into_owned();
+            if let Some((name, value)) = text.split_once(':') {
+                let name = http::HeaderName::try_from(name.trim()).expect("trailer name");
+                map.append(name, value.trim().parse().expect("trailer value"));
+            }
+            map
+        },
+    );
+    let response = if !trailers.is_empty() {
+        let frames = [
+            Frame::data(Bytes::from_static(UPSTREAM_BODY.as_bytes())),
+            Frame::trailers(trailers),
+        ];
+        let frames = futures::stream::iter(frames.map(Ok::<_, Infallible>));
+        response.body(BodyExt::boxed(StreamBody::new(frames)))
+    } else if req.headers().contains_key(GATED_HEADER) {
         let pieces = futures::stream::unfold(0u8, move |step| {
             let seen = seen.clone();
             async move {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::store::{check, inspect, limit};
 use futures::future::join_all;
-use slidegate::limiter::{Admission, Buckets, Limit, Store};
+use slidegate::limiter::{Admission, Buckets, Change, Limit, Store};
 
 const WINDOW: Duration = Duration::from_secs(60);
 const QUOTA: u32 = 1000;
@@ -95,4 +95,54 @@ pub async fn cost_and_requests_all_or_nothing(store: Arc<dyn Store>) {
         .await
         .expect("refund");
     assert_eq!(inspect(&store, "cost:c", &one).await[0].count, 0);
+}
+
+/// A settle: a charge adds to the admission's own slot with no room check, so the bucket goes
+/// into debt and denies until the window frees it; a give-back lowers it again; a request
+/// limit (a log) takes no charge; a charge to a slot with nothing counted creates nothing.
+pub async fn settle_charges_into_debt_and_gives_back(store: Arc<dyn Store>) {
+    let (route, bucket) = (crate::common::store::ROUTE, "cost:d");
+    let buckets = Buckets::one(bucket);
+    let both = |cost| [quota().weighted(cost), limit(5, WINDOW).weighted(cost)];
+    let v = check(&store, bucket, &both(400)).await;
+    let at = v.recorded_times().expect("recorded").to_vec();
+    amend(
+        &store,
+        Admission::new(route, &buckets, &both(700), &at),
+        Change::Charge,
+    )
+    .await;
+    let counts = inspect(&store, bucket, &both(1)).await;
+    assert_eq!(
+        (counts[0].count, counts[1].count),
+        (1100, 1),
+        "{}",
+        store.backend()
+    );
+    let denied = check(&store, bucket, &both(1)).await;
+    assert!(!denied.admitted, "in debt: {denied:?}");
+    assert_eq!(denied.states[0].remaining, 0);
+    assert!(denied.retry_after().is_some());
+    amend(
+        &store,
+        Admission::new(route, &buckets, &both(300), &at),
+        Change::GiveBack,
+    )
+    .await;
+    let counts = inspect(&store, bucket, &both(1)).await;
+    assert_eq!(counts[0].count, 800, "{}", store.backend());
+    let v = check(&store, bucket, &both(150)).await;
+    assert!(v.admitted, "{v:?}");
+    assert_eq!(v.states[0].remaining, 50);
+    // Nothing was recorded 5 s after it (slots of 1 s): a charge there creates nothing.
+    let never = [at[0] + 5_000_000];
+    let huge = both(5000);
+    let stray = Admission::new(route, &buckets, &huge[..1], &never);
+    amend(&store, stray, Change::Charge).await;
+    assert_eq!(inspect(&store, bucket, &both(1)).await[0].count, 950);
+}
+
+async fn amend(store: &Arc<dyn Store>, admission: Admission<'_>, change: Change) {
+    let admission = admission.with_change(change);
+    store.refund(admission).await.expect("refund or charge");
 }

@@ -279,7 +279,9 @@ function animate() {
         return;
       }
       const full = l.remaining === 0;
-      c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} in window`;
+      const debt = l.debt > 0 ? ` · ${l.debt} in debt` : "";
+      const held = l.concurrent ? "held now" : "in window";
+      c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} ${held}${debt}`;
       c.remaining.classList.toggle("full", full);
       const hasEntries = l.count > 0;
       c.ring.style.display = hasEntries ? "" : "none";

@@ -356,6 +356,9 @@ pub(super) struct RawRoute {
     /// A request claiming a higher cost is refused (`400`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<Spanned<u32>>,
+    /// `"header:<Name>"`: the response header or trailer with the request's real cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<Spanned<String>>,
 }
 
 /// `cost`: a fixed integer or where to read it.

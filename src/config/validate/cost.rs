@@ -90,6 +90,30 @@ impl Validator<'_> {
             source,
             max: r.max_cost.as_ref().map(|m| *m.get_ref()),
             fits,
+            settle: self.settle(i, r, fits)?,
         })
+    }
+
+    /// `settle` of route `i`: a response field's name, on a route with a cost limit (`fits`).
+    fn settle(
+        &self,
+        i: usize,
+        r: &RawRoute,
+        fits: Option<u32>,
+    ) -> Result<Option<HeaderName>, ConfigError> {
+        let Some(settle) = &r.settle else {
+            return Ok(None);
+        };
+        let at = format!("routes[{i}].settle");
+        let name = settle.get_ref().strip_prefix("header:");
+        let Some(Ok(name)) = name.map(HeaderName::try_from) else {
+            let why = "\"header:<Name>\": the response header or trailer with the real cost";
+            return self.err(Some(settle.span()), at, why);
+        };
+        if fits.is_none() {
+            let why = "settle corrects a cost limit's charge: add a limit with unit = \"cost\"";
+            return self.err(Some(settle.span()), at, why);
+        }
+        Ok(Some(name))
     }
 }

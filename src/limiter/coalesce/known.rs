@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dashmap::DashMap;
 
-use crate::limiter::{Admission, Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
+use crate::limiter::{
+    Admission, Buckets, Change, Checked, Limit, Store, StoreError, Verdict, WindowView,
+};
 
 /// Upper bound on remembered buckets; past it new denials are simply not remembered (correct,
 /// only slower), so a flood of distinct clients cannot grow memory without bound.
@@ -275,6 +277,10 @@ impl Store for DenyCache {
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
         let (_, buckets, limits, _) = admission.parts();
         self.inner.refund(admission).await?;
+        if admission.change == Change::Charge {
+            // A charge only adds: every denial remembered still stands.
+            return Ok(());
+        }
         // An entry came back: a denial remembered before it is too pessimistic now.
         for (bucket, _) in buckets.groups(limits.len()) {
             self.known.forget(bucket);

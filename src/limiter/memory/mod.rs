@@ -359,15 +359,18 @@ impl Store for MemoryStore {
     }
 
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        let change = admission.change;
         let (route, buckets, limits, recorded_at) = admission.parts();
         if buckets.is_one() && recorded_at.len() <= 1 {
-            self.refund_now(route, buckets.first(), limits, time_of(recorded_at, 0));
+            let at = time_of(recorded_at, 0);
+            self.refund_now((route, buckets.first()), limits, at, change);
             return Ok(());
         }
         for (bucket, members) in buckets.groups(limits.len()) {
             for &i in &members {
                 let at = time_of(recorded_at, i);
-                self.refund_now(route, bucket, std::slice::from_ref(&limits[i]), at);
+                let limit = std::slice::from_ref(&limits[i]);
+                self.refund_now((route, bucket), limit, at, change);
             }
         }
         Ok(())

@@ -10,7 +10,7 @@ use super::record::LimitRecord;
 use super::shard::{Bucket, Shard};
 use super::summary::{Held, Summary, MAX_COUNT};
 use super::SHARDS;
-use crate::limiter::{Limit, LimitState, Verdict};
+use crate::limiter::{Change, Limit, LimitState, Verdict};
 use crate::state_log::{LimiterState, StateLog};
 
 /// Where a decision was made: see [`Room::decide`].
@@ -170,11 +170,12 @@ impl Room {
         (verdict, Placed::Own, evicted)
     }
 
-    /// Give back the admission of bucket `key` recorded at `at` (see [`Bucket::refund`]).
-    pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64) {
+    /// Give back (or charge) the admission of bucket `key` recorded at `at` (see
+    /// [`Bucket::refund`]).
+    pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64, change: Change) {
         let mut shard = self.lock(shard_of(key));
         if let Some(&slot) = shard.index.get(&key) {
-            shard.slots[slot as usize].refund(limits, at);
+            shard.slots[slot as usize].refund(limits, at, change);
         }
     }
 

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{IdHasher, Limit, LimitId, LimitState, Verdict};
+use crate::limiter::{Change, IdHasher, Limit, LimitId, LimitState, Verdict};
 
 /// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
 /// weight of 1: `counted < requests`).
@@ -85,12 +85,16 @@ impl Bucket {
     }
 
     /// Remove the entry recorded at `at` from the log of every limit in `limits` (the counted
-    /// one of its slot for a slotted limit). Memory stays accounted as it was: capacity is
+    /// one of its slot for a slotted limit), or charge each limit's weight there
+    /// ([`Change::Charge`]). Memory stays accounted as it was: capacity is
     /// kept, so the next push needs no room.
-    pub(super) fn refund(&mut self, limits: &[Limit], at: u64) {
+    pub(super) fn refund(&mut self, limits: &[Limit], at: u64, change: Change) {
         for limit in limits {
             if let Some(log) = self.logs.iter_mut().find(|l| l.id == limit.id()) {
-                log.refund(at, limit.weight);
+                match change {
+                    Change::GiveBack => log.refund(at, limit.weight),
+                    Change::Charge => log.charge(at, limit.weight),
+                }
             }
         }
     }

@@ -5,7 +5,7 @@ use std::future::Future as _;
 
 use super::MemoryStore;
 use crate::limiter::buckets::{reserve_in_order, time_of, Part};
-use crate::limiter::{Buckets, Limit, Verdict};
+use crate::limiter::{Buckets, Change, Limit, Verdict};
 
 impl MemoryStore {
     /// Decide limits in several buckets of `route`: each bucket's limits under its shard's
@@ -33,7 +33,7 @@ impl MemoryStore {
             std::future::ready(Ok(verdict))
         };
         let release = |sub: Vec<Limit>, members: &[usize], at: u64| {
-            self.refund_now(route, bucket_of(members), &sub, at);
+            self.refund_now((route, bucket_of(members)), &sub, at, Change::GiveBack);
             std::future::ready(())
         };
         let decided = reserve_in_order(limits, &parts, decide, release);
@@ -69,10 +69,16 @@ impl MemoryStore {
         renewed
     }
 
-    /// Give back an admission of `bucket` recorded at `at` under `limits`.
-    pub(super) fn refund_now(&self, route: &str, bucket: &str, limits: &[Limit], at: u64) {
+    /// Give back (or charge) an admission of `bucket` recorded at `at` under `limits`.
+    pub(super) fn refund_now(
+        &self,
+        (route, bucket): (&str, &str),
+        limits: &[Limit],
+        at: u64,
+        change: Change,
+    ) {
         if let Some(room) = self.rooms.load().get(route) {
-            room.refund(self.hash(bucket), limits, at);
+            room.refund(self.hash(bucket), limits, at, change);
         }
     }
 }

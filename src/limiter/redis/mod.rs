@@ -252,8 +252,9 @@ impl Store for RedisStore {
     }
 
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        let change = admission.change;
         let (_, buckets, limits, recorded_at) = admission.parts();
-        self.refund_each(buckets, limits, recorded_at).await
+        self.refund_each(buckets, limits, recorded_at, change).await
     }
 
     async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use super::conn::within;
 use super::Inner;
-use crate::limiter::{Limit, StoreError};
+use crate::limiter::{Change, Limit, StoreError};
 
 /// Source of the refund script (`lua/refund/skeleton.lua` with `lua/kinds/*.lua`).
 pub const REFUND_SOURCE: &str = crate::limiter::algo::script::REFUND;
@@ -22,6 +22,7 @@ impl Inner {
         bucket: &str,
         limits: &[Limit],
         recorded_at: u64,
+        change: Change,
     ) -> Result<(), StoreError> {
         if limits.is_empty() {
             return Ok(());
@@ -35,12 +36,18 @@ impl Inner {
             // The kind's own ARGV value (a slotted limit's resolution, 0 for a log), and what
             // the admission was charged.
             let [_, _, kind, weight] = limit.script_args();
-            call.arg(kind).arg(weight);
+            let amount = match change {
+                Change::GiveBack => weight as i64,
+                Change::Charge => -(weight as i64),
+            };
+            call.arg(kind).arg(amount);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
-        // A known denial of this bucket is too pessimistic now.
-        self.coalescer.known().forget(bucket);
+        // A known denial of this bucket is too pessimistic now (a charge only adds: it stands).
+        if change == Change::GiveBack {
+            self.coalescer.known().forget(bucket);
+        }
         Ok(())
     }
 }

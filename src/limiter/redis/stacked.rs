@@ -14,7 +14,7 @@
 
 use super::RedisStore;
 use crate::limiter::buckets::{reserve_in_order, time_of, Part};
-use crate::limiter::{Buckets, Checked, Limit, StoreError};
+use crate::limiter::{Buckets, Change, Checked, Limit, StoreError};
 
 /// `members`' buckets as [`Buckets`] parts: each limit its own entry (texts may repeat).
 struct Owned {
@@ -71,7 +71,10 @@ impl RedisStore {
         let release = |sub: Vec<Limit>, members: &[usize], at: u64| {
             let owned = Owned::of(buckets, members);
             async move {
-                if let Err(e) = self.refund_each(&owned.buckets(), &sub, &[at]).await {
+                if let Err(e) = self
+                    .refund_each(&owned.buckets(), &sub, &[at], Change::GiveBack)
+                    .await
+                {
                     // The reservation stays counted until it leaves its window: safe side.
                     log::debug!("giving back a reservation failed: {e}");
                 }
@@ -80,13 +83,14 @@ impl RedisStore {
         reserve_in_order(limits, &parts, decide, release).await
     }
 
-    /// Give back an admission in each of its buckets: one refund call per bucket and record
-    /// time.
+    /// Give back (or charge) an admission in each of its buckets: one refund call per bucket
+    /// and record time.
     pub(super) async fn refund_each(
         &self,
         buckets: &Buckets<'_>,
         limits: &[Limit],
         recorded_at: &[u64],
+        change: Change,
     ) -> Result<(), StoreError> {
         for (bucket, members) in buckets.groups(limits.len()) {
             let mut by_time: Vec<(u64, Vec<Limit>)> = Vec::new();
@@ -99,7 +103,7 @@ impl RedisStore {
             }
             for (at, sub) in by_time {
                 let (inner, bucket) = (self.inner.clone(), bucket.to_owned());
-                let refund = async move { inner.refund_entry(&bucket, &sub, at).await };
+                let refund = async move { inner.refund_entry(&bucket, &sub, at, change).await };
                 self.inner.io.run(refund).await?;
             }
         }
