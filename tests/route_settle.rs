@@ -1,7 +1,8 @@
 //! `settle`: the upstream reports a request's real cost in a response header (or an HTTP/2
 //! upstream's trailer), and the charge in the cost limit is corrected once the response has
 //! gone out whole. Through the real binary, per client protocol (HTTP/1.1, HTTP/2 over TLS,
-//! h2c) on the memory store, one Redis and a Redis Cluster: a cost settled lower gives the
+//! h2c) on the memory store, one Redis, two proxies sharing one Redis (each request on the
+//! other proxy) and a Redis Cluster: a cost settled lower gives the
 //! difference back and one settled higher charges it, into debt, both visible in the next
 //! request's `RateLimit` (a debt denies, with `Retry-After`); an unchanged, missing or
 //! malformed report leaves the charge as it was; the inspector shows the debt.
@@ -72,8 +73,10 @@ fn settled_to(proxy: &Proxy, route: &str, who: &str, count: u64) -> serde_json::
     last
 }
 
+/// One client; its requests go to each proxy in turn (a settlement on one is seen on the next).
 struct Client<'a> {
-    proxy: &'a Proxy,
+    proxies: &'a [Proxy],
+    sent: std::cell::Cell<usize>,
     protocol: Protocol,
     http: reqwest::Client,
     who: String,
@@ -94,18 +97,21 @@ impl Client<'_> {
             FIELD_HEADER
         };
         headers.extend(report.as_deref().map(|r| (carrier, r)));
-        let target = url(self.proxy, self.protocol, path);
+        let n = self.sent.replace(self.sent.get() + 1);
+        let target = url(&self.proxies[n % self.proxies.len()], self.protocol, path);
         fetch_with(&self.http, &target, &headers, self.protocol.version()).await
     }
 }
 
 /// Over every client protocol: lower gives back, higher charges into debt (denied until it
 /// frees, shown by the inspector), unchanged / missing / malformed leave the charge.
-async fn settles_both_ways(proxy: &Proxy, ca: &TestCa, store: &str) {
+async fn settles_both_ways(proxies: &[Proxy], ca: &TestCa, store: &str) {
+    let proxy = &proxies[0];
     for protocol in [Protocol::H1, Protocol::H2Tls, Protocol::H2c] {
         let who = format!("{store}-{protocol:?}");
         let c = Client {
-            proxy,
+            proxies,
+            sent: std::cell::Cell::new(0),
             protocol,
             http: protocol.client(&ca.ca_pem()),
             who: who.clone(),
@@ -140,41 +146,51 @@ async fn settles_both_ways(proxy: &Proxy, ca: &TestCa, store: &str) {
         assert_eq!((t.status, left(&t)), (200, QUOTA - 200), "{t:?}");
         settled_to(proxy, "stream", &who, 5);
     }
-    let metrics = proxy.admin_get("/metrics").1;
-    for (result, n) in [
+    let results = [
         ("given_back", 6),
         ("charged", 3),
         ("unchanged", 3),
         ("missing", 3),
-    ] {
+    ];
+    for (result, n) in results {
         let line = format!("slidegate_settlements_total{{result=\"{result}\",route=");
-        let sum: u64 = (metrics.lines().filter(|l| l.starts_with(&line)))
+        let sum: u64 = (proxies.iter().map(|p| p.admin_get("/metrics").1))
+            .flat_map(|m| m.lines().map(str::to_owned).collect::<Vec<_>>())
+            .filter(|l| l.starts_with(&line))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum();
-        assert_eq!(sum, n, "{result}: {metrics}");
+        assert_eq!(sum, n, "{result}");
     }
 }
 
-fn start(store: &str, ca: &TestCa) -> (Upstream, Upstream, Proxy) {
+fn start(store: &str, ca: &TestCa, n: usize) -> (Upstream, Upstream, Vec<Proxy>) {
     let up = Upstream::start();
     let h2_up = Upstream::start_tls(server_config(&ca.issue("upstream", &["localhost"])));
-    let mut proxies = ready_on_every_protocol(&config(&up, &h2_up, ca, store), ca, 1);
-    (up, h2_up, proxies.remove(0))
+    let proxies = ready_on_every_protocol(&config(&up, &h2_up, ca, store), ca, n);
+    (up, h2_up, proxies)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_settles_both_ways() {
     let ca = TestCa::new("ca");
-    let (_up, _h2, proxy) = start("backend = \"memory\"", &ca);
-    settles_both_ways(&proxy, &ca, "memory").await;
+    let (_up, _h2, proxies) = start("backend = \"memory\"", &ca, 1);
+    settles_both_ways(&proxies, &ca, "memory").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_redis_settles_both_ways() {
     let (ca, redis) = (TestCa::new("ca"), RedisServer::start());
     let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
-    let (_up, _h2, proxy) = start(&store, &ca);
-    settles_both_ways(&proxy, &ca, "redis").await;
+    let (_up, _h2, proxies) = start(&store, &ca, 1);
+    settles_both_ways(&proxies, &ca, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_on_one_redis_see_each_others_settlements() {
+    let (ca, redis) = (TestCa::new("ca"), RedisServer::start());
+    let store = format!("backend = \"redis\"\nurl = \"{}\"", redis.url());
+    let (_up, _h2, proxies) = start(&store, &ca, 2);
+    settles_both_ways(&proxies, &ca, "two").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,6 +198,6 @@ async fn redis_cluster_settles_both_ways() {
     let (ca, cluster) = (TestCa::new("ca"), RedisCluster::start(3));
     let urls = cluster.urls();
     let store = format!("backend = \"redis_cluster\"\nurls = {urls:?}");
-    let (_up, _h2, proxy) = start(&store, &ca);
-    settles_both_ways(&proxy, &ca, "cluster").await;
+    let (_up, _h2, proxies) = start(&store, &ca, 1);
+    settles_both_ways(&proxies, &ca, "cluster").await;
 }
