@@ -1,6 +1,7 @@
 //! Concurrency limits (`{ concurrent = N }`), through the real binary and a real upstream that
 //! holds each request (`x-upstream-delay-ms`) and counts how many it answers at once. Under
-//! h2load bursts, on the memory store, one Redis and two proxies sharing one Redis: never more
+//! h2load bursts, on the memory store, one Redis, two proxies sharing one Redis and two sharing a
+//! Redis Cluster: never more
 //! than N in flight at the upstream. Over HTTP/1.1, h2 over TLS and h2c: a lease is given back
 //! when the response is sent, when the client goes away, and when the upstream fails; a denial
 //! says `Retry-After: 1` and `qu="concurrent-requests"`. And a SIGKILLed proxy's leases are
@@ -14,7 +15,7 @@ use common::admin::wait_readyz;
 use common::fetch::{fetch_with, url};
 use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
-use common::redis::RedisServer;
+use common::redis::{RedisCluster, RedisServer};
 use common::tls::{ready_on_every_protocol, Protocol, TestCa};
 use common::upstream::{Upstream, DELAY_HEADER};
 
@@ -118,6 +119,17 @@ fn one_redis_never_has_more_than_n_in_flight() {
 fn two_proxies_on_one_redis_never_have_more_than_n_in_flight() {
     let (up, ca, redis) = (Upstream::start(), TestCa::new("ca"), RedisServer::start());
     let proxies = proxies(&up.addr().to_string(), &ca, &redis_store(&redis), "30s", 2);
+    never_more_than_n(&proxies, &up);
+}
+
+#[test]
+fn a_redis_cluster_never_has_more_than_n_in_flight() {
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
+    let store = format!(
+        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
+        cluster.urls()
+    );
+    let proxies = proxies(&up.addr().to_string(), &ca, &store, "30s", 2);
     never_more_than_n(&proxies, &up);
 }
 
