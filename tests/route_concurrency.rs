@@ -1,8 +1,7 @@
 //! Concurrency limits (`{ concurrent = N }`), through the real binary and a real upstream that
 //! holds each request (`x-upstream-delay-ms`) and counts how many it answers at once. Under
 //! h2load bursts, on the memory store, one Redis, two proxies sharing one Redis and two sharing a
-//! Redis Cluster: never more
-//! than N in flight at the upstream. Over HTTP/1.1, h2 over TLS and h2c: a lease is given back
+//! Redis Cluster: never more than N in flight at the upstream. Over HTTP/1.1, h2 over TLS and h2c: a lease is given back
 //! when the response is sent, when the client goes away, and when the upstream fails; a denial
 //! says `Retry-After: 1` and `qu="concurrent-requests"`. And a SIGKILLed proxy's leases are
 //! freed within `lease_ttl`: another proxy on the same Redis then admits.
