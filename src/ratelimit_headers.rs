@@ -1,5 +1,5 @@
 //! The response fields of a decision: `RateLimit-Policy` / `RateLimit`
-//! (draft-ietf-httpapi-ratelimit-headers-10, RFC 9651 structured fields; the partition key in
+//! (draft-ietf-httpapi-ratelimit-headers-11 (as -10 on the wire), RFC 9651 structured fields; the partition key in
 //! [`crate::partition_key`]), `Retry-After`, and
 //! the older `X-RateLimit-*` trio a route may opt into (`legacy_headers`). The body of a 429 is
 //! built in [`crate::problem`].
