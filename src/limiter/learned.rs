@@ -13,6 +13,14 @@
 //! asked last learned everything Redis had admitted, so in an outage the proxies together admit
 //! at most `proxies × requests` in any window, **including** what Redis admitted before it.
 //!
+//! That sum needs one more rule. A call that timed out may still have reached the store (its
+//! answer was lost), or may reach it late: the store then counts requests this proxy decided
+//! locally, and learns nothing of the ones it admitted locally. Once the store answers again, a
+//! proxy that admitted from its own log in a bucket ([`Learned::mark_local`]) asks the store with
+//! every limit reduced by what its own log still holds there, until that leaves the window. So
+//! every admission the store makes fits with the local ones of the proxy that asked, and the sum
+//! stays at most `proxies × requests` (one proxy: `requests`), however late the calls arrive.
+//!
 //! The memory is bounded: [`MAX_LEARNED`] buckets. A full shard first drops what has slid out
 //! of every window, then the buckets that had one entry (a flood of made-up keys); a bucket
 //! forgotten that way is counted from empty in an outage, as before this existed.
@@ -50,6 +58,9 @@ struct LearnedLimit {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LearnedBucket {
     limits: SmallVec<[LearnedLimit; 2]>,
+    /// Until when this proxy's own log may hold admissions of the bucket (see
+    /// [`Learned::mark_local`]).
+    local_until: Option<Instant>,
 }
 
 impl LearnedBucket {
@@ -65,7 +76,10 @@ impl LearnedBucket {
                 all_free: now + limit.window,
             })
             .collect();
-        LearnedBucket { limits }
+        LearnedBucket {
+            limits,
+            local_until: None,
+        }
     }
 
     /// How many learned entries of limit `i` are still in its window at `now`, at least (the
@@ -97,13 +111,12 @@ impl LearnedBucket {
     }
 
     fn spent(&self, now: Instant) -> bool {
-        self.limits
-            .iter()
-            .all(|l| l.count == 0 || now >= l.all_free)
+        self.local_until.is_none_or(|t| now >= t)
+            && (self.limits.iter()).all(|l| l.count == 0 || now >= l.all_free)
     }
 
     fn single(&self) -> bool {
-        self.limits.iter().all(|l| l.count <= 1)
+        self.local_until.is_none() && self.limits.iter().all(|l| l.count <= 1)
     }
 }
 
@@ -142,15 +155,49 @@ impl Learned {
     /// Remember what the store's `verdict` for `bucket` under `limits` said at `now`.
     pub fn learn(&self, bucket: &str, limits: &[Limit], verdict: &Verdict, now: Instant) {
         let hash = self.hash(bucket);
-        let learned = LearnedBucket::from_verdict(limits, verdict, now);
+        let mut learned = LearnedBucket::from_verdict(limits, verdict, now);
         let mut shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        // What the local log holds is not the store's to forget.
+        learned.local_until = shard.get(&hash).and_then(|b| b.local_until);
+        self.make_room(&mut shard, hash, now);
+        shard.insert(hash, learned);
+    }
+
+    /// Room for `hash` in a full `shard`: first drop what has slid out of every window, then
+    /// the buckets that had one entry; if that is not enough, everything.
+    fn make_room(
+        &self,
+        shard: &mut HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>,
+        hash: u64,
+        now: Instant,
+    ) {
         if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
             shard.retain(|_, b| !b.spent(now) && !b.single());
             if shard.len() >= self.per_shard {
                 shard.clear();
             }
         }
-        shard.insert(hash, learned);
+    }
+
+    /// This proxy admitted a request of `bucket` from its own log: until `until` (when that
+    /// admission has left every window) the store is asked with the limits reduced by what the
+    /// local log holds of the bucket.
+    pub fn mark_local(&self, bucket: &str, until: Instant) {
+        let hash = self.hash(bucket);
+        let mut shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        self.make_room(&mut shard, hash, Instant::now());
+        let b = shard.entry(hash).or_default();
+        b.local_until = b.local_until.max(Some(until));
+    }
+
+    /// True when this proxy's own log may still hold admissions of `bucket` at `now`.
+    pub fn is_local(&self, bucket: &str, now: Instant) -> bool {
+        let hash = self.hash(bucket);
+        let shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        shard
+            .get(&hash)
+            .and_then(|b| b.local_until)
+            .is_some_and(|t| now < t)
     }
 
     /// What was learned of `bucket`, if anything.

@@ -129,16 +129,31 @@ impl Limiter {
         let name = &route.spec.name;
         let bucket = buckets.first();
         let started = Instant::now();
-        let result = self.store.check(name, buckets, limits).await;
-        let answered = Instant::now();
-        self.duration.observe((answered - started).as_secs_f64());
         let fallback = self
             .local
             .as_ref()
             .filter(|_| policy.on_error == OnError::Local);
+        // After this proxy admitted from its own log, the store decides in what that log left.
+        let reduced = match fallback {
+            Some(local) if self.learned.is_local(bucket, started) => {
+                Some(local_reduced(local, buckets, limits).await)
+            }
+            _ => None,
+        };
+        if let Some((r, frees)) = reduced
+            .as_ref()
+            .filter(|(r, _)| r.iter().any(|l| l.requests == 0))
+        {
+            // The local log holds a whole limit: its denial, the store not asked.
+            return (Ok(no_room(r, frees)), DecidedBy::Local);
+        }
+        let asked = reduced.as_ref().map_or(limits, |(r, _)| r.as_slice());
+        let result = self.store.check(name, buckets, asked).await;
+        let answered = Instant::now();
+        self.duration.observe((answered - started).as_secs_f64());
         let Err(e) = &result else {
             if let (Some(_), Ok(verdict)) = (fallback, &result) {
-                self.learned.learn(bucket, limits, verdict, answered);
+                self.learned.learn(bucket, asked, verdict, answered);
             }
             return (result, DecidedBy::Store);
         };
@@ -159,6 +174,10 @@ impl Limiter {
                     Some(learned) => local_after(local, name, buckets, limits, &learned).await,
                     None => local.check(name, buckets, limits).await,
                 };
+                if verdict.as_ref().is_ok_and(|v| v.admitted) {
+                    let longest = limits.iter().map(|l| l.window).max().unwrap_or_default();
+                    self.learned.mark_local(bucket, answered + longest);
+                }
                 (verdict, DecidedBy::Local)
             }
             None => (result, DecidedBy::Store),
@@ -171,6 +190,54 @@ impl Limiter {
 pub(super) fn weighted(route: &Route, cost: u32) -> Option<Vec<Limit>> {
     (route.spec.cost.is_weighted())
         .then(|| route.spec.limits.iter().map(|l| l.weighted(cost)).collect())
+}
+
+/// `limits` each reduced by what this proxy's own log holds of it (in its bucket of
+/// `buckets`): the room the store may still give this proxy after it admitted locally; with,
+/// per limit, when the local log next frees room.
+async fn local_reduced(
+    local: &Arc<dyn Store>,
+    buckets: &Buckets<'_>,
+    limits: &[Limit],
+) -> (Vec<Limit>, Vec<Duration>) {
+    let mut reduced = limits.to_vec();
+    let mut frees: Vec<Duration> = limits.iter().map(|l| l.window).collect();
+    for (bucket, members) in buckets.groups(limits.len()) {
+        let sub: Vec<Limit> = members.iter().map(|&i| limits[i]).collect();
+        // Unreadable: as if the local log held everything (deny rather than over-admit).
+        let held: Vec<(u64, Duration)> = match local.inspect(bucket, &sub).await {
+            Ok(view) => view.limits.iter().map(|v| (v.count, v.reset)).collect(),
+            Err(_) => sub
+                .iter()
+                .map(|l| (u64::from(l.requests), l.window))
+                .collect(),
+        };
+        for (&i, (count, reset)) in members.iter().zip(held) {
+            reduced[i].requests -= count.min(u64::from(limits[i].requests)) as u32;
+            frees[i] = reset;
+        }
+    }
+    (reduced, frees)
+}
+
+/// A denial of `limits` (reduced), some with no room left, which free at `frees`; recording
+/// nothing.
+fn no_room(limits: &[Limit], frees: &[Duration]) -> Verdict {
+    let states = (limits.iter().zip(frees))
+        .map(|(l, &frees)| LimitState {
+            remaining: l.requests,
+            reset: match l.requests {
+                0 => frees.max(Duration::from_millis(1)),
+                _ => l.window,
+            },
+        })
+        .collect();
+    Verdict {
+        admitted: false,
+        states,
+        recorded_at: None,
+        recorded_each: Vec::new(),
+    }
 }
 
 /// The local log's verdict for `buckets` with each limit reduced by what `learned` still holds

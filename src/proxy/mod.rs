@@ -53,6 +53,8 @@ impl SlideGate {
 mod ctx;
 mod delay;
 mod discard;
+#[cfg(test)]
+mod fallback_tests;
 mod gather;
 mod lease;
 mod limiter;

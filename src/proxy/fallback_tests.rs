@@ -1,0 +1,111 @@
+//! In-process hook tests of `on_error = "local"` when calls to the shared store are lost (they
+//! time out without reaching it): this proxy's own log decides, and once the store answers
+//! again it may admit only into what that log left, so one proxy never admits more than the
+//! limit in a window however its calls fared.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::proxy::{ProxyHttp, Session};
+
+use super::SlideGate;
+use crate::config::Config;
+use crate::limiter::memory::MemoryStore;
+use crate::limiter::{Admission, Buckets, Checked, Limit, Store, StoreError, WindowView};
+use crate::metrics::Decision;
+use crate::routes::Rules;
+
+/// `api`: 3 requests a minute per client, on a shared store (never connected here).
+const RULES: &str = r#"
+[server]
+listen = "127.0.0.1:1"
+admin_listen = "127.0.0.1:2"
+
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:1"
+
+[upstreams.app]
+servers = ["127.0.0.1:9"]
+
+[[routes]]
+name = "api"
+upstream = "app"
+path_prefix = "/"
+limits = [ { requests = 3, window = "60s" } ]
+"#;
+
+/// A shared store whose calls are lost while `lost` is set: they time out and it never sees
+/// them.
+struct Lossy {
+    inner: MemoryStore,
+    lost: AtomicBool,
+}
+
+#[async_trait]
+impl Store for Lossy {
+    async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(StoreError::Timeout(Duration::from_millis(50)));
+        }
+        self.inner.check(route, buckets, limits).await
+    }
+    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
+        self.inner.inspect(bucket, limits).await
+    }
+    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
+        self.inner.reset(bucket, limits).await
+    }
+    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
+        self.inner.refund(admission).await
+    }
+    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
+        self.inner.renew(admission).await
+    }
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+}
+
+async fn decision(gate: &SlideGate) -> Option<Decision> {
+    let head = b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    tokio::io::AsyncWriteExt::write_all(&mut client, head)
+        .await
+        .unwrap();
+    let mut session = Session::new_h1(Box::new(server));
+    assert!(session.read_request().await.expect("head parses"));
+    let mut ctx = gate.new_ctx();
+    let _ = gate.request_filter(&mut session, &mut ctx).await;
+    ctx.decision
+}
+
+#[tokio::test]
+async fn lost_calls_then_answers_admit_at_most_the_limit() {
+    let config = Config::from_toml(Path::new("fallback.toml"), RULES).expect("valid config");
+    let rules = Arc::new(ArcSwap::from_pointee(Rules::build(&config).expect("rules")));
+    let store = Arc::new(Lossy {
+        inner: MemoryStore::new(),
+        lost: AtomicBool::new(true),
+    });
+    let local: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let gate = SlideGate::new(rules, store.clone()).with_local_fallback(Some(local));
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += u32::from(decision(&gate).await == Some(Decision::LocalAllowed));
+    }
+    assert_eq!(admitted, 3, "the local log admits the limit");
+    // The store answers again, having seen none of them: it would admit 3 more.
+    store.lost.store(false, Ordering::SeqCst);
+    for _ in 0..5 {
+        let d = decision(&gate).await;
+        assert!(
+            !matches!(d, Some(Decision::Allowed)),
+            "past the limit: {d:?}"
+        );
+    }
+}
