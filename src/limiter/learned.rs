@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -123,6 +124,10 @@ impl LearnedBucket {
 /// The learned buckets, by the hash of their key.
 pub struct Learned {
     shards: Box<[Shard]>,
+    /// The latest `local_until` of any bucket, in ms since `epoch`: before it, no bucket needs
+    /// looking up ([`Learned::is_local`] is on every request's path).
+    any_local_until_ms: AtomicU64,
+    epoch: Instant,
     per_shard: usize,
     /// A secret per process, so a client cannot choose keys that share a hash with another's.
     seed: u64,
@@ -139,6 +144,8 @@ impl Learned {
     pub fn with_capacity(capacity: usize) -> Learned {
         Learned {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            any_local_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             seed: fastrand::u64(..),
         }
@@ -188,10 +195,16 @@ impl Learned {
         self.make_room(&mut shard, hash, Instant::now());
         let b = shard.entry(hash).or_default();
         b.local_until = b.local_until.max(Some(until));
+        let ms = until.saturating_duration_since(self.epoch).as_millis() as u64 + 1;
+        self.any_local_until_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// True when this proxy's own log may still hold admissions of `bucket` at `now`.
     pub fn is_local(&self, bucket: &str, now: Instant) -> bool {
+        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        if now_ms >= self.any_local_until_ms.load(Ordering::Relaxed) {
+            return false;
+        }
         let hash = self.hash(bucket);
         let shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
         shard
@@ -277,5 +290,20 @@ mod tests {
         assert!(learned.len() <= SHARDS * 4);
         let victim = learned.get("victim").expect("the victim is remembered");
         assert_eq!(victim.held(0, &limit, t0), 10);
+    }
+
+    #[test]
+    fn a_local_admission_is_remembered_until_it_leaves_and_survives_a_store_answer() {
+        let learned = Learned::with_capacity(64);
+        let now = Instant::now();
+        assert!(!learned.is_local("a", now));
+        learned.mark_local("a", now + Duration::from_secs(1));
+        assert!(learned.is_local("a", now));
+        assert!(!learned.is_local("b", now), "another bucket");
+        let limit = Limit::log(3, Duration::from_secs(60));
+        let answer = verdict(true, 2, Duration::from_secs(60));
+        learned.learn("a", &[limit], &answer, now);
+        assert!(learned.is_local("a", now), "a store answer does not forget it");
+        assert!(!learned.is_local("a", now + Duration::from_secs(2)));
     }
 }
