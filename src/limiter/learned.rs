@@ -303,7 +303,10 @@ mod tests {
         let limit = Limit::log(3, Duration::from_secs(60));
         let answer = verdict(true, 2, Duration::from_secs(60));
         learned.learn("a", &[limit], &answer, now);
-        assert!(learned.is_local("a", now), "a store answer does not forget it");
+        assert!(
+            learned.is_local("a", now),
+            "a store answer does not forget it"
+        );
         assert!(!learned.is_local("a", now + Duration::from_secs(2)));
     }
 }

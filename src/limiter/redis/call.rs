@@ -66,7 +66,7 @@ impl Inner {
             "bucket {bucket:?} contains a brace"
         );
         out.clear();
-        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(self.target.prefix.as_bytes());
         out.extend_from_slice(b":{");
         out.extend_from_slice(bucket.as_bytes());
         out.extend_from_slice(b"}:");
@@ -79,8 +79,8 @@ impl Inner {
     /// busy to notice one (`patience.rs`). The gate learns of every answer and every failure.
     async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
-        let answer = async { classified(self.timeout, conn.decide(evalsha).await) };
-        match patience::wait(self.timeout, || None, answer).await {
+        let answer = async { classified(self.target.timeout, conn.decide(evalsha).await) };
+        match patience::wait(self.target.timeout, || None, answer).await {
             Ok(reply) => {
                 self.gate.answered();
                 ScriptReply::parse(reply)
@@ -101,7 +101,7 @@ impl Inner {
         let (mut keys, mut key_bytes) = (0, 0);
         for p in decisions {
             keys += p.limits.len();
-            key_bytes += p.limits.len() * (self.prefix.len() + p.bucket.len() + 16);
+            key_bytes += p.limits.len() * (self.target.prefix.len() + p.bucket.len() + 16);
         }
         let mut cmd = redis::Cmd::with_capacity(3 + 4 * keys, 64 + key_bytes + keys * 32);
         cmd.arg("EVALSHA").arg(SCRIPT.get_hash()).arg(keys);

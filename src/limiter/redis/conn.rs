@@ -16,7 +16,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use super::sentinel::{probe_master, SentinelTarget};
-use super::{RedisNodes, SCRIPT, SCRIPT_SOURCE};
+use super::{RedisNodes, RedisTarget, SCRIPT, SCRIPT_SOURCE};
 use crate::limiter::StoreError;
 
 /// Library-level timeouts are set to this multiple of the store's deadline: a safety net that
@@ -26,23 +26,34 @@ const SAFETY_NET_FACTOR: u32 = 2;
 /// Hash slots of a Redis Cluster.
 const CLUSTER_SLOTS: usize = 16384;
 
-/// Where the store connects; built without connecting.
+/// Where the store's state lives and how every call reaches it: the server (one Redis, a
+/// Cluster or a master behind Sentinel: that choice stays in this file), the key namespace and
+/// the deadline of each call. Built without connecting.
+pub(super) struct Target {
+    server: Server,
+    /// Key namespace (`store.prefix`), validated free of `{`, `}` and whitespace.
+    pub(super) prefix: String,
+    /// `store.timeout`: bound on every call, and on each PING.
+    pub(super) timeout: Duration,
+}
+
+/// The clients of one kind of deployment.
 // One per store, built once: the size difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
-pub(super) enum Target {
+enum Server {
     Single(redis::Client),
     Cluster(ClusterClient),
     Sentinel(SentinelTarget),
 }
 
-impl Target {
+impl Server {
     /// Clients for `nodes`, configured for calls bounded by `timeout`, with `tls` (a private
     /// CA, a client certificate) on `rediss://` nodes; nothing connects yet.
-    pub(super) fn new(
+    fn new(
         nodes: &RedisNodes,
         tls: Option<&redis::TlsCertificates>,
         timeout: Duration,
-    ) -> Result<Target, StoreError> {
+    ) -> Result<Server, StoreError> {
         match nodes {
             RedisNodes::Single(info) => {
                 let info = no_delay((**info).clone());
@@ -50,7 +61,7 @@ impl Target {
                     Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
                     None => redis::Client::open(info),
                 }
-                .map(Target::Single)
+                .map(Server::Single)
                 .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))
             }
             RedisNodes::Cluster(seeds) => {
@@ -76,19 +87,30 @@ impl Target {
                 }
                 builder
                     .build()
-                    .map(Target::Cluster)
+                    .map(Server::Cluster)
                     .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster config: {e}")))
             }
-            RedisNodes::Sentinel(nodes) => SentinelTarget::new(nodes).map(Target::Sentinel),
+            RedisNodes::Sentinel(nodes) => SentinelTarget::new(nodes).map(Server::Sentinel),
         }
+    }
+}
+
+impl Target {
+    /// The clients for `target` (see [`RedisTarget`]); nothing connects yet.
+    pub(super) fn new(target: &RedisTarget) -> Result<Target, StoreError> {
+        Ok(Target {
+            server: Server::new(&target.nodes, target.tls.as_ref(), target.timeout)?,
+            prefix: target.prefix.clone(),
+            timeout: target.timeout,
+        })
     }
 
     /// The backend name used as a metric label.
     pub(super) fn label(&self) -> &'static str {
-        match self {
-            Target::Single(_) => "redis",
-            Target::Cluster(_) => "redis_cluster",
-            Target::Sentinel(_) => "redis_sentinel",
+        match &self.server {
+            Server::Single(_) => "redis",
+            Server::Cluster(_) => "redis_cluster",
+            Server::Sentinel(_) => "redis_sentinel",
         }
     }
 
@@ -97,27 +119,27 @@ impl Target {
     /// buckets over slots: a call carries one slot's decisions, and a failure usually concerns
     /// one shard only.
     pub(super) fn one_server(&self) -> bool {
-        match self {
-            Target::Single(_) | Target::Sentinel(_) => true,
-            Target::Cluster(_) => false,
+        match &self.server {
+            Server::Single(_) | Server::Sentinel(_) => true,
+            Server::Cluster(_) => false,
         }
     }
 
     /// How many lanes decisions travel in (see `coalesce/sender.rs`): one for one server, one per hash
     /// slot for a Cluster.
     pub(super) fn lanes(&self) -> usize {
-        match self {
-            Target::Single(_) | Target::Sentinel(_) => 1,
-            Target::Cluster(_) => CLUSTER_SLOTS,
+        match &self.server {
+            Server::Single(_) | Server::Sentinel(_) => 1,
+            Server::Cluster(_) => CLUSTER_SLOTS,
         }
     }
 
     /// The lane of `bucket`: on a Cluster its hash slot, since its keys are
     /// `<prefix>:{<bucket>}:…` and the braces make `bucket` the hash tag.
     pub(super) fn lane_of(&self, bucket: &str) -> usize {
-        match self {
-            Target::Single(_) | Target::Sentinel(_) => 0,
-            Target::Cluster(_) => {
+        match &self.server {
+            Server::Single(_) | Server::Sentinel(_) => 0,
+            Server::Cluster(_) => {
                 usize::from(crc16::State::<crc16::XMODEM>::calculate(bucket.as_bytes()))
                     % CLUSTER_SLOTS
             }
@@ -127,26 +149,27 @@ impl Target {
     /// True when a lost connection should not wait for the same address to come back: behind
     /// Sentinel the master may now be another server, so `maintain` asks again at once.
     pub(super) fn follows_failover(&self) -> bool {
-        match self {
-            Target::Sentinel(_) => true,
-            Target::Single(_) | Target::Cluster(_) => false,
+        match &self.server {
+            Server::Sentinel(_) => true,
+            Server::Single(_) | Server::Cluster(_) => false,
         }
     }
 
     /// Open a new connection (behind Sentinel: to the master the Sentinels name now), bounded
     /// so that `maintain` returns promptly.
-    pub(super) async fn connect(&self, timeout: Duration) -> Result<Conn, StoreError> {
+    pub(super) async fn connect(&self) -> Result<Conn, StoreError> {
+        let timeout = self.timeout;
         // Asking the Sentinels costs a round trip to each and a connection to the master it
         // names (to check its `ROLE`) before the connection of our own.
         let budget = connect_timeout(timeout) * if self.follows_failover() { 4 } else { 2 };
         let attempt = async {
-            match self {
-                Target::Single(client) => one_redis(client.clone(), timeout).await,
-                Target::Sentinel(sentinels) => {
+            match &self.server {
+                Server::Single(client) => one_redis(client.clone(), timeout).await,
+                Server::Sentinel(sentinels) => {
                     let master = sentinels.master().await?.get_connection_info().clone();
                     one_redis(redis::Client::open(no_delay(master))?, timeout).await
                 }
-                Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+                Server::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
             }
         };
         within(budget, attempt).await
@@ -155,9 +178,9 @@ impl Target {
     /// The health probe `maintain` sends: PING, or behind Sentinel `ROLE`, which also tells a
     /// demoted master (see `sentinel.rs`).
     pub(super) async fn probe(&self, conn: &mut Conn) -> redis::RedisResult<()> {
-        match self {
-            Target::Sentinel(_) => probe_master(conn).await,
-            Target::Single(_) | Target::Cluster(_) => conn.ping().await,
+        match &self.server {
+            Server::Sentinel(_) => probe_master(conn).await,
+            Server::Single(_) | Server::Cluster(_) => conn.ping().await,
         }
     }
 }

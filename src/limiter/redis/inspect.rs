@@ -29,8 +29,11 @@ impl Inner {
     ) -> Result<WindowView, StoreError> {
         if limits.is_empty() {
             let mut conn = self.admin_conn()?;
-            let (secs, micros): (u64, u64) =
-                within(self.timeout, redis::cmd("TIME").query_async(&mut conn)).await?;
+            let (secs, micros): (u64, u64) = within(
+                self.target.timeout,
+                redis::cmd("TIME").query_async(&mut conn),
+            )
+            .await?;
             return Ok(WindowView {
                 now_us: secs * 1_000_000 + micros,
                 limits: Vec::new(),
@@ -48,7 +51,7 @@ impl Inner {
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
         let mut conn = self.admin_conn()?;
-        let reply: Vec<i64> = within(self.timeout, call.invoke_async(&mut conn)).await?;
+        let reply: Vec<i64> = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         parse_inspect(&reply, limits)
     }
 
@@ -66,7 +69,7 @@ impl Inner {
             del.arg(self.key(bucket, limit));
         }
         let mut conn = self.admin_conn()?;
-        let _: i64 = within(self.timeout, del.query_async(&mut conn)).await?;
+        let _: i64 = within(self.target.timeout, del.query_async(&mut conn)).await?;
         self.coalescer.known().forget(bucket);
         Ok(())
     }

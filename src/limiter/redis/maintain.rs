@@ -62,7 +62,7 @@ impl Inner {
 
     /// Open a connection, make it current, and probe it.
     async fn connect_and_probe(&self) -> Result<(), StoreError> {
-        let conn = Arc::new(self.target.connect(self.timeout).await?);
+        let conn = Arc::new(self.target.connect().await?);
         self.conn.store(Some(conn.clone()));
         self.gate.state_may_be_lost();
         self.probe(&conn).await
@@ -71,26 +71,26 @@ impl Inner {
     /// Probe `conn`; on the way back from an outage also load the script.
     async fn probe(&self, conn: &Conn) -> Result<(), StoreError> {
         let mut conn = conn.clone();
-        let mut result = within(self.timeout, self.target.probe(&mut conn)).await;
+        let mut result = within(self.target.timeout, self.target.probe(&mut conn)).await;
         if matches!(result, Err(StoreError::Unavailable(_))) {
             self.gate.state_may_be_lost();
             // A probe that finds the connection lost (or the last reconnect failed) makes the
             // ConnectionManager start a new attempt without waiting for it; a second probe
             // waits for that attempt, so a Redis that is back is back in one `maintain`.
-            result = within(self.timeout, self.target.probe(&mut conn)).await;
+            result = within(self.target.timeout, self.target.probe(&mut conn)).await;
         }
         // Coming back (first connect, restart, failover): load the script before opening the
         // gate, so the first burst of requests does not pay NOSCRIPT + SCRIPT LOAD each.
         // Best effort: a shard that misses it (down now) is covered by the NOSCRIPT fallback.
         if result.is_ok() && !self.gate.is_open() {
-            if let Err(e) = within(self.timeout, conn.load_script()).await {
+            if let Err(e) = within(self.target.timeout, conn.load_script()).await {
                 log::debug!("{} store: SCRIPT LOAD failed: {e}", self.target.label());
             }
             // A user that lacks a command would fail decisions one by one, with a message
             // that does not name it: stay not ready, naming it (see `acl.rs`).
-            let probe = conn.check_permissions(&self.prefix);
+            let probe = conn.check_permissions(&self.target.prefix);
             if let Ok(Err(denied @ StoreError::Backend(_))) =
-                tokio::time::timeout(self.timeout * 4, probe).await
+                tokio::time::timeout(self.target.timeout * 4, probe).await
             {
                 result = Err(denied);
             }

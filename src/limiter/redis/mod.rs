@@ -122,11 +122,8 @@ pub struct RedisStore {
 
 /// The store's state.
 struct Inner {
+    /// Where the state lives: the server(s), the key namespace and each call's deadline.
     target: Target,
-    /// Key namespace (`store.prefix`), validated free of `{`, `}` and whitespace.
-    prefix: String,
-    /// `store.timeout`: bound on every call, and on each PING.
-    timeout: Duration,
     /// The current connection; `None` until `maintain` connects, or after it gave one up.
     conn: ArcSwapOption<Conn>,
     /// Whether `check` and the inspector may use `conn`, the generation of its state, and
@@ -142,7 +139,7 @@ impl RedisStore {
     /// A store for `target`. Builds clients without connecting and needs no runtime. The first
     /// [`Store::maintain`] connects; until then `check` returns [`StoreError::Unavailable`].
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
-        let client = Target::new(&target.nodes, target.tls.as_ref(), target.timeout)?;
+        let client = Target::new(target)?;
         let gate = Gate::new(client.label(), client.one_server());
         let coalescer = Coalescer::new(client.lanes(), target.timeout);
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
@@ -150,8 +147,6 @@ impl RedisStore {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 target: client,
-                prefix: target.prefix.clone(),
-                timeout: target.timeout,
                 conn: ArcSwapOption::empty(),
                 gate,
                 coalescer,

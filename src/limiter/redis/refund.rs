@@ -43,7 +43,7 @@ impl Inner {
             call.arg(kind).arg(amount);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
-        let _given: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
+        let _given: i64 = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         // A known denial of this bucket is too pessimistic now (a charge only adds: it stands).
         if change == Change::GiveBack {
             self.coalescer.known().forget(bucket);

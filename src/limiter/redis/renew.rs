@@ -24,7 +24,7 @@ impl Inner {
             .arg(at)
             .arg(limit.window_us());
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
-        let renewed: i64 = within(self.timeout, call.invoke_async(&mut conn)).await?;
+        let renewed: i64 = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         Ok(renewed.max(0) as u64)
     }
 }
