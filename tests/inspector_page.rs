@@ -313,3 +313,69 @@ async fn the_next_to_free_marker_stays_visible_when_entries_tie() {
     browser.screenshot(&shot).await;
     println!("tie: {seen}; screenshot: {}", shot.display());
 }
+
+/// A cost limit in debt (a settled cost over the quota) and a concurrency limit with a lease
+/// held, as the page shows them: `… left · N in window · D in debt` and `… · N held now`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_a_cost_debt_and_the_leases_held() {
+    use common::upstream::{DELAY_HEADER, FIELD_HEADER};
+    let up = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "chat",
+            "path_prefix = \"/v1/\"\nkey = \"header:X-Client\"\ncost = \"header:X-Cost\"\n\
+             settle = \"header:X-Tokens-Used\"\n\
+             limits = [{ quota = 1000, window = \"1m\", unit = \"cost\" }]",
+        )
+        .route(
+            "stream",
+            "path_prefix = \"/s/\"\nkey = \"header:X-Client\"\n\
+             limits = [{ concurrent = 2, lease_ttl = \"30s\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&toml);
+    let settled = [
+        ("x-client", "u1"),
+        ("x-cost", "10"),
+        (FIELD_HEADER, "X-Tokens-Used: 1500"),
+    ];
+    let reply = common::proxy::send(proxy.addr(), "GET", "/v1/x", &settled).await;
+    assert_eq!(reply.status, 200);
+    // The settlement lands just after the response.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while window(&proxy, "chat", "u1").await["limits"][0]["count"] != 1500 {
+        assert!(Instant::now() < deadline, "never settled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A request held upstream keeps its lease while the page looks.
+    let addr = proxy.addr();
+    let held = tokio::spawn(async move {
+        let h = [("x-client", "u1"), (DELAY_HEADER, "4000")];
+        common::proxy::send(addr, "GET", "/s/x", &h).await.status
+    });
+    let browser = Browser::start().await;
+    let text = |route: &str, limit: &str| {
+        let url = format!("http://{}/?route={route}&client=u1", proxy.admin_addr());
+        let js = format!(
+            "const c = document.querySelector('[data-limit=\"{limit}\"]');
+             const r = c && c.querySelector('.remaining').textContent;
+             return r && r.includes('{}') ? r : null;",
+            if route == "chat" { "debt" } else { "held" }
+        );
+        (url, js)
+    };
+    let (url, js) = text("chat", "chat-60s@1s-cost");
+    browser.goto(&url).await;
+    let debt = browser
+        .wait_for("the debt", &js, Duration::from_secs(10))
+        .await;
+    assert_eq!(debt, "0 of 1000 left · 1500 in window · 500 in debt");
+    let (url, js) = text("stream", "stream-concurrent");
+    browser.goto(&url).await;
+    let leases = browser
+        .wait_for("a lease", &js, Duration::from_secs(10))
+        .await;
+    assert_eq!(leases, "1 of 2 left · 1 held now");
+    assert_eq!(held.await.unwrap(), 200);
+}
