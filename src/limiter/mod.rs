@@ -317,16 +317,18 @@ pub trait Store: Send + Sync + 'static {
 /// Fixtures shared by the unit tests of the modules that render verdicts or wrap stores.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use super::*;
 
     /// A memory store that counts the decisions reaching it: in front of it, a wrapper's own
-    /// answers (a deny cache's) are the ones not counted.
+    /// answers (a deny cache's) are the ones not counted. While [`Counting::lose_calls`] is
+    /// on, decisions never reach it: they time out, as calls lost on the way to Redis.
     #[derive(Default)]
     pub(crate) struct Counting {
         store: memory::MemoryStore,
         checks: AtomicUsize,
+        lost: AtomicBool,
     }
 
     impl Counting {
@@ -334,11 +336,19 @@ pub(crate) mod fixtures {
         pub(crate) fn reached(&self) -> usize {
             self.checks.load(Ordering::Relaxed)
         }
+
+        /// From now on, lose every decision (`true`) or let them through again.
+        pub(crate) fn lose_calls(&self, lost: bool) {
+            self.lost.store(lost, Ordering::SeqCst);
+        }
     }
 
     #[async_trait]
     impl Store for Counting {
         async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
+            if self.lost.load(Ordering::SeqCst) {
+                return Err(StoreError::Timeout(Duration::from_millis(50)));
+            }
             self.checks.fetch_add(1, Ordering::Relaxed);
             self.store.check(route, buckets, limits).await
         }

@@ -4,18 +4,16 @@
 //! limit in a window however its calls fared.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use async_trait::async_trait;
 use pingora::proxy::{ProxyHttp, Session};
 
 use super::SlideGate;
 use crate::config::Config;
+use crate::limiter::fixtures::Counting;
 use crate::limiter::memory::MemoryStore;
-use crate::limiter::{Admission, Buckets, Checked, Limit, Store, StoreError, WindowView};
+use crate::limiter::Store;
 use crate::metrics::Decision;
 use crate::routes::Rules;
 
@@ -39,38 +37,6 @@ path_prefix = "/"
 limits = [ { requests = 3, window = "60s" } ]
 "#;
 
-/// A shared store whose calls are lost while `lost` is set: they time out and it never sees
-/// them.
-struct Lossy {
-    inner: MemoryStore,
-    lost: AtomicBool,
-}
-
-#[async_trait]
-impl Store for Lossy {
-    async fn check(&self, route: &str, buckets: &Buckets<'_>, limits: &[Limit]) -> Checked {
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(StoreError::Timeout(Duration::from_millis(50)));
-        }
-        self.inner.check(route, buckets, limits).await
-    }
-    async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {
-        self.inner.inspect(bucket, limits).await
-    }
-    async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
-        self.inner.reset(bucket, limits).await
-    }
-    async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
-        self.inner.refund(admission).await
-    }
-    async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
-        self.inner.renew(admission).await
-    }
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
-}
-
 async fn decision(gate: &SlideGate) -> Option<Decision> {
     let head = b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
     let (mut client, server) = tokio::io::duplex(64 * 1024);
@@ -88,10 +54,8 @@ async fn decision(gate: &SlideGate) -> Option<Decision> {
 async fn lost_calls_then_answers_admit_at_most_the_limit() {
     let config = Config::from_toml(Path::new("fallback.toml"), RULES).expect("valid config");
     let rules = Arc::new(ArcSwap::from_pointee(Rules::build(&config).expect("rules")));
-    let store = Arc::new(Lossy {
-        inner: MemoryStore::new(),
-        lost: AtomicBool::new(true),
-    });
+    let store = Arc::new(Counting::default());
+    store.lose_calls(true);
     let local: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let gate = SlideGate::new(rules, store.clone()).with_local_fallback(Some(local));
     let mut admitted = 0;
@@ -100,7 +64,7 @@ async fn lost_calls_then_answers_admit_at_most_the_limit() {
     }
     assert_eq!(admitted, 3, "the local log admits the limit");
     // The store answers again, having seen none of them: it would admit 3 more.
-    store.lost.store(false, Ordering::SeqCst);
+    store.lose_calls(false);
     for _ in 0..5 {
         let d = decision(&gate).await;
         assert!(
