@@ -7,7 +7,7 @@
 //! (deciding, refunds), `limiter_conformance/own_keys.rs` (limits in different buckets) or
 //! `limiter_conformance/admin.rs` (`inspect`, `reset`); the
 //! `conformance!` macro instantiates every case once per backend, each test with its own fresh
-//! store (and its own Redis processes).
+//! store: on Redis, its own key prefix on the servers all cases of that backend share.
 
 #[path = "limiter_conformance/admin.rs"]
 mod admin;
@@ -28,13 +28,14 @@ use std::time::Duration;
 use admin::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
+use common::shared::{unique_prefix, Shared};
 use cost::*;
 use decide::*;
 use lease::*;
 use own_keys::*;
 use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
-use slidegate::limiter::redis::RedisStore;
+use slidegate::limiter::redis::{RedisStore, RedisTarget};
 use slidegate::limiter::Store;
 
 /// Generous store timeout: this suite checks semantics, not latency (see `redis_faults.rs`).
@@ -50,35 +51,69 @@ async fn memory() -> Fixture {
 /// A Redis store, typed (a deny cache reads its memory of denials), and what keeps its server.
 type RedisFixture = (RedisStore, Box<dyn Any + Send>);
 
-async fn redis_single_store() -> RedisFixture {
-    let server = tokio::task::spawn_blocking(RedisServer::start)
+/// The servers every case of one backend shares, each case under a key prefix of its own
+/// (a store sees only its prefix, so the cases stay independent): starting a server, a
+/// Cluster or a Sentinel set per case was most of this suite's time.
+static SINGLE: Shared<RedisServer> = Shared::new();
+static CLUSTER: Shared<RedisCluster> = Shared::new();
+static SENTINELS: Shared<SentinelSet> = Shared::new();
+
+/// A store on a shared fixture: the target it gives, under a fresh prefix.
+async fn shared_store<T: Send + 'static>(
+    fixture: &'static Shared<T>,
+    start: fn() -> T,
+    target: fn(&T) -> RedisTarget,
+    backend: &str,
+    ready_within: Duration,
+) -> RedisFixture {
+    let mut target = tokio::task::spawn_blocking(move || fixture.with(start, target))
         .await
         .unwrap();
-    let store = RedisStore::new(&server.redis_target(STORE_TIMEOUT)).unwrap();
-    assert_eq!(store.backend(), "redis");
-    wait_ready(&store, Duration::from_secs(10)).await;
-    (store, Box::new(server))
+    target.prefix = unique_prefix(backend);
+    let store = RedisStore::new(&target).unwrap();
+    assert_eq!(store.backend(), backend);
+    wait_ready(&store, ready_within).await;
+    (store, Box::new(()))
+}
+
+async fn redis_single_store() -> RedisFixture {
+    let target = |s: &RedisServer| s.redis_target(STORE_TIMEOUT);
+    shared_store(
+        &SINGLE,
+        RedisServer::start,
+        target,
+        "redis",
+        Duration::from_secs(10),
+    )
+    .await
 }
 
 async fn redis_cluster_store() -> RedisFixture {
-    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
-        .await
-        .unwrap();
-    let store = RedisStore::new(&cluster.redis_target(STORE_TIMEOUT)).unwrap();
-    assert_eq!(store.backend(), "redis_cluster");
-    wait_ready(&store, Duration::from_secs(20)).await;
-    (store, Box::new(cluster))
+    let (start, target) = (
+        || RedisCluster::start(3),
+        |c: &RedisCluster| c.redis_target(STORE_TIMEOUT),
+    );
+    shared_store(
+        &CLUSTER,
+        start,
+        target,
+        "redis_cluster",
+        Duration::from_secs(20),
+    )
+    .await
 }
 
 /// A store following the master three Sentinels name (the set keeps a replica too).
 async fn redis_sentinel_store() -> RedisFixture {
-    let set = tokio::task::spawn_blocking(SentinelSet::start)
-        .await
-        .unwrap();
-    let store = RedisStore::new(&set.redis_target(STORE_TIMEOUT)).unwrap();
-    assert_eq!(store.backend(), "redis_sentinel");
-    wait_ready(&store, Duration::from_secs(20)).await;
-    (store, Box::new(set))
+    let target = |s: &SentinelSet| s.redis_target(STORE_TIMEOUT);
+    shared_store(
+        &SENTINELS,
+        SentinelSet::start,
+        target,
+        "redis_sentinel",
+        Duration::from_secs(20),
+    )
+    .await
 }
 
 async fn redis_single() -> Fixture {

@@ -27,6 +27,7 @@ pub mod redis;
 pub mod redis_tls;
 pub mod script;
 pub mod sentinel;
+pub mod shared;
 pub mod store;
 pub mod tls;
 pub mod upstream;
