@@ -1,7 +1,9 @@
 //! Real Redis for tests: a standalone [`RedisServer`] and a [`RedisCluster`] of masters, each on
 //! loopback ports chosen at run time, with its own temporary directory, killed on drop.
 //!
-//! Every test starts its own Redis, so tests run in parallel without sharing state. Readiness is
+//! A test starts its own Redis, so tests run in parallel without sharing state; a suite whose
+//! cases never stop or freeze a server may share one per binary under per-case key prefixes
+//! (`shared.rs`). Readiness is
 //! polled (PING, `CLUSTER INFO`), never assumed after a sleep. Missing `redis-server` or
 //! `redis-cli` is a panic with instructions: a skipped Redis test would read as a passing one.
 
