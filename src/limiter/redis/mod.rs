@@ -64,7 +64,6 @@ mod io;
 mod maintain;
 mod refund;
 mod renew;
-mod reply;
 mod sentinel;
 mod stacked;
 
