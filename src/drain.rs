@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::metrics::METRICS;
+use crate::quiet::Quiet;
 
 /// How often the connection gauge is read while draining.
 const POLL: Duration = Duration::from_millis(10);
@@ -28,22 +29,6 @@ const QUIET: Duration = Duration::from_millis(200);
 /// The access log's writer thread writes and flushes every 5 ms; this lets it write the lines
 /// of the last requests before the process exits.
 const LOG_SETTLE: Duration = Duration::from_millis(50);
-
-/// Is the drain over? Pure, so the rule is unit-tested: no client connection left.
-fn drained(open_connections: i64) -> bool {
-    open_connections <= 0
-}
-
-/// Has the proxy been drained for the whole [`QUIET`] period? `quiet_since` is when the gauge
-/// was last seen reaching zero (`None` while connections are open); updated here.
-fn settled(open_connections: i64, quiet_since: &mut Option<Instant>, now: Instant) -> bool {
-    if !drained(open_connections) {
-        *quiet_since = None;
-        return false;
-    }
-    let since = *quiet_since.get_or_insert(now);
-    now.duration_since(since) >= QUIET
-}
 
 /// Call once the proxy service has stopped accepting (its `start_service` returned after the
 /// shutdown broadcast): waits until no client connection is open (at most `grace`, after
@@ -59,12 +44,8 @@ pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
     }
     let started = Instant::now();
     let mut tick = tokio::time::interval(POLL);
-    let mut quiet_since = None;
-    while !settled(
-        METRICS.client_connections.get(),
-        &mut quiet_since,
-        Instant::now(),
-    ) {
+    let mut quiet = Quiet::new(QUIET);
+    while !quiet.settled(METRICS.client_connections.get(), Instant::now()) {
         if started.elapsed() > grace {
             return;
         }
@@ -77,33 +58,4 @@ pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
     tokio::time::sleep(LOG_SETTLE).await;
     crate::pid_file::remove_if_ours(&pid_file);
     std::process::exit(0);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn drained_when_no_connection_is_left() {
-        assert!(drained(0));
-        assert!(!drained(1));
-        assert!(
-            drained(-1),
-            "a gauge that went below zero must not hold the exit"
-        );
-    }
-
-    #[test]
-    fn settled_only_after_a_quiet_period_that_a_new_connection_restarts() {
-        let t0 = Instant::now();
-        let mut since = None;
-        assert!(!settled(0, &mut since, t0));
-        assert!(!settled(0, &mut since, t0 + QUIET / 2));
-        // A connection counted late restarts the quiet period.
-        assert!(!settled(1, &mut since, t0 + QUIET / 2));
-        assert!(!settled(0, &mut since, t0 + QUIET));
-        let almost = t0 + 2 * QUIET - Duration::from_millis(1);
-        assert!(!settled(0, &mut since, almost));
-        assert!(settled(0, &mut since, t0 + 2 * QUIET));
-    }
 }

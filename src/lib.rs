@@ -20,6 +20,7 @@
 //! - [`server`]: assembling the Pingora server.
 //! - [`pid_file`]: the pid file, and `-s reload|stop|reopen` through it.
 //! - [`drain`]: a graceful stop that exits once the last client connection closes.
+//! - [`quiet`]: the "zero, and for a while" rule both ends of a graceful stop wait on.
 //! - [`healthcheck`]: `slidegate healthcheck`, the probe containers run.
 //! - [`state_log`]: WARN lines when a route's limiter changes state (outage, fallback, overflow).
 //! - [`tls`]: the listener's certificates by SNI and minimum version (swapped whole on reload),
@@ -51,6 +52,7 @@ pub mod partition_key;
 pub mod pid_file;
 pub mod problem;
 pub mod proxy;
+pub mod quiet;
 pub mod ratelimit_headers;
 pub mod reload;
 pub mod request_form;

@@ -615,12 +615,14 @@ async fn upgrade_hands_the_sockets_over_without_a_failed_request() {
     a.wait_signal_handler(libc::SIGQUIT, Duration::from_secs(10));
     let addr = a.addr();
 
-    // Two clients, each a new connection per request, until told to stop (bounded anyway).
+    // Eight clients, each a new connection per request, until told to stop (bounded anyway).
+    // Enough new connections that some are accepted in the instant the old accept loop stops:
+    // with 16, the old shutdown rule (one reading of zero silent connections) failed 1 run in 5.
     let stop = Arc::new(AtomicBool::new(false));
     let old_gone = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(LoopStats::default());
     let mut clients = Vec::new();
-    for c in 0..2 {
+    for c in 0..8 {
         let (stop, old_gone, stats) = (stop.clone(), old_gone.clone(), stats.clone());
         clients.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(40);

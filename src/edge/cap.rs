@@ -68,6 +68,8 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         };
         METRICS.client_connections.inc();
         let _gauge = scopeguard(|| METRICS.client_connections.dec());
+        // Counted from now, so a shutdown also waits for a connection still in its handshake.
+        let silent = self.silent.enter();
         let stream = match &self.tls {
             Some(tls) if tls.accepted(stream.get_socket_digest()?.local_addr()) => {
                 tls.handshake(stream, self.limits.client_header_timeout)
@@ -79,10 +81,11 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             if crate::bench_switch::on(crate::bench_switch::Layer::Edge) {
                 Box::new(
                     EdgeStream::new(stream, self.limits)
-                        .counted_silent_in(&self.silent)
+                        .silent_until_first_byte(silent)
                         .logging_refusals_to(self.access_log.clone()),
                 ) as Stream
             } else {
+                drop(silent);
                 stream
             },
         );

@@ -5,16 +5,25 @@
 //! accepted an instant before whose client has not written its request yet. That client sees its
 //! connection closed without an answer, though the proxy accepted it: one request in a few
 //! thousand during an upgrade under load. So [`EdgeApp`](super::EdgeApp) counts the connections
-//! that have not sent a byte yet, and its `cleanup` (which is what makes Pingora drop them) first
-//! waits, at most [`window`], for that count to reach zero. Keep-alive connections between
-//! requests are not counted: they already sent a request, and Pingora closes them idle as before.
+//! that have not sent a byte yet (from the moment it receives them, so a TLS handshake counts),
+//! and its `cleanup` (which is what makes Pingora drop them) first waits, at most [`window`],
+//! until that count has stayed at zero for [`QUIET`]: a connection accepted just before the
+//! accept loop stopped is counted only when its task first runs, so one reading of zero is not
+//! enough (that race still cut one request in ~8,000 during the upgrade test). Keep-alive
+//! connections between requests are not counted: they already sent a request, and Pingora
+//! closes them idle as before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::quiet::Quiet;
+
 /// How often the count is read while waiting.
 const POLL: Duration = Duration::from_millis(10);
+
+/// How long the count must stay at zero before the silent connections are taken as all spoken.
+pub const QUIET: Duration = Duration::from_millis(100);
 
 /// The longest `cleanup` waits for silent connections: a client that connected writes its
 /// request within a round trip, and one that has said nothing for a second is not about to.
@@ -40,14 +49,19 @@ impl Silent {
         self.0.load(Ordering::Relaxed)
     }
 
-    /// Wait until no accepted connection is silent, or `window` has passed. Returns how many
-    /// were still silent.
+    /// Wait until no accepted connection has been silent for [`QUIET`], or `window` has
+    /// passed. Returns how many were still silent.
     pub async fn settle(&self, window: Duration) -> usize {
         let started = tokio::time::Instant::now();
-        while self.count() > 0 && started.elapsed() < window {
+        let mut quiet = Quiet::new(QUIET);
+        loop {
+            let now = tokio::time::Instant::now();
+            let count = i64::try_from(self.count()).unwrap_or(i64::MAX);
+            if quiet.settled(count, now.into_std()) || now - started >= window {
+                return self.count();
+            }
             tokio::time::sleep(POLL).await;
         }
-        self.count()
     }
 }
 
@@ -88,6 +102,8 @@ mod tests {
         });
         let started = std::time::Instant::now();
         assert_eq!(silent.settle(Duration::from_secs(5)).await, 0);
+        // Not at the first zero: the count had to stay there for the quiet period.
+        assert!(started.elapsed() >= QUIET + Duration::from_millis(30));
         assert!(started.elapsed() < Duration::from_secs(2));
         speaks.await.unwrap();
     }

@@ -92,9 +92,10 @@ impl EdgeStream {
         self
     }
 
-    /// Count this connection as silent in `silent` until its first byte arrives.
-    pub fn counted_silent_in(mut self, silent: &super::first_request::Silent) -> Self {
-        self.silent = Some(silent.enter());
+    /// Keep this connection counted as silent (`guard`, taken when it was accepted) until its
+    /// first byte arrives.
+    pub fn silent_until_first_byte(mut self, guard: super::first_request::SilentGuard) -> Self {
+        self.silent = Some(guard);
         self
     }
 }
