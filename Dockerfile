@@ -16,6 +16,8 @@ RUN apt-get update \
 WORKDIR /src
 # Dependencies first, so source edits don't rebuild them.
 COPY Cargo.toml Cargo.lock ./
+# Pingora's HTTP proxy with one patch (vendor/README.md), a path dependency.
+COPY vendor vendor
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && cargo build --release --locked && rm -rf src
 COPY src src
