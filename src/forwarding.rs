@@ -164,6 +164,9 @@ pub fn apply(
             req.remove_header(name);
         }
     }
+    // Room for what is set, so each of the head's two maps (names, their case) grows once.
+    let setting = [xff.is_some(), matches!(proto, Set(_)), real_ip.is_some()];
+    req.reserve(setting.iter().filter(|&&s| s).count() + usize::from(forwarded.is_some()));
     write(
         req,
         &X_FORWARDED_FOR,
@@ -186,8 +189,8 @@ enum Field {
 }
 use Field::{Keep, Remove, Set};
 
-/// Carry out `field` for `name`, spelled `spelled` on HTTP/1 (a `&'static str`, so that
-/// Pingora's case-preserving map does not copy it).
+/// Carry out `field` for `name`, spelled `spelled` on HTTP/1 (handed to Pingora as a pair, so
+/// the name is neither parsed nor copied: `vendor/pingora-http.patch`).
 fn write(
     req: &mut RequestHeader,
     name: &HeaderName,
@@ -195,7 +198,7 @@ fn write(
     field: Field,
 ) -> Result<()> {
     match field {
-        Set(v) => req.insert_header(spelled, v),
+        Set(v) => req.insert_header((name.clone(), spelled), v),
         Keep => Ok(()),
         Remove => {
             req.remove_header(name);

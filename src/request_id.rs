@@ -14,8 +14,8 @@ use pingora::http::{RequestHeader, ResponseHeader};
 /// `x-request-id`, as a map key.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The name as written on HTTP/1: a `&'static str` is the one name Pingora's `insert_header`
-/// neither copies nor lowercases (a `HeaderName` is copied into its case map).
+/// The name as written on HTTP/1. Inserted as `(X_REQUEST_ID, SPELLED)`, it is neither parsed
+/// nor copied (`vendor/pingora-http.patch`).
 const SPELLED: &str = "X-Request-Id";
 
 /// Longest id kept as sent.
@@ -54,7 +54,7 @@ pub fn generate() -> HeaderValue {
 pub fn assign(req: &mut RequestHeader) {
     if incoming(&req.headers).is_none() {
         // Replaces every field of the name: one id per request.
-        let _ = req.insert_header(SPELLED, generate());
+        let _ = req.insert_header((X_REQUEST_ID, SPELLED), generate());
     }
 }
 
@@ -66,7 +66,7 @@ pub fn of(req: &RequestHeader) -> Option<&HeaderValue> {
 /// Return the request's id on a response to it.
 pub fn echo(req: &RequestHeader, resp: &mut ResponseHeader) -> pingora::Result<()> {
     match of(req) {
-        Some(id) => resp.insert_header(SPELLED, id.clone()),
+        Some(id) => resp.insert_header((X_REQUEST_ID, SPELLED), id.clone()),
         None => Ok(()),
     }
 }
