@@ -165,8 +165,13 @@ pub fn apply(
         }
     }
     // Room for what is set, so each of the head's two maps (names, their case) grows once.
-    let setting = [xff.is_some(), matches!(proto, Set(_)), real_ip.is_some()];
-    req.reserve(setting.iter().filter(|&&s| s).count() + usize::from(forwarded.is_some()));
+    let setting = [
+        xff.is_some(),
+        matches!(proto, Set(_)),
+        real_ip.is_some(),
+        forwarded.is_some(),
+    ];
+    req.reserve(setting.into_iter().filter(|&s| s).count());
     write(
         req,
         &X_FORWARDED_FOR,
