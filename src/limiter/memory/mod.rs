@@ -9,8 +9,8 @@
 //! **Layout.** Each route has a room (`room.rs`) of its own. A bucket key (route + client,
 //! up to ~100 bytes) is hashed to a `u64` with xxh3 under a per-process random seed, and never
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
-//! `HashMap<u64, u32>` index into a `Vec` of buckets (so a random bucket can be sampled for
-//! eviction in O(1)). A bucket is the hash, its newest activity and one log per limit (found by
+//! `Vec` of buckets (so a random bucket can be sampled for eviction in O(1)) and an index of
+//! their positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest activity and one log per limit (found by
 //! its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
 //! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
 //! slot counters for a slotted limit), decided by that kind's rules on the store's
@@ -93,9 +93,9 @@ pub const SHARDS: usize = 64;
 /// Buckets sampled per eviction attempt.
 pub const EVICTION_SAMPLES: usize = 16;
 
-/// Accounted bytes per bucket besides its entries: the bucket itself in the slot vector (plus
-/// growth slack) and its index slot at hashbrown's lowest load factor.
-pub const BUCKET_COST: usize = std::mem::size_of::<Bucket>() + 40;
+/// Accounted bytes per bucket besides its entries: the bucket itself and its index entry (a
+/// 4-byte position and hashbrown's 1-byte tag) at hashbrown's lowest load factor, 7/16.
+pub const BUCKET_COST: usize = std::mem::size_of::<Bucket>() + 12;
 
 /// Default `max_memory`: 256 MiB.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
@@ -229,7 +229,7 @@ impl MemoryStore {
     /// Number of buckets currently held.
     pub fn len(&self) -> usize {
         let mut n = 0;
-        self.each_shard(|s| n += s.slots.len());
+        self.each_shard(|s| n += s.buckets.len());
         n
     }
 
@@ -243,7 +243,7 @@ impl MemoryStore {
         let mut n = 0;
         self.each_shard(|s| {
             n += s
-                .slots
+                .buckets
                 .iter()
                 .map(|b| b.logs.iter().map(|l| l.count() as usize).sum::<usize>())
                 .sum::<usize>()
@@ -336,7 +336,7 @@ impl Store for MemoryStore {
         let mut found: Option<Vec<LimitView>> = None;
         self.each_room(|room| {
             let shard = room.lock(shard_of(key));
-            let Some(b) = shard.index.get(&key).map(|&i| &shard.slots[i as usize]) else {
+            let Some(b) = shard.get(key) else {
                 return;
             };
             let views =
@@ -385,8 +385,8 @@ impl Store for MemoryStore {
         let key = self.hash(bucket);
         self.each_room(|room| {
             let mut shard = room.lock(shard_of(key));
-            if let Some(&i) = shard.index.get(&key) {
-                shard.remove_at(i as usize);
+            if let Some(i) = shard.position(key) {
+                shard.remove_at(i);
             }
         });
         Ok(())

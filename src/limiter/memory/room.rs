@@ -133,7 +133,7 @@ impl Room {
         let mut now = now();
         let mut rng = fastrand::Rng::with_seed(key ^ now);
         let mut evicted = 0;
-        if !shard.index.contains_key(&key) {
+        if shard.position(key).is_none() {
             let mut b = Bucket::new(key, now);
             b.seed(&shard.summary, limits, now);
             match shard.make_room(b.cost() + 16 * limits.len(), budget, key, now, &mut rng) {
@@ -142,26 +142,26 @@ impl Room {
             }
             shard.push(b);
         }
-        let slot = shard.index[&key] as usize;
-        now = now.max(shard.slots[slot].newest());
+        let at = shard.position(key).expect("held: found or pushed above");
+        now = now.max(shard.buckets[at].newest());
         // Growing a full log doubles its capacity: make room for that first.
-        let grow = shard.slots[slot].growth(limits);
+        let grow = shard.buckets[at].growth(limits);
         if grow > 0 && shard.bytes + grow > budget {
             match shard.make_room(grow, budget, key, now, &mut rng) {
                 Ok(n) => evicted += n,
                 // No one else to evict: a client at its limit is denied by its own log (which
                 // records nothing and needs no room); any other goes into the summary itself.
-                Err(()) if shard.slots[slot].admits(limits, now) => {
-                    shard.slots[slot].summarise(&mut shard.summary, now);
-                    shard.remove_at(slot);
+                Err(()) if shard.buckets[at].admits(limits, now) => {
+                    shard.buckets[at].summarise(&mut shard.summary, now);
+                    shard.remove_at(at);
                     return self.in_summary(guard, key, limits, now, evicted + 1);
                 }
                 Err(()) => {}
             }
         }
         // Eviction may have moved this bucket (swap_remove): look it up again.
-        let slot = shard.index[&key] as usize;
-        let b = &mut shard.slots[slot];
+        let at = shard.position(key).expect("make_room never evicts `key`");
+        let b = &mut shard.buckets[at];
         let before = b.cost();
         let verdict = b.decide(limits, now);
         shard.bytes = shard.bytes - before + b.cost();
@@ -174,8 +174,8 @@ impl Room {
     /// [`Bucket::refund`]).
     pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64, change: Change) {
         let mut shard = self.lock(shard_of(key));
-        if let Some(&slot) = shard.index.get(&key) {
-            shard.slots[slot as usize].refund(limits, at, change);
+        if let Some(i) = shard.position(key) {
+            shard.buckets[i].refund(limits, at, change);
         }
     }
 
@@ -183,10 +183,10 @@ impl Room {
     /// `now()` read under the shard lock and never before the bucket's newest entry.
     pub(super) fn renew(&self, key: u64, limit: &Limit, at: u64, now: impl Fn() -> u64) -> u64 {
         let mut shard = self.lock(shard_of(key));
-        let Some(&slot) = shard.index.get(&key) else {
+        let Some(i) = shard.position(key) else {
             return 0;
         };
-        let bucket = &mut shard.slots[slot as usize];
+        let bucket = &mut shard.buckets[i];
         let now = now().max(bucket.newest());
         bucket.renew(limit, at, now)
     }

@@ -1,17 +1,16 @@
-//! The memory store's data and its pure decision: one shard (an index from key hash to a slot
-//! vector of buckets, with its byte accounting, its eviction and the summary of what evicted
+//! The memory store's data and its pure decision: one shard (its buckets and an index that
+//! finds one by key hash, with its byte accounting, its eviction and the summary of what evicted
 //! buckets still count), a bucket (one log per window), a log.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
+use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{Change, IdHasher, Limit, LimitId, LimitState, Verdict};
+use crate::limiter::{Change, Limit, LimitId, LimitState, Verdict};
 
 /// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
 /// weight of 1: `counted < requests`).
@@ -201,39 +200,76 @@ impl Bucket {
     }
 }
 
+/// A shard: its buckets, the index that finds one by key, its bytes and its summary.
 pub(super) struct Shard {
-    pub(super) index: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    pub(super) slots: Vec<Bucket>,
+    /// Each bucket's position in `buckets`, found by the bucket's key: 4 bytes an entry
+    /// (the key is the bucket's own), where a map of key to position took 16.
+    index: HashTable<u32>,
+    /// The buckets, in no order (a random one is sampled for eviction in O(1)).
+    pub(super) buckets: Vec<Bucket>,
     /// Accounted bytes: [`Bucket::cost`] summed (the summary's fixed bytes apart).
     pub(super) bytes: usize,
     /// What evicted buckets of this shard still count.
     pub(super) summary: Summary,
 }
 
+/// The hash the index files a bucket key under. A key is a seeded hash already, but its top
+/// bits pick the shard (`room::shard_of`), so they are the same for every key of one, and
+/// hashbrown tags each entry with the top 7 bits of its hash: rotated, those bits vary.
+fn index_hash(key: u64) -> u64 {
+    key.rotate_left(32)
+}
+
 impl Shard {
     /// An empty shard whose buckets and summary share `shard_bytes`.
     pub(super) fn new(shard_bytes: usize) -> Shard {
         Shard {
-            index: HashMap::default(),
-            slots: Vec::new(),
+            index: HashTable::new(),
+            buckets: Vec::new(),
             bytes: 0,
             summary: Summary::sized_for(shard_bytes),
         }
     }
 
+    /// The position in `buckets` of the bucket with key `key`, if held.
+    pub(super) fn position(&self, key: u64) -> Option<usize> {
+        let buckets = &self.buckets;
+        self.index
+            .find(index_hash(key), |&i| buckets[i as usize].key == key)
+            .map(|&i| i as usize)
+    }
+
+    /// The bucket with key `key`, if held.
+    pub(super) fn get(&self, key: u64) -> Option<&Bucket> {
+        self.position(key).map(|i| &self.buckets[i])
+    }
+
     /// Hold a new bucket (its key must not be held yet).
     pub(super) fn push(&mut self, bucket: Bucket) {
         self.bytes += bucket.cost();
-        self.index.insert(bucket.key, self.slots.len() as u32);
-        self.slots.push(bucket);
+        let (hash, at) = (index_hash(bucket.key), self.buckets.len() as u32);
+        self.buckets.push(bucket);
+        let buckets = &self.buckets;
+        self.index
+            .insert_unique(hash, at, |&i| index_hash(buckets[i as usize].key));
     }
 
+    /// Drop the bucket at position `i`; the last bucket takes its place.
     pub(super) fn remove_at(&mut self, i: usize) {
-        let b = self.slots.swap_remove(i);
+        let at = i as u32;
+        if let Ok(entry) = self
+            .index
+            .find_entry(index_hash(self.buckets[i].key), |&j| j == at)
+        {
+            entry.remove();
+        }
+        let b = self.buckets.swap_remove(i);
         self.bytes -= b.cost();
-        self.index.remove(&b.key);
-        if let Some(moved) = self.slots.get(i) {
-            self.index.insert(moved.key, i as u32);
+        if let Some(moved) = self.buckets.get(i) {
+            let from = self.buckets.len() as u32;
+            if let Some(j) = self.index.find_mut(index_hash(moved.key), |&j| j == from) {
+                *j = at;
+            }
         }
     }
 
@@ -241,8 +277,8 @@ impl Shard {
     /// back after a wave of one-off clients.
     pub(super) fn sweep(&mut self, now: u64) {
         let mut j = 0;
-        while j < self.slots.len() {
-            let b = &mut self.slots[j];
+        while j < self.buckets.len() {
+            let b = &mut self.buckets[j];
             let before = b.cost();
             b.logs.retain_mut(|log| {
                 log.evict(now);
@@ -250,17 +286,19 @@ impl Shard {
             });
             let after = b.cost();
             self.bytes = self.bytes - before + after;
-            if self.slots[j].logs.is_empty() {
+            if self.buckets[j].logs.is_empty() {
                 self.remove_at(j);
             } else {
                 j += 1;
             }
         }
         // Don't reallocate every second: only when three quarters are unused.
-        let len = self.slots.len();
-        if len < self.slots.capacity() / 4 {
-            self.slots.shrink_to(len * 2);
-            self.index.shrink_to(len * 2);
+        let len = self.buckets.len();
+        if len < self.buckets.capacity() / 4 {
+            self.buckets.shrink_to(len * 2);
+            let buckets = &self.buckets;
+            self.index
+                .shrink_to(len * 2, |&i| index_hash(buckets[i as usize].key));
         }
     }
 
@@ -280,11 +318,11 @@ impl Shard {
     ) -> Result<u64, ()> {
         let mut evicted = 0;
         while self.bytes + need > budget {
-            let n = self.slots.len();
+            let n = self.buckets.len();
             let mut best: Option<(usize, (bool, u64))> = None;
             for _ in 0..EVICTION_SAMPLES.min(n) {
                 let i = rng.usize(..n);
-                let b = &mut self.slots[i];
+                let b = &mut self.buckets[i];
                 if b.key == keep {
                     continue;
                 }
@@ -298,7 +336,7 @@ impl Shard {
             let Some((i, _)) = best else {
                 return Err(());
             };
-            self.slots[i].summarise(&mut self.summary, now);
+            self.buckets[i].summarise(&mut self.summary, now);
             self.remove_at(i);
             evicted += 1;
         }

@@ -209,3 +209,19 @@ fn collisions_over_count_new_clients_in_proportion_to_the_flood() {
         );
     }
 }
+
+#[test]
+fn a_client_of_one_limit_costs_at_most_a_hundred_bytes_of_bucket_and_index() {
+    // What every tracked client costs before its entries (docs/hardening.md): the bucket
+    // (key, newest activity, one limit's record inline; 88 bytes before smallvec's `union`)
+    // and its index entry at the lowest load factor (28 bytes more before the index held
+    // positions only).
+    assert!(
+        std::mem::size_of::<shard::Bucket>() <= 80,
+        "{}",
+        std::mem::size_of::<shard::Bucket>()
+    );
+    const { assert!(BUCKET_COST <= 92) };
+    // One entry: its allocation (one u64, in a 16-byte class) on top.
+    assert_eq!(bytes_of_one_client(&one(10, 60_000), 1), BUCKET_COST + 16);
+}
