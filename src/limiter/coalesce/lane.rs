@@ -1,6 +1,5 @@
 //! One lane's state (see [`super::sender`]): whether its sender runs, how many calls it has in
-//! flight, what waits for the next one, when the lane last got an answer, and which busy period
-//! it is in. Pure: the sender asks it what to do next, handing it the [`Bounds`]; it imports
+//! flight, what waits for the next one, and which busy period it is in. Pure: the sender asks it what to do next, handing it the [`Bounds`]; it imports
 //! nothing of the sender.
 
 use std::sync::{Mutex, MutexGuard};
@@ -54,7 +53,6 @@ pub(crate) struct Lane {
     /// Calls sent and not yet returned, at most `bounds.window`.
     in_flight: usize,
     pending: Vec<Pending>,
-    last_answer: Option<Instant>,
     /// Busy periods ended so far: a denial learned in an earlier one no longer answers here
     /// unless a deny cache keeps denials (see [`KnownDenials::outlives_lanes`]).
     epoch: u64,
@@ -68,7 +66,6 @@ impl Lane {
             sending: false,
             in_flight: 0,
             pending: Vec::new(),
-            last_answer: None,
             epoch: 0,
         }
     }
@@ -120,14 +117,10 @@ impl Lane {
         }
     }
 
-    /// A call of this lane was answered at `now`.
-    pub(crate) fn answered(&mut self, now: Instant) {
-        self.last_answer = Some(now);
-    }
-
-    /// When a call of this lane was last answered.
-    pub(crate) fn last_answer(&self) -> Option<Instant> {
-        self.last_answer
+    /// Take every queued decision (to fail them: a call ran out its deadline). Calls in flight
+    /// and the sender carry on.
+    pub(crate) fn take_queued(&mut self) -> Vec<Pending> {
+        std::mem::take(&mut self.pending)
     }
 
     /// True while the lane's sender runs.

@@ -7,7 +7,6 @@
 //! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure;
 //! - `sender`: the front a request meets (`sender::decide`) and the task per lane that sends
 //!   its batches and delivers the verdicts;
-//! - `patience`: how long a decision waits for an answer;
 //! - [`known`]: the one memory of provable denials, read by the lanes and by the local deny
 //!   cache ([`known::DenyCache`]) in front of any store.
 //!
@@ -16,7 +15,6 @@
 
 pub mod known;
 pub(crate) mod lane;
-pub(crate) mod patience;
 pub(crate) mod sender;
 
 use std::future::Future;

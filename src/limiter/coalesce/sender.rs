@@ -19,7 +19,16 @@
 //!
 //! So a decision waits about one round trip however many run at once (a store one network hop
 //! away is not left idle while a call travels), and the rate is not capped at one call per round
-//! trip. Either way the request waits for its verdict (see `patience.rs` for how long).
+//! trip.
+//!
+//! **How long a decision waits.** The request sets no timer of its own: every call is bounded
+//! by the backend's deadline (Redis: `store.timeout`, see `redis/call.rs`), so a sent decision
+//! is answered or failed within it. A queued decision waits for a call to return, then rides in
+//! the next: while the store answers it waits on (the queue is bounded, so its wait is too),
+//! and when a call runs out its deadline ([`StoreError::Timeout`]) the store is not answering,
+//! so every decision queued on that lane fails with it at once, instead of being sent into the
+//! same silence. Each of those queued after the failed call was sent, so on a frozen store no
+//! decision waits longer than one deadline. One timer per call, none per decision.
 //!
 //! **Order.** Two calls in flight may carry decisions for the same bucket: the store must run
 //! them in the order they queued. All of a lane's calls travel on one multiplexed connection,
@@ -56,7 +65,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::known::KnownDenials;
 use super::lane::{Lane, Lanes};
-use super::{patience, Arrival, Bounds, Call, Next, Pending};
+use super::{Arrival, Bounds, Call, Next, Pending};
 use crate::limiter::{Buckets, Checked, Limit, StoreError};
 
 /// Most decisions in one call. A batch this size runs in Redis for a few hundred µs.
@@ -112,17 +121,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 pub(crate) struct Coalescer {
     lanes: Lanes,
     known: Arc<KnownDenials>,
-    /// How long a decision waits for an unresponsive store (see `patience.rs`).
-    timeout: Duration,
 }
 
 impl Coalescer {
-    /// `lanes` idle lanes, decisions waiting for at most `timeout` of silence.
-    pub(crate) fn new(lanes: usize, timeout: Duration) -> Coalescer {
+    /// `lanes` idle lanes.
+    pub(crate) fn new(lanes: usize) -> Coalescer {
         Coalescer {
             lanes: Lanes::new(lanes, BOUNDS),
             known: Arc::new(KnownDenials::new(MAX_DENIAL_AGE)),
-            timeout,
         }
     }
 
@@ -174,12 +180,9 @@ pub(crate) async fn decide<B: Backend>(
             backend.spawn(tokio::task::unconstrained(drain(task)));
         }
     }
-    let answered = async {
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
-    };
-    let last_answer = || coalescer.lanes.get(lane).last_answer();
-    patience::wait(coalescer.timeout, last_answer, answered).await
+    // No timer here: the calls are bounded (see the module documentation).
+    rx.await
+        .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
 }
 
 /// Send one batch and deliver its verdicts; remember the denials they bring.
@@ -194,11 +197,18 @@ async fn send_batch<B: Backend>(backend: &B, lane: usize, mut batch: Vec<Pending
     let sent = Instant::now();
     let verdicts = match backend.send(&batch).await {
         Ok(verdicts) => verdicts,
-        Err(error) => return fail_all(batch, &error),
+        Err(error) => {
+            if matches!(error, StoreError::Timeout(_)) {
+                // The store is not answering: what queued behind this call fails with it
+                // (see "How long a decision waits" above).
+                let queued = backend.coalescer().lanes.get(lane).take_queued();
+                fail_all(queued, &error);
+            }
+            return fail_all(batch, &error);
+        }
     };
-    let Coalescer { lanes, known, .. } = backend.coalescer();
+    let Coalescer { lanes, known } = backend.coalescer();
     let mut lane = lanes.get(lane);
-    lane.answered(Instant::now());
     // (The lock is held while verdicts are delivered: no await below.)
     let stamp = lane.stamp(known, generation);
     let mut denied = false;

@@ -1,14 +1,15 @@
 //! One script call: the Redis keys of a decision, the `EVALSHA` of one or more decisions,
-//! sending it through the gate's bookkeeping, and reading its reply ([`ScriptReply`]); what the
-//! coalescer sends its batches through ([`Backend`]). Encoding, call and decoding sit in one
-//! file so that a decision's path on Redis reads in one place.
+//! sending it under its deadline and through the gate's bookkeeping, and reading its reply
+//! ([`ScriptReply`]); what the coalescer sends its batches through ([`Backend`]). Encoding,
+//! call, deadline and decoding sit in one file so that a decision's path on Redis reads in one
+//! place.
 
 use std::future::Future;
+use std::time::{Duration, Instant};
 
 use super::conn::{classified, Conn};
 use super::{Inner, SCRIPT};
 use crate::limiter::algo::REPLY_LEN;
-use crate::limiter::coalesce::patience;
 use crate::limiter::coalesce::sender::{Backend, Coalescer};
 use crate::limiter::coalesce::Pending;
 use crate::limiter::{Checked, Limit, StoreError, Verdict};
@@ -76,12 +77,12 @@ impl Inner {
 
     /// Send one `EVALSHA` and parse its reply. It is sent as soon as its batch leaves the queue
     /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
-    /// it waits `store.timeout` for its own answer, not counting time the proxy itself was too
-    /// busy to notice one (`patience.rs`). The gate learns of every answer and every failure.
+    /// it waits `store.timeout` for its own answer (see [`forgiving_lag`]). The gate learns of every
+    /// answer and every failure.
     async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
         let answer = async { classified(self.target.timeout, conn.decide(evalsha).await) };
-        match patience::wait(self.target.timeout, || None, answer).await {
+        match forgiving_lag(self.target.timeout, answer).await {
             Ok(reply) => {
                 self.gate.answered();
                 ScriptReply::parse(reply)
@@ -123,6 +124,45 @@ impl Inner {
         }
         cmd
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The call's deadline.
+//
+// `store.timeout` bounds waiting for an *unresponsive* store, never waiting that is the proxy's
+// own doing. When the proxy's threads are busy, a timer fires late and a reply that arrived in
+// time sits unread in a socket: a timer that fired more than [`LAG_TOLERANCE`] late proves
+// nothing about Redis, so the wait is extended by as long as the proxy was late (at most
+// `timeout` at a time), and only time the proxy was free to notice an answer counts. This is
+// the only timer of a decision on Redis: decisions queued behind a call wait for it (see the
+// coalescer's sender), and fail with it when it runs out.
+
+/// A timer that fires later than this was late because the proxy was busy.
+const LAG_TOLERANCE: Duration = Duration::from_millis(5);
+
+/// Wait for `call` for `timeout`, extended by the timer's own lateness (see above).
+async fn forgiving_lag<T>(
+    timeout: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let mut due = Instant::now() + timeout;
+    tokio::pin!(call);
+    loop {
+        if let Ok(result) = tokio::time::timeout_at(due.into(), &mut call).await {
+            return result;
+        }
+        match next_due(Instant::now(), due, timeout) {
+            Some(next) => due = next,
+            None => return Err(StoreError::Timeout(timeout)),
+        }
+    }
+}
+
+/// Pure: the timer of a wait, due at `due`, fired at `now`. The next due time, or `None` to
+/// give up.
+fn next_due(now: Instant, due: Instant, timeout: Duration) -> Option<Instant> {
+    let late = now.saturating_duration_since(due);
+    (late > LAG_TOLERANCE).then(|| now + late.min(timeout))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,91 +276,4 @@ fn parse_integers(packed: &[u8]) -> Option<Vec<i64>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    /// A reply as the script packs it.
-    fn reply(numbers: &[i64], errors: &[&str]) -> redis::Value {
-        let packed = numbers
-            .iter()
-            .flat_map(|&v| (v as f64).to_be_bytes())
-            .collect();
-        if errors.is_empty() {
-            return redis::Value::BulkString(packed);
-        }
-        let mut items = vec![redis::Value::BulkString(packed)];
-        items.extend(
-            errors
-                .iter()
-                .map(|e| redis::Value::BulkString(e.as_bytes().to_vec())),
-        );
-        redis::Value::Array(items)
-    }
-
-    fn limit() -> Limit {
-        Limit::log(5, Duration::from_secs(1))
-    }
-
-    #[test]
-    fn integers_parse_exactly_or_not_at_all() {
-        let pack = |v: &[f64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_be_bytes()).collect() };
-        assert_eq!(
-            parse_integers(&pack(&[1.0, 4.0, 993518.0, -1.0, 0.0])),
-            Some(vec![1, 4, 993518, -1, 0])
-        );
-        assert_eq!(
-            parse_integers(&pack(&[2_592_000_000_000.0])),
-            Some(vec![2_592_000_000_000])
-        );
-        for bad in [
-            vec![],
-            vec![0; 7],
-            pack(&[1.5]),
-            pack(&[f64::NAN]),
-            pack(&[f64::INFINITY]),
-            pack(&[9.1e15]),
-        ] {
-            assert_eq!(parse_integers(&bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn decisions_read_in_order_with_their_errors() {
-        let two = [limit(), limit()];
-        let mut r = ScriptReply::parse(reply(
-            &[1, 4, 900000, -1, 0, 0, 0, 0, 0, 0, 1000000],
-            &["WRONGTYPE Operation against a key"],
-        ))
-        .unwrap();
-        assert_eq!(r.len(), 11);
-        let v = r.next_verdict(&[limit()]).unwrap();
-        assert!(v.admitted);
-        assert_eq!(v.states[0].remaining, 4);
-        assert_eq!(v.states[0].reset, Duration::from_micros(900_000));
-        match r.next_verdict(&two) {
-            Err(StoreError::Backend(msg)) => assert!(msg.starts_with("WRONGTYPE"), "{msg}"),
-            other => panic!("{other:?}"),
-        }
-        let v = r.next_verdict(&[limit()]).unwrap();
-        assert!(!v.admitted);
-        assert_eq!(v.retry_after(), Some(Duration::from_secs(1)));
-        assert!(r.next_verdict(&[limit()]).is_err(), "past the end");
-    }
-
-    #[test]
-    fn a_reply_of_another_shape_is_a_backend_error() {
-        for bad in [
-            redis::Value::Int(1),
-            redis::Value::Array(vec![]),
-            redis::Value::Array(vec![redis::Value::Int(1)]),
-            redis::Value::Array(vec![redis::Value::BulkString(b"1 4".to_vec())]),
-        ] {
-            assert!(matches!(
-                ScriptReply::parse(bad),
-                Err(StoreError::Backend(_))
-            ));
-        }
-    }
-}
+mod tests;

@@ -3,7 +3,7 @@
 //! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
 //! connection implementing [`redis::aio::ConnectionLike`]), and bounds every maintenance and
 //! admin call with [`within`], which also maps redis-rs errors to the store's error kinds
-//! (decisions are bounded by `coalesce/patience.rs` instead).
+//! (a decision's call is bounded in `call.rs` instead, forgiving the proxy's own lag).
 
 use std::future::Future;
 use std::time::Duration;

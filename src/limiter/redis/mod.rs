@@ -140,7 +140,7 @@ impl RedisStore {
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
         let client = Target::new(target)?;
         let gate = Gate::new(client.label(), client.one_server());
-        let coalescer = Coalescer::new(client.lanes(), target.timeout);
+        let coalescer = Coalescer::new(client.lanes());
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
             .map_err(|e| StoreError::Backend(format!("cannot start the store I/O thread: {e}")))?;
         Ok(RedisStore {

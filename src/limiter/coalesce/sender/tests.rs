@@ -10,7 +10,9 @@ use crate::limiter::{LimitState, Verdict};
 
 const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 
-/// One lane; buckets starting with `hot` are full, the others admit. Records every call.
+/// One lane; buckets starting with `hot` are full, the others admit; a call whose first bucket
+/// starts with `silent` runs out its deadline, with `gone` finds the connection lost. Records
+/// every call.
 struct Fake {
     coalescer: Coalescer,
     calls: Mutex<Vec<Vec<String>>>,
@@ -19,7 +21,7 @@ struct Fake {
 impl Fake {
     fn new() -> Arc<Fake> {
         Arc::new(Fake {
-            coalescer: Coalescer::new(1, Duration::from_secs(5)),
+            coalescer: Coalescer::new(1),
             calls: Mutex::new(Vec::new()),
         })
     }
@@ -67,8 +69,15 @@ impl Backend for Fake {
     }
 
     async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
-        let buckets = batch.iter().map(|p| p.bucket.to_string()).collect();
+        let buckets: Vec<String> = batch.iter().map(|p| p.bucket.to_string()).collect();
+        let first = buckets[0].clone();
         self.calls.lock().unwrap().push(buckets);
+        if first.starts_with("silent") {
+            return Err(StoreError::Timeout(Duration::from_secs(5)));
+        }
+        if first.starts_with("gone") {
+            return Err(StoreError::Unavailable("connection lost".into()));
+        }
         let admits = |p: &Pending| !p.bucket.starts_with("hot");
         Ok(batch.iter().map(|p| Ok(verdict(admits(p)))).collect())
     }
@@ -186,4 +195,42 @@ fn a_finished_draining_task_leaves_the_lane_alone() {
     for rx in &mut rx {
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     }
+}
+
+/// A decision sent alone in a call (taken from the lane as the sender takes it) and one queued
+/// behind that call, with their waiters.
+fn one_sent_one_queued(fake: &Fake, sent: &str) -> (Vec<Pending>, [oneshot::Receiver<Checked>; 2]) {
+    let mut lane = fake.coalescer.lanes.get(0);
+    let known = &fake.coalescer.known;
+    let (tx, rx1) = oneshot::channel();
+    lane.arrive((sent, None), &LIMITS, tx, known, 0, Instant::now());
+    let Next::Send(batch) = lane.next_batch() else {
+        panic!("the first decision is sent")
+    };
+    let (tx, rx2) = oneshot::channel();
+    lane.arrive(("queued", None), &LIMITS, tx, known, 0, Instant::now());
+    (batch, [rx1, rx2])
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_that_runs_out_its_deadline_fails_what_queued_behind_it_at_once() {
+    let fake = Fake::new();
+    let (batch, [mut sent, mut queued]) = one_sent_one_queued(&fake, "silent");
+    send_batch(&*fake, 0, batch).await;
+    for rx in [&mut sent, &mut queued] {
+        assert!(matches!(rx.try_recv(), Ok(Err(StoreError::Timeout(_)))));
+    }
+    assert_eq!(fake.calls(), [["silent"]], "the queued one was never sent");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_that_fails_otherwise_leaves_the_queue_to_its_own_call() {
+    let fake = Fake::new();
+    let (batch, [mut sent, mut queued]) = one_sent_one_queued(&fake, "gone");
+    send_batch(&*fake, 0, batch).await;
+    assert!(matches!(
+        sent.try_recv(),
+        Ok(Err(StoreError::Unavailable(_)))
+    ));
+    assert!(matches!(queued.try_recv(), Err(TryRecvError::Empty)));
 }
