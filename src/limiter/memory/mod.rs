@@ -9,8 +9,9 @@
 //! **Layout.** Each route has a room (`room.rs`) of its own. A bucket key (route + client,
 //! up to ~100 bytes) is hashed to a `u64` with xxh3 under a per-process random seed, and never
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
-//! `Vec` of buckets (so a random bucket can be sampled for eviction in O(1)) and an index of
-//! their positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest activity and one log per limit (found by
+//! list of buckets in fixed-size chunks (so a random bucket can be sampled for eviction in O(1),
+//! and growth never copies nor leaves freed buffers behind: `chunks.rs`) and an index of their
+//! positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest activity and one log per limit (found by
 //! its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
 //! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
 //! slot counters for a slotted limit), decided by that kind's rules on the store's
@@ -81,6 +82,7 @@ use super::{
 use room::{shard_of, Room};
 use shard::Bucket;
 
+mod chunks;
 mod record;
 mod room;
 mod shard;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use smallvec::SmallVec;
 
+use super::chunks::Chunks;
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
@@ -206,7 +207,7 @@ pub(super) struct Shard {
     /// (the key is the bucket's own), where a map of key to position took 16.
     index: HashTable<u32>,
     /// The buckets, in no order (a random one is sampled for eviction in O(1)).
-    pub(super) buckets: Vec<Bucket>,
+    pub(super) buckets: Chunks<Bucket>,
     /// Accounted bytes: [`Bucket::cost`] summed (the summary's fixed bytes apart).
     pub(super) bytes: usize,
     /// What evicted buckets of this shard still count.
@@ -225,7 +226,7 @@ impl Shard {
     pub(super) fn new(shard_bytes: usize) -> Shard {
         Shard {
             index: HashTable::new(),
-            buckets: Vec::new(),
+            buckets: Chunks::default(),
             bytes: 0,
             summary: Summary::sized_for(shard_bytes),
         }
@@ -292,10 +293,10 @@ impl Shard {
                 j += 1;
             }
         }
-        // Don't reallocate every second: only when three quarters are unused.
+        self.buckets.shrink();
+        // Don't reallocate the index every second: only when three quarters are unused.
         let len = self.buckets.len();
-        if len < self.buckets.capacity() / 4 {
-            self.buckets.shrink_to(len * 2);
+        if len < self.index.capacity() / 4 {
             let buckets = &self.buckets;
             self.index
                 .shrink_to(len * 2, |&i| index_hash(buckets[i as usize].key));
