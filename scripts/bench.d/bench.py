@@ -250,7 +250,7 @@ def cmd_report(args):
     p(f"`{meta['command']}` — commit `{meta['commit']}`, {meta['cpus']} CPUs ({meta['cpu_model']}), "
       f"{meta['rounds']} interleaved round{'s' if int(meta['rounds']) != 1 else ''} of `wrk -t{meta['wrk_threads']} -c{meta['connections']} "
       f"-d{meta['duration']}` per case on loopback, after a {meta['warmup']} warm-up per case. "
-      f"slidegate `threads = {meta['sg_threads']}`; nginx `worker_processes 1` "
+      f"slidegate `threads = {meta['sg_threads']}`; nginx `worker_processes {meta['sg_threads']}` "
       f"({meta['nginx_version']}); {meta['redis_version']}; wrk {meta['wrk_version']}.")
     p("")
     p("| case | median req/s | p50 | p99 | vs nginx proxy_pass | vs slidegate no-limit | proxy CPU µs/req | of it user |")
