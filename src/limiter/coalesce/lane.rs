@@ -1,6 +1,6 @@
 //! One lane's state (see [`super::sender`]): whether its sender runs, how many calls it has in
-//! flight, what waits for the next one, and which busy period it is in. Pure: the sender asks it what to do next, handing it the [`Bounds`]; it imports
-//! nothing of the sender.
+//! flight, what waits for the next one, and which busy period it is in. Pure: the sender asks it
+//! what to do next, handing it the [`Bounds`]; it imports nothing of the sender.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;

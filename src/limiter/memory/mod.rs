@@ -11,8 +11,8 @@
 //! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
 //! list of buckets in fixed-size chunks (so a random bucket can be sampled for eviction in O(1),
 //! and growth never copies nor leaves freed buffers behind: `chunks.rs`) and an index of their
-//! positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest activity and one log per limit (found by
-//! its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
+//! positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest
+//! activity and one log per limit (found by its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
 //! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
 //! slot counters for a slotted limit), decided by that kind's rules on the store's
 //! [`Clock`]. Two

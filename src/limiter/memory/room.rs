@@ -133,16 +133,18 @@ impl Room {
         let mut now = now();
         let mut rng = fastrand::Rng::with_seed(key ^ now);
         let mut evicted = 0;
-        if shard.position(key).is_none() {
-            let mut b = Bucket::new(key, now);
-            b.seed(&shard.summary, limits, now);
-            match shard.make_room(b.cost() + 16 * limits.len(), budget, key, now, &mut rng) {
-                Ok(n) => evicted += n,
-                Err(()) => return self.in_summary(guard, key, limits, now, evicted),
+        let at = match shard.position(key) {
+            Some(at) => at,
+            None => {
+                let mut b = Bucket::new(key, now);
+                b.seed(&shard.summary, limits, now);
+                match shard.make_room(b.cost() + 16 * limits.len(), budget, key, now, &mut rng) {
+                    Ok(n) => evicted += n,
+                    Err(()) => return self.in_summary(guard, key, limits, now, evicted),
+                }
+                shard.push(b)
             }
-            shard.push(b);
-        }
-        let at = shard.position(key).expect("held: found or pushed above");
+        };
         now = now.max(shard.buckets[at].newest());
         // Growing a full log doubles its capacity: make room for that first.
         let grow = shard.buckets[at].growth(limits);

@@ -245,14 +245,15 @@ impl Shard {
         self.position(key).map(|i| &self.buckets[i])
     }
 
-    /// Hold a new bucket (its key must not be held yet).
-    pub(super) fn push(&mut self, bucket: Bucket) {
+    /// Hold a new bucket (its key must not be held yet); its position.
+    pub(super) fn push(&mut self, bucket: Bucket) -> usize {
         self.bytes += bucket.cost();
-        let (hash, at) = (index_hash(bucket.key), self.buckets.len() as u32);
+        let (hash, at) = (index_hash(bucket.key), self.buckets.len());
         self.buckets.push(bucket);
         let buckets = &self.buckets;
         self.index
-            .insert_unique(hash, at, |&i| index_hash(buckets[i as usize].key));
+            .insert_unique(hash, at as u32, |&i| index_hash(buckets[i as usize].key));
+        at
     }
 
     /// Drop the bucket at position `i`; the last bucket takes its place.
