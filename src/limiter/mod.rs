@@ -317,18 +317,23 @@ pub trait Store: Send + Sync + 'static {
 /// Fixtures shared by the unit tests of the modules that render verdicts or wrap stores.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
     use super::*;
 
     /// A memory store that counts the decisions reaching it: in front of it, a wrapper's own
     /// answers (a deny cache's) are the ones not counted. While [`Counting::lose_calls`] is
-    /// on, decisions never reach it: they time out, as calls lost on the way to Redis.
+    /// on, decisions never reach it: they time out, as calls lost on the way to Redis. After
+    /// [`Counting::answer_late_after`], answers linger on their way back, as on a loaded proxy.
     #[derive(Default)]
     pub(crate) struct Counting {
         store: memory::MemoryStore,
         checks: AtomicUsize,
         lost: AtomicBool,
+        /// Decisions answered at once before answers start lingering.
+        prompt: AtomicUsize,
+        /// How long a later answer lingers, in ms (0: never).
+        late_ms: AtomicU64,
     }
 
     impl Counting {
@@ -341,6 +346,14 @@ pub(crate) mod fixtures {
         pub(crate) fn lose_calls(&self, lost: bool) {
             self.lost.store(lost, Ordering::SeqCst);
         }
+
+        /// Answer the first `prompt` decisions at once and every later one `late` after it
+        /// was decided.
+        pub(crate) fn answer_late_after(&self, prompt: usize, late: Duration) {
+            self.prompt.store(prompt, Ordering::SeqCst);
+            let ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX);
+            self.late_ms.store(ms, Ordering::SeqCst);
+        }
     }
 
     #[async_trait]
@@ -349,8 +362,13 @@ pub(crate) mod fixtures {
             if self.lost.load(Ordering::SeqCst) {
                 return Err(StoreError::Timeout(Duration::from_millis(50)));
             }
-            self.checks.fetch_add(1, Ordering::Relaxed);
-            self.store.check(route, buckets, limits).await
+            let earlier = self.checks.fetch_add(1, Ordering::Relaxed);
+            let checked = self.store.check(route, buckets, limits).await;
+            let late = self.late_ms.load(Ordering::SeqCst);
+            if late > 0 && earlier >= self.prompt.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(late)).await;
+            }
+            checked
         }
 
         async fn inspect(&self, bucket: &str, limits: &[Limit]) -> Result<WindowView, StoreError> {

@@ -32,8 +32,15 @@ pub(super) const MAX_DECISIONS: u32 = 8;
 /// How long a request should wait before it is decided again, or `None` when its answer is
 /// final: it was admitted; the store could not decide (`on_error` answers, waiting would not
 /// help); the route has no `max_delay` or is a shadow route (which never delays); room
-/// frees only after `max_delay` from the first denial (`waited` is the time since then); or the
-/// request already took [`MAX_DECISIONS`] decisions.
+/// frees only after `max_delay` from the first denial; or the request already took
+/// [`MAX_DECISIONS`] decisions.
+///
+/// `waited` runs from the first denial's answer to when this decision was asked. Both ends
+/// bracket the store's own instants (the first denial was decided before its answer came; this
+/// decision is decided after it was asked), so `waited` never exceeds the time between the two
+/// decisions on the store's clock, whatever the answers' latency: room that frees within
+/// `max_delay` of the first denial always fits, however late answers arrive under load (a
+/// waiter may then wait longer than `max_delay` by at most one decision's round trip).
 ///
 /// Waiting until `max_delay` is used up, not once: a waiter that loses freed room to another
 /// waiter, or that woke on a known denial's deadline just before Redis evicted the entry, is

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use pingora::proxy::{ProxyHttp, Session};
 
+use super::tests::decision;
 use super::SlideGate;
 use crate::config::Config;
 use crate::limiter::fixtures::Counting;
@@ -36,19 +36,6 @@ upstream = "app"
 path_prefix = "/"
 limits = [ { requests = 3, window = "60s" } ]
 "#;
-
-async fn decision(gate: &SlideGate) -> Option<Decision> {
-    let head = b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
-    let (mut client, server) = tokio::io::duplex(64 * 1024);
-    tokio::io::AsyncWriteExt::write_all(&mut client, head)
-        .await
-        .unwrap();
-    let mut session = Session::new_h1(Box::new(server));
-    assert!(session.read_request().await.expect("head parses"));
-    let mut ctx = gate.new_ctx();
-    let _ = gate.request_filter(&mut session, &mut ctx).await;
-    ctx.decision
-}
 
 #[tokio::test]
 async fn lost_calls_then_answers_admit_at_most_the_limit() {

@@ -100,9 +100,13 @@ impl Limiter {
                     return Checked::ClientGone;
                 }
             }
+            // The store measures `reset` from when it decides, which is after this instant and
+            // before its answer arrives: timed from here, how long an answer took on its way
+            // back never counts against the budget (see `delay::wait_for`).
+            let asked = started.elapsed();
             (result, by) = self.decide(buckets, route, limits, policy).await;
             decisions += 1;
-            match delay::wait_for(policy, &result, started.elapsed(), decisions) {
+            match delay::wait_for(policy, &result, asked, decisions) {
                 Some(next) => wait = next,
                 None => break,
             }

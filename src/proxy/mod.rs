@@ -52,6 +52,8 @@ impl SlideGate {
 
 mod ctx;
 mod delay;
+#[cfg(test)]
+mod delay_tests;
 mod discard;
 #[cfg(test)]
 mod fallback_tests;

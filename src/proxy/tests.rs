@@ -88,6 +88,19 @@ async fn answered_h1(gate: &SlideGate, head: &[u8]) -> (String, super::RequestCt
     (out, ctx)
 }
 
+/// The decision on one HTTP/1.1 request (`GET /x`, host `a.test`); the client's end stays
+/// open until it is made, so a waiting request is not taken for a client that left.
+pub(super) async fn decision(gate: &SlideGate) -> Option<crate::metrics::Decision> {
+    let head = b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    client.write_all(head).await.unwrap();
+    let mut session = Session::new_h1(Box::new(server));
+    assert!(session.read_request().await.expect("head parses"));
+    let mut ctx = gate.new_ctx();
+    let _ = gate.request_filter(&mut session, &mut ctx).await;
+    ctx.decision
+}
+
 /// The body of an HTTP/1 response as JSON.
 fn json_body(response: &str) -> serde_json::Value {
     let (_, body) = response.split_once("\r\n\r\n").expect("a complete head");
