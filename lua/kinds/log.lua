@@ -37,6 +37,8 @@ COST  (TIME apart, see the head) The sequence, per decision and list:
     PTTL                  when the newest entry was not read and the first entry left in the
                           window is in an earlier TTL epoch (windows of 500 ms and more)
     PEXPIRE               at most twice a second (see TTL)
+  A later decision of the same call on a list this call admitted into reads nothing (REPEATS in
+  the head): RPUSH alone, as the length, head and newest entry are known from the push.
   Steady state, one limit evicting one entry per decision: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
   (+ PTTL for windows >= 500 ms); not evicting: TIME LLEN LINDEX 0 LINDEX -1 RPUSH; denied:
   TIME LLEN LINDEX 0 LINDEX -1. A longer expired prefix is found by reading the newest entry,
@@ -57,16 +59,28 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
 --]]
 -- @when default
 -- @section read
-            -- A key of another type fails this decision alone (it has written nothing yet);
-            -- its neighbours in the same call still get their answers.
-            local c = redis.pcall('LLEN', key)
-            if type(c) == 'table' then
-                failed = c.err or 'LLEN failed'
-                break
+            local m = seen and seen[key]
+            local c, h, last, s
+            if m then
+                -- Admitted into earlier in this call (see REPEATS): its length, head and newest
+                -- entry (with the string it was pushed as) are known.
+                c, h, last, s = known[m], known[m + 1], known[m + 2], known[m + 3]
+            else
+                -- A key of another type fails this decision alone (it has written nothing yet);
+                -- its neighbours in the same call still get their answers.
+                c = redis.pcall('LLEN', key)
+                if type(c) == 'table' then
+                    failed = c.err or 'LLEN failed'
+                    break
+                end
+                h, last = false, false
             end
-            local h, last = false, false
-            if c > 0 then
-                local s = call('LINDEX', key, '0')
+            if m then
+                if last > now then
+                    now, now_s = last, s
+                end
+            elseif c > 0 then
+                s = call('LINDEX', key, '0')
                 h = s + 0
                 if c == 1 then
                     last = h
@@ -162,7 +176,7 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     elseif e > 1 then
                         call('LTRIM', key, e, -1)
                     end
-                    call('RPUSH', key, now_s)
+                    local len = call('RPUSH', key, now_s)
                     -- Refresh the TTL on the first push of each epoch, or when the push created the
                     -- key (see TTL): the newest entry tells, or the first one left in the window
                     -- when it is already in this epoch; otherwise PTTL tells when the TTL was last
@@ -179,6 +193,15 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     end
                     if refresh then
                         call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
+                    end
+                    if seen then
+                        -- What the list holds now, for a later decision of this call on it.
+                        local m = seen[key]
+                        if m == nil then
+                            m = #known + 1
+                            seen[key] = m
+                        end
+                        known[m], known[m + 1], known[m + 2], known[m + 3] = len, h or now, now, now_s
                     end
                     -- Admitted means k < requests; when it is now full, the oldest entry is the one
                     -- whose leaving frees a slot.

@@ -63,6 +63,13 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                 details it (lua/kinds/log.lua: DATA; lua/kinds/slots.lua: SLOTS).
   These three are every field the reply carries (docs/redis.md names the same).
 
+REPEATS
+  A hot bucket (one busy client, a `global` limit) is often decided several times in one call.
+  A kind may remember, in `seen`/`known`, what its key holds after an admission of this call
+  wrote it (only then: a denial writes nothing, so what was remembered stays true), and answer
+  the next decision's read from that instead of Redis. What it remembers is exactly what it
+  would read, so a batch still decides what the same decisions would one call each.
+
 CLOCK
   now = max(Redis TIME, newest entry of any limit of this decision). Every proxy shares the one
   Redis clock; the max() keeps each record sorted if that clock steps backwards (NTP), at the
@@ -132,6 +139,15 @@ if na ~= 4 * nk + 1 or tonumber(argv[1]) ~= nk then
     if k0 ~= nk then
         return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
     end
+end
+
+-- What a kind learned of a key from an earlier decision of this call, so that the next decision
+-- on that key need not read it again (REPEATS): `seen[key]` is the index in `known` of its
+-- cells, laid out by the kind. Only a batch has repeats, so a call of one decision allocates
+-- neither table.
+local seen, known = nil, nil
+if na > 4 * (argv[1] + 0) + 1 then
+    seen, known = {}, {}
 end
 
 -- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind, weight)

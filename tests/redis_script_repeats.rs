@@ -1,0 +1,200 @@
+//! A call that decides one bucket several times (a busy client, a `global` limit): the script
+//! answers the later decisions from what it wrote itself (REPEATS in
+//! `lua/sliding_window/skeleton.lua`), and must decide exactly what the same decisions would,
+//! one call each, from every state a list can be in. Against a real `redis-server`.
+
+mod common;
+
+use common::redis::RedisServer;
+use common::script::{eval_decisions, integers, redis_time, ScriptLimit};
+use redis::Connection;
+
+/// Every limit here is a log over one second.
+const WINDOW_MS: i64 = 1000;
+
+/// The lists, each with its `requests` and its entries (ms before the seeding instant, oldest
+/// first). Every entry is at least 100 ms from its window's edge, so the few ms between the
+/// batch and the one-by-one run never move one across it.
+const LISTS: [(&str, u32, &[i64]); 5] = [
+    ("fresh", 3, &[]),
+    ("busy", 3, &[600, 300]),
+    // Three entries slid out, one left in the window.
+    ("stale", 2, &[2500, 2000, 1500, 700]),
+    // Four in the window for a limit lowered to 2 by a reload: full until two leave.
+    ("lowered", 2, &[900, 800, 500, 400]),
+    // Every entry slid out.
+    ("gone", 1, &[1500, 1200]),
+];
+
+/// The decisions, in order: each names the lists of its limits.
+const DECISIONS: [&[&str]; 16] = [
+    &["fresh"],
+    &["fresh"],
+    &["busy"],
+    &["fresh", "busy"],
+    &["fresh"],
+    &["stale"],
+    &["stale"],
+    &["stale"],
+    &["lowered"],
+    &["lowered", "fresh"],
+    &["gone"],
+    &["gone"],
+    &["busy", "gone"],
+    &["busy"],
+    &["stale", "busy"],
+    &["fresh"],
+];
+
+fn requests_of(list: &str) -> u32 {
+    LISTS.iter().find(|(name, ..)| *name == list).unwrap().1
+}
+
+fn key(prefix: &str, list: &str) -> String {
+    format!("{prefix}:{{{list}}}:{WINDOW_MS}")
+}
+
+/// Every list under `prefix`, with the entries of [`LISTS`] before `now_us`.
+fn seed(conn: &mut Connection, prefix: &str, now_us: i64) {
+    for (name, _, ago_ms) in LISTS {
+        let values: Vec<i64> = ago_ms.iter().map(|ago| now_us - ago * 1000).collect();
+        if !values.is_empty() {
+            let _: () = redis::cmd("RPUSH")
+                .arg(key(prefix, name))
+                .arg(values)
+                .query(conn)
+                .unwrap();
+        }
+    }
+}
+
+/// What one decision answered: admitted, then (remaining, reset µs) per limit.
+type Answer = (bool, Vec<(i64, i64)>);
+
+/// `decisions` under `prefix`, all in one call (`batch`) or one call each.
+fn decide(conn: &mut Connection, prefix: &str, decisions: &[&[&str]], batch: bool) -> Vec<Answer> {
+    let keys: Vec<Vec<String>> = decisions
+        .iter()
+        .map(|lists| lists.iter().map(|l| key(prefix, l)).collect())
+        .collect();
+    let key_refs: Vec<Vec<&str>> = keys
+        .iter()
+        .map(|k| k.iter().map(String::as_str).collect())
+        .collect();
+    let limits: Vec<Vec<ScriptLimit>> = decisions
+        .iter()
+        .map(|lists| {
+            lists
+                .iter()
+                .map(|l| (requests_of(l), WINDOW_MS, 0))
+                .collect()
+        })
+        .collect();
+    let calls: Vec<(&[&str], &[ScriptLimit])> = key_refs
+        .iter()
+        .zip(&limits)
+        .map(|(k, l)| (k.as_slice(), l.as_slice()))
+        .collect();
+    let raw: Vec<i64> = if batch {
+        integers(eval_decisions(conn, &calls))
+    } else {
+        calls
+            .iter()
+            .flat_map(|one| integers(eval_decisions(conn, std::slice::from_ref(one))))
+            .collect()
+    };
+    let mut answers = Vec::new();
+    let mut at = 0;
+    for lists in decisions {
+        let n = lists.len();
+        let states = raw[at + 1..at + 1 + 2 * n]
+            .chunks(2)
+            .map(|c| (c[0], c[1]))
+            .collect();
+        answers.push((raw[at] > 0, states));
+        at += 1 + 2 * n;
+    }
+    assert_eq!(at, raw.len(), "reply shape: {raw:?}");
+    answers
+}
+
+fn length(conn: &mut Connection, key: &str) -> i64 {
+    redis::cmd("LLEN").arg(key).query(conn).unwrap()
+}
+
+/// `calls` of `command` in INFO commandstats (0 when it never ran).
+fn calls_of(conn: &mut Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let head = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(head.as_str()))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+#[test]
+fn a_batch_with_repeated_buckets_decides_what_one_call_each_would() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let now = redis_time(&mut conn);
+    seed(&mut conn, "batch", now);
+    seed(&mut conn, "single", now);
+    let batched = decide(&mut conn, "batch", &DECISIONS, true);
+    let single = decide(&mut conn, "single", &DECISIONS, false);
+    for (d, (b, s)) in batched.iter().zip(&single).enumerate() {
+        let lists = DECISIONS[d];
+        assert_eq!(
+            b.0, s.0,
+            "decision {d} {lists:?}: admitted, batch {b:?}, single {s:?}"
+        );
+        for (i, (bs, ss)) in b.1.iter().zip(&s.1).enumerate() {
+            assert_eq!(bs.0, ss.0, "decision {d} {lists:?} limit {i}: remaining");
+            // The one-by-one calls ran a few ms after the batch, each on its own TIME.
+            assert!(
+                (bs.1 - ss.1).abs() <= 100_000,
+                "decision {d} {lists:?} limit {i}: reset {} vs {}",
+                bs.1,
+                ss.1
+            );
+        }
+    }
+    let admitted = batched.iter().filter(|a| a.0).count();
+    assert!(
+        (4..DECISIONS.len()).contains(&admitted),
+        "admissions and denials both: {admitted}"
+    );
+    for (name, ..) in LISTS {
+        let (b, s) = (key("batch", name), key("single", name));
+        assert_eq!(length(&mut conn, &b), length(&mut conn, &s), "{name}");
+        // A list admitted into has a TTL (the seeded ones had none).
+        let ttl = |conn: &mut Connection, k: &str| -> i64 {
+            redis::cmd("PTTL").arg(k).query(conn).unwrap()
+        };
+        let (tb, ts) = (ttl(&mut conn, &b), ttl(&mut conn, &s));
+        assert_eq!(tb > 0, ts > 0, "{name}: PTTL {tb} vs {ts}");
+    }
+}
+
+#[test]
+fn a_hot_bucket_admits_exactly_its_limit_in_one_call_and_reads_it_once() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let hot = key("hot", "client");
+    let one: &[&str] = &[hot.as_str()];
+    let limit: &[ScriptLimit] = &[(100, WINDOW_MS, 0)];
+    let calls = vec![(one, limit); 400];
+    let raw = integers(eval_decisions(&mut conn, &calls));
+    let admitted = raw.chunks(3).filter(|d| d[0] > 0).count();
+    assert_eq!(admitted, 100);
+    // Read once, by the first decision; every later one is answered from what was pushed.
+    assert_eq!(calls_of(&mut conn, "llen"), 1);
+    assert_eq!(calls_of(&mut conn, "rpush"), 100);
+    assert_eq!(length(&mut conn, &hot), 100);
+    let remaining: Vec<i64> = raw.chunks(3).take(101).map(|d| d[1]).collect();
+    let counted_down: Vec<i64> = (0..100).rev().chain([0]).collect();
+    assert_eq!(remaining, counted_down);
+}
