@@ -12,43 +12,53 @@ use redis::Connection;
 /// Every limit here is a log over one second.
 const WINDOW_MS: i64 = 1000;
 
-/// The lists, each with its `requests` and its entries (ms before the seeding instant, oldest
-/// first). Every entry is at least 100 ms from its window's edge, so the few ms between the
-/// batch and the one-by-one run never move one across it.
-const LISTS: [(&str, u32, &[i64]); 5] = [
-    ("fresh", 3, &[]),
-    ("busy", 3, &[600, 300]),
+/// The lists, each with its entries (ms before the seeding instant, oldest first; negative:
+/// after it). Every entry is at least 100 ms from its window's edge at every `now` a decision
+/// of it sees, so the few ms between the batch and the one-by-one run never move one across it.
+const LISTS: [(&str, &[i64]); 6] = [
+    ("fresh", &[]),
+    ("busy", &[600, 300]),
     // Three entries slid out, one left in the window.
-    ("stale", 2, &[2500, 2000, 1500, 700]),
-    // Four in the window for a limit lowered to 2 by a reload: full until two leave.
-    ("lowered", 2, &[900, 800, 500, 400]),
+    ("stale", &[2500, 2000, 1500, 700]),
+    // Four in the window, for a limit of 2 (lowered by a reload): full until two leave.
+    ("lowered", &[900, 800, 500, 400]),
     // Every entry slid out.
-    ("gone", 1, &[1500, 1200]),
+    ("gone", &[1500, 1200]),
+    // Written by a Redis whose clock was 400 ms ahead (see CLOCK): it moves `now` of a
+    // decision that counts in it 400 ms ahead, so a list's entries can slide out between
+    // two decisions of one call.
+    ("ahead", &[-400]),
 ];
 
-/// The decisions, in order: each names the lists of its limits.
-const DECISIONS: [&[&str]; 16] = [
-    &["fresh"],
-    &["fresh"],
-    &["busy"],
-    &["fresh", "busy"],
-    &["fresh"],
-    &["stale"],
-    &["stale"],
-    &["stale"],
-    &["lowered"],
-    &["lowered", "fresh"],
-    &["gone"],
-    &["gone"],
-    &["busy", "gone"],
-    &["busy"],
-    &["stale", "busy"],
-    &["fresh"],
+/// The decisions, in order: each names the lists of its limits, each with its `requests`.
+const DECISIONS: [&[(&str, u32)]; 22] = [
+    &[("fresh", 3)],
+    &[("fresh", 3)],
+    &[("busy", 5)],
+    &[("fresh", 3), ("busy", 5)],
+    &[("fresh", 3)],
+    &[("stale", 3)],
+    &[("stale", 3)],
+    // `now` 400 ms ahead: the entry 700 ms old slides out of "stale", whose entries admitted
+    // in this call are still held back.
+    &[("ahead", 5), ("stale", 3)],
+    &[("stale", 3)],
+    &[("lowered", 2)],
+    &[("lowered", 2), ("fresh", 3)],
+    &[("gone", 1)],
+    &[("gone", 1)],
+    &[("busy", 3), ("gone", 1)],
+    &[("busy", 3)],
+    // "busy" (4 in its window now) decided under a limit of 1 (a route lowered meanwhile):
+    // its reset reads its newest entry, held back.
+    &[("busy", 1)],
+    &[("fresh", 5)],
+    &[("fresh", 5)],
+    &[("fresh", 2)],
+    &[("ahead", 5)],
+    &[("stale", 3), ("ahead", 5)],
+    &[("fresh", 6)],
 ];
-
-fn requests_of(list: &str) -> u32 {
-    LISTS.iter().find(|(name, ..)| *name == list).unwrap().1
-}
 
 fn key(prefix: &str, list: &str) -> String {
     format!("{prefix}:{{{list}}}:{WINDOW_MS}")
@@ -56,7 +66,7 @@ fn key(prefix: &str, list: &str) -> String {
 
 /// Every list under `prefix`, with the entries of [`LISTS`] before `now_us`.
 fn seed(conn: &mut Connection, prefix: &str, now_us: i64) {
-    for (name, _, ago_ms) in LISTS {
+    for (name, ago_ms) in LISTS {
         let values: Vec<i64> = ago_ms.iter().map(|ago| now_us - ago * 1000).collect();
         if !values.is_empty() {
             let _: () = redis::cmd("RPUSH")
@@ -72,10 +82,15 @@ fn seed(conn: &mut Connection, prefix: &str, now_us: i64) {
 type Answer = (bool, Vec<(i64, i64)>);
 
 /// `decisions` under `prefix`, all in one call (`batch`) or one call each.
-fn decide(conn: &mut Connection, prefix: &str, decisions: &[&[&str]], batch: bool) -> Vec<Answer> {
+fn decide(
+    conn: &mut Connection,
+    prefix: &str,
+    decisions: &[&[(&str, u32)]],
+    batch: bool,
+) -> Vec<Answer> {
     let keys: Vec<Vec<String>> = decisions
         .iter()
-        .map(|lists| lists.iter().map(|l| key(prefix, l)).collect())
+        .map(|lists| lists.iter().map(|(l, _)| key(prefix, l)).collect())
         .collect();
     let key_refs: Vec<Vec<&str>> = keys
         .iter()
@@ -83,12 +98,7 @@ fn decide(conn: &mut Connection, prefix: &str, decisions: &[&[&str]], batch: boo
         .collect();
     let limits: Vec<Vec<ScriptLimit>> = decisions
         .iter()
-        .map(|lists| {
-            lists
-                .iter()
-                .map(|l| (requests_of(l), WINDOW_MS, 0))
-                .collect()
-        })
+        .map(|lists| lists.iter().map(|&(_, r)| (r, WINDOW_MS, 0)).collect())
         .collect();
     let calls: Vec<(&[&str], &[ScriptLimit])> = key_refs
         .iter()
@@ -163,7 +173,7 @@ fn a_batch_with_repeated_buckets_decides_what_one_call_each_would() {
         (4..DECISIONS.len()).contains(&admitted),
         "admissions and denials both: {admitted}"
     );
-    for (name, ..) in LISTS {
+    for (name, _) in LISTS {
         let (b, s) = (key("batch", name), key("single", name));
         assert_eq!(length(&mut conn, &b), length(&mut conn, &s), "{name}");
         // A list admitted into has a TTL (the seeded ones had none).
@@ -190,9 +200,10 @@ fn a_hot_bucket_admits_exactly_its_limit_in_one_call_and_reads_it_once() {
     let raw = integers(eval_decisions(&mut conn, &calls));
     let admitted = raw.chunks(3).filter(|d| d[0] > 0).count();
     assert_eq!(admitted, 100);
-    // Read once, by the first decision; every later one is answered from what was pushed.
+    // Read once, by the first decision; every later one is answered from what it wrote, and
+    // their entries go in with one RPUSH at the end of the call.
     assert_eq!(calls_of(&mut conn, "llen"), 1);
-    assert_eq!(calls_of(&mut conn, "rpush"), 100);
+    assert_eq!(calls_of(&mut conn, "rpush"), 2);
     assert_eq!(length(&mut conn, &hot), 100);
     let remaining: Vec<i64> = raw.chunks(3).take(101).map(|d| d[1]).collect();
     let counted_down: Vec<i64> = (0..100).rev().chain([0]).collect();

@@ -38,7 +38,8 @@ COST  (TIME apart, see the head) The sequence, per decision and list:
                           window is in an earlier TTL epoch (windows of 500 ms and more)
     PEXPIRE               at most twice a second (see TTL)
   A later decision of the same call on a list this call admitted into reads nothing (REPEATS in
-  the head): RPUSH alone, as the length, head and newest entry are known from the push.
+  the head): its length, head and newest entry are known from the admission, and its entry is
+  held back, so a client's admissions in one call cost one RPUSH between them.
   Steady state, one limit evicting one entry per decision: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
   (+ PTTL for windows >= 500 ms); not evicting: TIME LLEN LINDEX 0 LINDEX -1 RPUSH; denied:
   TIME LLEN LINDEX 0 LINDEX -1. A longer expired prefix is found by reading the newest entry,
@@ -103,6 +104,12 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                 local e = 0
                 if c > 0 and h <= now - st[j - 2] then
                     local key, cutoff = keys[k0 + i], now - st[j - 2]
+                    local held = pending and pending[key]
+                    if held then
+                        -- Entries are about to be read by index: append what was held back.
+                        call('RPUSH', key, unpack(held))
+                        pending[key] = nil
+                    end
                     if c == 1 then
                         e, h = 1, false
                     elseif last and last <= cutoff then
@@ -176,7 +183,19 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     elseif e > 1 then
                         call('LTRIM', key, e, -1)
                     end
-                    local len = call('RPUSH', key, now_s)
+                    local m = seen and seen[key]
+                    if m then
+                        -- Read from memory (see REPEATS): the entry is held back, appended with
+                        -- the others of this key at the end of the call.
+                        local held = pending[key]
+                        if held == nil then
+                            pending[key] = { now_s }
+                        else
+                            held[#held + 1] = now_s
+                        end
+                    else
+                        call('RPUSH', key, now_s)
+                    end
                     -- Refresh the TTL on the first push of each epoch, or when the push created the
                     -- key (see TTL): the newest entry tells, or the first one left in the window
                     -- when it is already in this epoch; otherwise PTTL tells when the TTL was last
@@ -195,13 +214,14 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                         call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
                     end
                     if seen then
-                        -- What the list holds now, for a later decision of this call on it.
-                        local m = seen[key]
+                        -- What the list holds now, for a later decision of this call on it (the
+                        -- decision's keys are distinct: validation gives no two limits of a
+                        -- route one key).
                         if m == nil then
                             m = #known + 1
                             seen[key] = m
                         end
-                        known[m], known[m + 1], known[m + 2], known[m + 3] = len, h or now, now, now_s
+                        known[m], known[m + 1], known[m + 2], known[m + 3] = k + 1, h or now, now, now_s
                     end
                     -- Admitted means k < requests; when it is now full, the oldest entry is the one
                     -- whose leaving frees a slot.
@@ -219,6 +239,11 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                         -- reload). Nothing was trimmed, so it sits at index e + k - r of the stored
                         -- list.
                         if k > r then
+                            local held = pending and pending[key]
+                            if held then
+                                call('RPUSH', key, unpack(held))
+                                pending[key] = nil
+                            end
                             h = call('LINDEX', key, e + k - r) + 0
                         end
                         reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = 0, h + w - now

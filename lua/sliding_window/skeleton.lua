@@ -68,7 +68,11 @@ REPEATS
   A kind may remember, in `seen`/`known`, what its key holds after an admission of this call
   wrote it (only then: a denial writes nothing, so what was remembered stays true), and answer
   the next decision's read from that instead of Redis. What it remembers is exactly what it
-  would read, so a batch still decides what the same decisions would one call each.
+  would read, so a batch still decides what the same decisions would one call each. Such a
+  decision's own entry may be held back in `pending` and appended with the others of its key in
+  one RPUSH at the end of the call, but only while nothing reads that key's stored entries: a
+  kind about to read them appends what is held back first. The call is atomic, so no other
+  call ever sees a list without its held-back entries.
 
 CLOCK
   now = max(Redis TIME, newest entry of any limit of this decision). Every proxy shares the one
@@ -146,8 +150,12 @@ end
 -- cells, laid out by the kind. Only a batch has repeats, so a call of one decision allocates
 -- neither table.
 local seen, known = nil, nil
+-- Entries a kind holds back to append in one RPUSH per key at the end of the call
+-- (`pending[key]`: the values, in order); a kind appends what is held back before it reads the
+-- key's stored entries.
+local pending = nil
 if na > 4 * (argv[1] + 0) + 1 then
-    seen, known = {}, {}
+    seen, known, pending = {}, {}, {}
 end
 
 -- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind, weight)
@@ -216,6 +224,13 @@ while a0 <= na do
         end
     end
     k0, a0, r0 = k0 + n, a0 + 1 + 4 * n, r0 + 1 + 2 * n
+end
+
+-- What was held back, one RPUSH per key (see REPEATS).
+if pending then
+    for key, values in pairs(pending) do
+        call('RPUSH', key, unpack(values))
+    end
 end
 
 -- One binary string; an array only when a decision failed (one table less per call).
