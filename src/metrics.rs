@@ -48,7 +48,7 @@ pub struct Metrics {
     /// summary of evicted clients alone, its share too small to hold one client's bucket.
     pub memory_overflow: IntCounterVec,
     /// `slidegate_refunds_total{route,result}`: admissions given back under `count_status`
-    /// (`result="ok"`), or whose refund failed and kept the slot (`"error"`).
+    /// (`result="ok"`), or whose refund failed and kept the admission counted (`"error"`).
     pub refunds: IntCounterVec,
     /// `slidegate_leases_held{route}`: leases of concurrency limits this proxy took and has
     /// not given back yet (per proxy: other proxies sharing the store hold their own).
@@ -68,12 +68,12 @@ pub struct Metrics {
     /// `slidegate_upstream_duration_seconds{route}`: from choosing the upstream (connect
     /// included) until its final response head (a `100 Continue` is not one).
     pub upstream_duration: HistogramVec,
-    /// `slidegate_delay_seconds{route}`: how long each request that waited for a slot
+    /// `slidegate_delay_seconds{route}`: how long each request that waited for room
     /// (`max_delay`) waited, whatever it got after.
     pub delay: HistogramVec,
     /// `slidegate_requests_in_flight`: requests between their first hook and their end.
     pub in_flight: IntGauge,
-    /// `slidegate_requests_waiting`: requests waiting for a slot now (`max_delay`).
+    /// `slidegate_requests_waiting`: requests waiting for room now (`max_delay`).
     pub waiting: IntGauge,
     /// `slidegate_delay_refused_total`: denials answered at once because `store.max_delayed`
     /// requests were already waiting.
@@ -189,7 +189,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     .expect("register slidegate_upstream_duration_seconds"),
     delay: register_histogram_vec!(
         "slidegate_delay_seconds",
-        "Time requests waited for a slot (max_delay) before their final decision, by route",
+        "Time requests waited for room (max_delay) before their final decision, by route",
         &["route"],
         DELAY_BUCKETS.to_vec()
     )
@@ -201,7 +201,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     .expect("register slidegate_requests_in_flight"),
     waiting: register_int_gauge!(
         "slidegate_requests_waiting",
-        "Requests waiting for a slot (max_delay) now"
+        "Requests waiting for room (max_delay) now"
     )
     .expect("register slidegate_requests_waiting"),
     delay_refused: register_int_counter!(
@@ -328,7 +328,7 @@ pub enum Decision {
     LocalDenied,
     /// The client is in the route's `exempt` networks: forwarded, the store not asked.
     Exempt,
-    /// Denied at first, then admitted by the store after waiting for a slot (`max_delay`).
+    /// Denied at first, then admitted by the store after waiting for room (`max_delay`).
     Delayed,
     /// Shed with 503: more decisions were waiting for the shared store than this proxy
     /// queues (its own overload, not a store failure: `on_error` is not consulted).

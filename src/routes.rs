@@ -127,7 +127,7 @@ pub struct Rules {
     pub forwarded_headers: crate::config::ForwardedHeaders,
     /// `server.request_id`: what is done with `X-Request-Id`.
     pub request_id: crate::config::RequestIdMode,
-    /// `store.max_delayed`: requests waiting for a slot at once, over every route.
+    /// `store.max_delayed`: requests waiting for room at once, over every route.
     pub max_delayed: u32,
 }
 

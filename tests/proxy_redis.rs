@@ -824,7 +824,7 @@ struct Shot {
 }
 
 /// Two proxies (deny cache on) share 5 per 1 s; a continuous flood through both for 3.5 s.
-/// The admissions never exceed 5 in any 1 s window, a freed slot is taken promptly (the cache
+/// The admissions never exceed 5 in any 1 s window, freed room is taken promptly (the cache
 /// never denies what Redis would admit), and most denials cost no Redis call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {

@@ -285,7 +285,7 @@ fn expired_prefix_is_trimmed_exactly_at_every_split() {
 
 #[test]
 fn entry_exactly_one_window_old_has_left_the_window() {
-    // Boundary rule shared with the memory store: an entry at t frees its slot at t + window.
+    // Boundary rule shared with the memory store: an entry at t leaves the window at t + window.
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let key = "t:{r:c}:1000";

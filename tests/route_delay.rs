@@ -1,9 +1,9 @@
 //! Smoothing bursts (issue 21 item 4: `max_delay`, `max_queue`) through the real binary on the
 //! memory and Redis stores, over HTTP/1.1, h2c, and HTTP/1.1 and HTTP/2 over TLS. On a route
 //! of 2 requests per second with `max_delay = "1s"`:
-//! - a third request waits until the first slot frees, then gets 200 (`decision="delayed"`);
+//! - a third request waits until the first entry leaves the window, then gets 200 (`decision="delayed"`);
 //! - with `max_queue = 1`, of three concurrent extra requests one waits, two get 429 at once;
-//! - a request whose slot frees after `max_delay` (a 1-per-10s route) gets 429 at once;
+//! - a request for which room frees after `max_delay` (a 1-per-10s route) gets 429 at once;
 //! - a client that disconnects mid-wait frees its place: the next request can queue;
 //! - the upstream never sees more than 2 requests of one client within any second.
 //!
@@ -25,7 +25,7 @@ use common::upstream::Upstream;
 use slidegate::config::{Config, ConfigError};
 
 const SECOND: Duration = Duration::from_secs(1);
-/// An answer "at once": no wait for a slot (a debug build on a shared 2-core machine).
+/// An answer "at once": no wait for room (a debug build on a shared 2-core machine).
 const AT_ONCE: Duration = Duration::from_millis(400);
 /// Forwarding jitter allowed between the store's admission and the upstream's arrival.
 const JITTER: Duration = Duration::from_millis(60);
@@ -98,7 +98,7 @@ async fn timed(
 
 /// A third request waits until the first of two admitted frees, and no sooner: returns how
 /// much later than the earliest possible instant it was answered.
-async fn waits_for_the_slot(proxy: &Proxy, client: &reqwest::Client, p: Protocol) -> Duration {
+async fn waits_for_room(proxy: &Proxy, client: &reqwest::Client, p: Protocol) -> Duration {
     let who = format!("smooth-{p:?}");
     let first_sent = Instant::now();
     assert_eq!(timed(proxy, client, p, "/smooth", &who).await.0, 200);
@@ -108,23 +108,20 @@ async fn waits_for_the_slot(proxy: &Proxy, client: &reqwest::Client, p: Protocol
     let (status, took) = timed(proxy, client, p, "/smooth", &who).await;
     assert_eq!(
         status, 200,
-        "{p:?}: the third waits for a slot instead of a 429"
+        "{p:?}: the third waits for room instead of a 429"
     );
-    // The first request was recorded between its sending and its answer: its slot frees
+    // The first request was recorded between its sending and its answer: room frees
     // one window after some instant in there.
     let (earliest, latest) = (first_sent + SECOND, first_answered + SECOND);
     let answered = sent + took;
-    assert!(
-        answered >= earliest,
-        "{p:?}: answered before the slot freed"
-    );
+    assert!(answered >= earliest, "{p:?}: answered before room freed");
     assert!(
         answered <= latest + AT_ONCE,
-        "{p:?}: {took:?} is well past the slot ({:?} after it)",
+        "{p:?}: {took:?} is well past the instant room freed ({:?} after it)",
         answered - latest
     );
     println!(
-        "{p:?}: waited {took:?}; the slot freed {:?}..{:?} after it was sent",
+        "{p:?}: waited {took:?}; room freed {:?}..{:?} after it was sent",
         earliest.saturating_duration_since(sent),
         latest.saturating_duration_since(sent)
     );
@@ -152,16 +149,13 @@ async fn a_full_queue_denies_at_once(proxy: &Proxy, client: &reqwest::Client, p:
     assert!(answers[0].1 > AT_ONCE, "{p:?}: the waiter {answers:?}");
 }
 
-/// A slot that frees after `max_delay` is not waited for.
+/// Room that frees after `max_delay` is not waited for.
 async fn beyond_max_delay_denies_at_once(proxy: &Proxy, client: &reqwest::Client, p: Protocol) {
     let who = format!("far-{p:?}");
     assert_eq!(timed(proxy, client, p, "/far", &who).await.0, 200);
     let (status, took) = timed(proxy, client, p, "/far", &who).await;
     assert_eq!(status, 429, "{p:?}");
-    assert!(
-        took < AT_ONCE,
-        "{p:?}: waited {took:?} for a slot 10 s away"
-    );
+    assert!(took < AT_ONCE, "{p:?}: waited {took:?} for room 10 s away");
 }
 
 /// A client that leaves mid-wait gives its place back: with `max_queue = 1`, the next request
@@ -191,7 +185,7 @@ async fn exercise(store: &str) -> Vec<Duration> {
     let mut lateness = Vec::new();
     for p in Protocol::ALL {
         let client = p.client(&ca.ca_pem());
-        lateness.push(waits_for_the_slot(&proxy, &client, p).await);
+        lateness.push(waits_for_room(&proxy, &client, p).await);
         a_full_queue_denies_at_once(&proxy, &client, p).await;
         beyond_max_delay_denies_at_once(&proxy, &client, p).await;
         a_client_that_leaves_frees_its_place(&proxy, &ca, p).await;
@@ -218,7 +212,7 @@ async fn exercise(store: &str) -> Vec<Duration> {
     assert_eq!(waits, 3 * n, "{store}: the leaver's wait is observed too");
     lateness.sort();
     println!(
-        "{store}: answered after the earliest slot instant by min {:?} / p50 {:?} / max {:?}",
+        "{store}: answered after the earliest instant room frees by min {:?} / p50 {:?} / max {:?}",
         lateness[0],
         lateness[lateness.len() / 2],
         lateness[lateness.len() - 1]
@@ -238,8 +232,8 @@ async fn smoothing_on_the_redis_store() {
 }
 
 /// 1000 concurrent h2c streams of one client on a route of 2 per 3 s, `max_delay = "3s"`,
-/// queue 8: 2 admitted at once, 8 wait (2 of them get the two slots that free 3 s later, 6
-/// find the next slot beyond their budget), the other 990 get 429 without waiting; the
+/// queue 8: 2 admitted at once, 8 wait (2 of them get the room that frees 3 s later, 6
+/// find the next room beyond their budget), the other 990 get 429 without waiting; the
 /// upstream never sees 3 within 3 s.
 #[test]
 fn an_h2_burst_queues_max_queue_and_denies_the_rest_at_once() {

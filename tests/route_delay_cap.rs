@@ -2,7 +2,7 @@
 //! the real binary over HTTP/1.1 and h2c: many clients each parking one request (each within
 //! its own `max_queue`) never park more than `max_delayed` at once; the rest are answered at
 //! once (429, counted in `slidegate_delay_refused_total`), and the parked ones are served when
-//! their slot frees.
+//! room frees.
 
 mod common;
 
@@ -49,7 +49,7 @@ async fn parked_requests_are_bounded_over_every_client() {
     for i in 0..CLIENTS {
         assert_eq!(get(i).await.0, 200);
     }
-    // Then each sends one more: its slot frees within max_delay, so each would park.
+    // Then each sends one more: room frees for it within max_delay, so each would park.
     let tasks: Vec<_> = (0..CLIENTS).map(|i| tokio::spawn(get(i))).collect();
     let waiting = "slidegate_requests_waiting";
     until_metric(&proxy, waiting, MAX_DELAYED as f64, Duration::from_secs(10)).await;

@@ -1,8 +1,8 @@
 //! `count_status` through the real binary, on the memory and Redis stores: a login route of 5
 //! failed logins per 15 minutes (`count_status = [401, 403]`) in front of an app whose answer
-//! the test picks per request (`x-upstream-status`). Successful logins give their slot back,
+//! the test picks per request (`x-upstream-status`). Successful logins give their admission back,
 //! failed ones keep it; exact under an h2c burst; a client that leaves before its response
-//! keeps its slot; config errors name file, line and key.
+//! keeps its admission; config errors name file, line and key.
 
 mod common;
 
@@ -36,7 +36,7 @@ fn refunds(proxy: &Proxy) -> u64 {
 }
 
 /// Wait (bounded) until `n` refunds of the login route went through: they run after the
-/// response, so a test that counts slots waits for them, never sleeps.
+/// response, so a test that counts admissions waits for them, never sleeps.
 fn refunds_reach(proxy: &Proxy, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -66,7 +66,7 @@ async fn exercise(proxy: &Proxy, ca: &TestCa) {
     for protocol in Protocol::ALL {
         let client = protocol.client(&ca.ca_pem());
         let (url, who) = (url(proxy, protocol, "/login"), format!("{protocol:?}"));
-        // Twenty successful logins in a row pass a limit of 5: each gives its slot back.
+        // Twenty successful logins in a row pass a limit of 5: each gives its admission back.
         for _ in 0..20 {
             assert_eq!(get(&client, &url, &who, 200).await, 200, "{protocol:?}");
         }
@@ -86,13 +86,13 @@ async fn exercise(proxy: &Proxy, ca: &TestCa) {
 }
 
 #[tokio::test]
-async fn successes_give_their_slot_back_on_the_memory_store() {
+async fn successes_give_their_admission_back_on_the_memory_store() {
     let (up, ca) = (Upstream::start(), TestCa::new("ca"));
     exercise(&start("backend = \"memory\"", &up, &ca), &ca).await;
 }
 
 #[tokio::test]
-async fn successes_give_their_slot_back_on_the_redis_store() {
+async fn successes_give_their_admission_back_on_the_redis_store() {
     let (redis, up, ca) = (RedisServer::start(), Upstream::start(), TestCa::new("ca"));
     exercise(&start(&redis.store_toml(), &up, &ca), &ca).await;
 }
@@ -134,7 +134,7 @@ fn failed_logins_are_exact_under_an_h2_burst() {
             })
             .sum();
         assert_eq!(denied, 3995, "{store}");
-        // Successes under the same burst: at most 5 are in flight at once, each gives its slot
+        // Successes under the same burst: at most 5 are in flight at once, each gives its admission
         // back when answered, so more than 5 pass, and the route's count returns to 0.
         let ok = h2load(proxy.addr(), &burst("user", 200));
         assert_eq!(ok.s2xx + ok.s4xx, 4000, "{store}: {ok:?}");
@@ -149,7 +149,7 @@ fn failed_logins_are_exact_under_an_h2_burst() {
 }
 
 #[tokio::test]
-async fn a_client_that_leaves_before_its_answer_keeps_its_slot() {
+async fn a_client_that_leaves_before_its_answer_keeps_its_admission() {
     let (redis, up, ca) = (RedisServer::start(), Upstream::start(), TestCa::new("ca"));
     let proxy = start(&redis.store_toml(), &up, &ca);
     let client = Protocol::H1.client(&ca.ca_pem());
@@ -166,7 +166,7 @@ async fn a_client_that_leaves_before_its_answer_keeps_its_slot() {
         assert!(sent.is_err(), "answered before the client left: {sent:?}");
     }
     // The app answers 200 after 1 s, but no response goes out whole: once the proxy has
-    // finished all five requests (its duration histogram counts them), the slots stay taken.
+    // finished all five requests (its duration histogram counts them), the admissions stay counted.
     let done = "slidegate_request_duration_seconds_count{route=\"login\"}";
     let deadline = Instant::now() + Duration::from_secs(10);
     while proxy.metric(done).unwrap_or(0.0) < 5.0 {

@@ -162,12 +162,12 @@ impl Rejection {
 fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
     let (mut route, mut client) = (None, None);
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        let slot = match &*k {
+        let field = match &*k {
             "route" => &mut route,
             "client" => &mut client,
             other => return Err(Rejection::Bad(format!("unknown query parameter {other:?}"))),
         };
-        if slot.replace(v.into_owned()).is_some() {
+        if field.replace(v.into_owned()).is_some() {
             return Err(Rejection::Bad(format!("query parameter {k:?} given twice")));
         }
     }

@@ -169,7 +169,7 @@ pub struct UpstreamSpec {
     pub h2: bool,
 }
 
-/// `store.max_delayed` when not configured: requests parked waiting for a slot at once, over
+/// `store.max_delayed` when not configured: requests parked waiting for room at once, over
 /// the whole process. A parked request holds its in-flight state (about 18 KB, most of it
 /// Pingora's per-request future) plus its place; 3000 keep them under about 64 MB.
 pub const DEFAULT_MAX_DELAYED: u32 = 3000;

@@ -34,7 +34,7 @@ pub struct RouteSpec {
     pub counting: Counting,
     /// What the proxy adds to or answers for the route's requests.
     pub answers: Answers,
-    /// `max_delay` and `max_queue`: denials whose slot frees soon wait for it (`None`: every
+    /// `max_delay` and `max_queue`: denials for which room frees soon wait for it (`None`: every
     /// denial answers at once).
     pub smoothing: Option<Smoothing>,
     /// `cost`, `max_cost`: what a request weighs in the cost limits (`unit = "cost"`).
@@ -117,8 +117,8 @@ pub struct Counting {
     pub shadow: bool,
     /// Client networks that skip the limits (IPv4-mapped entries stored as IPv4).
     pub exempt: Vec<IpNet>,
-    /// `count_status`: the upstream statuses an admission keeps its slot for; after any other
-    /// answer the slot is given back. `None`: every admission counts.
+    /// `count_status`: the upstream statuses for which an admission stays counted; after any
+    /// other answer the admission is given back. `None`: every admission counts.
     pub count_status: Option<Vec<http::StatusCode>>,
     /// Failure policy for this route (the store default when not overridden).
     pub on_error: OnError,
@@ -136,8 +136,9 @@ pub struct Answers {
     pub legacy_headers: bool,
 }
 
-/// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, whose
-/// slot frees within `max_delay`, waits for it and is decided again instead of being denied.
+/// Smoothing bursts, as nginx's `limit_req burst=.. delay=..`: a request the limits deny, for
+/// which room frees within `max_delay`, waits for it and is decided again instead of being
+/// denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Smoothing {
     /// The longest a request waits, from its first denial (more than zero, at most 60 s).

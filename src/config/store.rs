@@ -200,7 +200,7 @@ pub struct StoreSettings {
     pub max_memory: u64,
     /// How long a cached denial is trusted before the shared store is asked again.
     pub deny_cache_max_age: Duration,
-    /// Requests waiting for a slot (`max_delay`) at once, process-wide; a denial past it is
+    /// Requests waiting for room (`max_delay`) at once, process-wide; a denial past it is
     /// answered at once.
     pub max_delayed: u32,
     /// TLS material for `rediss://` URLs beyond the system roots.

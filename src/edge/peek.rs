@@ -1,8 +1,8 @@
 //! The h2c preface peek (`h2c = true`), under the head deadline.
 //!
 //! Pingora decides between HTTP/1 and h2c by peeking [`H2_PREFACE`]'s 24 bytes, and its own peek
-//! waits for all 24 whatever arrives and under no deadline: silent sockets held every
-//! `max_connections` slot, and a complete 18-byte `GET / HTTP/1.0` was never answered. Here the
+//! waits for all 24 whatever arrives and under no deadline: silent sockets held all of
+//! `max_connections`, and a complete 18-byte `GET / HTTP/1.0` was never answered. Here the
 //! peek reads through the head phase (so `client_header_timeout` covers it) and stops at the
 //! first byte that rules the preface out; what it read is handed out again by the next reads.
 

@@ -1,6 +1,6 @@
 //! The limiter side of the proxy: ask the route's store, time and count the answer, fall
 //! back to this proxy's own log when the shared store cannot decide (`on_error = "local"`), and
-//! let a denial wait for its slot when the route smooths bursts (`max_delay`, see [`super::delay`]).
+//! let a denial wait for room when the route smooths bursts (`max_delay`, see [`super::delay`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ pub(super) struct Limiter {
     pub(super) local: Option<Arc<dyn Store>>,
     duration: Histogram,
     errors: StoreErrorMetrics,
-    /// Requests waiting for a slot, per bucket (`max_queue`).
+    /// Requests waiting for room, per bucket (`max_queue`).
     queues: Queues,
     /// What the shared store last said of each bucket, where the local log may be needed:
     /// the local log starts from it (see [`crate::limiter::learned`]).

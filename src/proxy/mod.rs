@@ -271,8 +271,8 @@ impl ProxyHttp for SlideGate {
         if metrics {
             route.metrics.upstream_status(status.as_u16());
         }
-        // The slot is given back once the response has gone out whole (`logging`): a client
-        // that leaves before it keeps its slot taken.
+        // The admission is given back once the response has gone out whole (`logging`): a client
+        // that leaves before it keeps its admission counted.
         let held = ticket.and_then(|t| t.answered(route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head =

@@ -19,7 +19,7 @@ pub(super) struct Policy {
     pub shadow: bool,
     /// What a store error means for the request.
     pub on_error: OnError,
-    /// `max_delay` and `max_queue`: how long a denial may wait for its slot.
+    /// `max_delay` and `max_queue`: how long a denial may wait for room.
     pub smoothing: Option<Smoothing>,
 }
 
@@ -55,11 +55,11 @@ pub(super) enum Checked {
         /// Who decided: the shared store, or (`on_error = "local"`, the store failed) this
         /// proxy's local log.
         by: DecidedBy,
-        /// The request was denied at first and waited for a slot (`max_delay`): `result` is
+        /// The request was denied at first and waited for room (`max_delay`): `result` is
         /// the decision taken after the wait.
         delayed: bool,
     },
-    /// The client went away while its request waited for a slot: nothing is sent.
+    /// The client went away while its request waited for room: nothing is sent.
     ClientGone,
 }
 
@@ -110,7 +110,7 @@ pub(super) enum Outcome<'a> {
     },
     /// Forwarded, with the verdict's `RateLimit` fields on the response.
     Allowed(&'a Verdict),
-    /// Forwarded after waiting for a slot (`max_delay`), with the verdict's fields.
+    /// Forwarded after waiting for room (`max_delay`), with the verdict's fields.
     Delayed(&'a Verdict),
     /// The client left while its request waited: no response, the request ends (counted as a
     /// denial: it was refused a slot and never took one).

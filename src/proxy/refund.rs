@@ -1,4 +1,4 @@
-//! `count_status` and `settle`: an admission holds its slot while the request is in flight.
+//! `count_status` and `settle`: an admission stays counted while the request is in flight.
 //! It gives it back when the upstream answers with a status the route does not count (failed
 //! logins count, successful ones do not), and its charge in the cost limits is corrected to
 //! the real cost the upstream reports (`settle`), once that response has gone out whole. A
@@ -23,7 +23,7 @@ pub(super) struct Ticket {
     pub recorded_at: Box<[u64]>,
     /// The store that recorded it (the local log after a shared-store failure).
     pub by: DecidedBy,
-    /// The upstream's status gave the slot back: refunded when the response has gone out.
+    /// The upstream's status gave the admission back: refunded when the response has gone out.
     pub due: bool,
     /// The request's cost: what its cost limits were charged.
     pub cost: u32,
@@ -78,10 +78,10 @@ impl Ticket {
     }
 }
 
-/// What an upstream answer does to an admission's slot.
+/// What an upstream answer does to an admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Settle {
-    /// A final status not in `count_status`: the slot is given back.
+    /// A final status not in `count_status`: the admission is given back.
     GiveBack,
     /// A final status in `count_status`: the admission counts.
     Keep,
@@ -256,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn a_final_status_not_listed_gives_the_slot_back() {
+    fn a_final_status_not_listed_gives_the_admission_back() {
         let failures = [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN];
         let cases = [
             (200, Settle::GiveBack),

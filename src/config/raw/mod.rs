@@ -190,7 +190,7 @@ pub(super) struct RawStore {
     pub max_delay: Option<MaxDelay>,
     /// The routes' default `max_queue`.
     pub max_queue: Option<Spanned<u32>>,
-    /// Requests waiting for a slot (`max_delay`) at once, over every route and client.
+    /// Requests waiting for room (`max_delay`) at once, over every route and client.
     #[serde(default = "default_max_delayed")]
     pub max_delayed: Spanned<u32>,
 }
@@ -338,9 +338,9 @@ pub(super) struct RawRoute {
     pub deny_status: Option<Spanned<u16>>,
     pub deny_body_file: Option<Spanned<PathBuf>>,
     pub deny_content_type: Option<Spanned<String>>,
-    /// Upstream statuses that keep their slot; any other gives it back.
+    /// Upstream statuses whose admissions stay counted; any other gives the admission back.
     pub count_status: Option<Spanned<Vec<Spanned<u16>>>>,
-    /// A denial whose slot frees within this long waits for it instead.
+    /// A denial for which room frees within this long waits for it instead.
     pub max_delay: Option<MaxDelay>,
     /// Waiters per bucket for `max_delay`.
     pub max_queue: Option<Spanned<u32>>,

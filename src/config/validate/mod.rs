@@ -61,7 +61,7 @@ impl Validator<'_> {
     /// `[client_ip] ipv4_prefix` (0–32, default 32) and `ipv6_prefix` (0–128, default 128).
     fn key_prefixes(&self, raw: &RawClientIp) -> Result<KeyPrefixes, ConfigError> {
         let mut prefixes = KeyPrefixes::default();
-        for (value, slot, max, key) in [
+        for (value, prefix, max, key) in [
             (
                 &raw.ipv4_prefix,
                 &mut prefixes.v4,
@@ -80,7 +80,7 @@ impl Validator<'_> {
                 let message = format!("a prefix length of 0 to {max} bits");
                 return self.err(Some(value.span()), key, message);
             }
-            *slot = *value.get_ref();
+            *prefix = *value.get_ref();
         }
         Ok(prefixes)
     }

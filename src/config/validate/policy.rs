@@ -1,5 +1,5 @@
 //! A route's policy keys beyond its limits: who is exempt, what a denial answers, and how long
-//! a denial may wait for its slot (`max_delay`, `max_queue`).
+//! a denial may wait for room (`max_delay`, `max_queue`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -100,7 +100,7 @@ impl Validator<'_> {
             return self.err(
                 Some(list.span()),
                 key,
-                "an empty list would give every slot back (no limit at all); remove the key \
+                "an empty list would give every admission back (no limit at all); remove the key \
                  to count every admission",
             );
         }

@@ -16,7 +16,7 @@ static REFUND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REF
 impl Inner {
     /// One `EVALSHA` of the refund script for the admission of `bucket` recorded at
     /// `recorded_at`. Like the inspector's calls, it stays out of the gate's health
-    /// bookkeeping: a refund that fails leaves the slot taken, which only errs on the safe side.
+    /// bookkeeping: a refund that fails leaves the admission counted, which only errs on the safe side.
     pub(super) async fn refund_entry(
         &self,
         bucket: &str,
