@@ -261,8 +261,11 @@ fn an_h2_burst_queues_max_queue_and_denies_the_rest_at_once() {
         let span = tightest_span(&seen, 2).expect("4 arrivals");
         // The first two are forwarded while the proxy answers the other 998 streams (and opens
         // its upstream connection): their arrival lags their admission more than usual (94 ms
-        // measured on the memory store).
-        let jitter = Duration::from_millis(300);
+        // measured on the memory store alone, up to about 350 ms in a CI run of the whole
+        // suite). The waiters are forwarded by an idle proxy. So the span of upstream arrivals
+        // may fall short of the window by that lag; exactness itself is the counts above (2
+        // delayed, 996 denied), and a waiter admitted a second early would still fail this.
+        let jitter = Duration::from_millis(600);
         assert!(
             span + jitter >= 3 * SECOND,
             "{store}: 3 arrivals within {span:?}"
