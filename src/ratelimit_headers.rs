@@ -130,7 +130,7 @@ pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
 }
 
 /// The `RateLimit` value for one decision: `"name";r=<remaining>;t=<secs>;pk=:<base64>:` per
-/// limit, the remaining quota, seconds until a slot frees, and the partition key of the bucket
+/// limit, the remaining quota, seconds until room frees, and the partition key of the bucket
 /// counted in, `pk_of(i)` for limit `i` (one for every limit while a route's limits share its
 /// key; a limit with a key of its own, such as `global`, has its own bucket's).
 pub fn ratelimit_field<'a>(
@@ -157,7 +157,7 @@ pub struct Legacy {
     pub limit: u32,
     /// `X-RateLimit-Remaining`: requests it still admits.
     pub remaining: u32,
-    /// `X-RateLimit-Reset`: seconds (rounded up) until a slot of it frees; on a denial the
+    /// `X-RateLimit-Reset`: seconds (rounded up) until room in it frees; on a denial the
     /// `Retry-After` of a limit that denied.
     pub reset: u64,
 }

@@ -290,7 +290,7 @@ fn slow_and_idle_clients_are_cut_at_their_deadlines() {
 
 /// Under `RLIMIT_NOFILE` = 1024 (as `prlimit --nofile=1024`), 1200 clients on the proxy
 /// listener: it holds `max_connections` of them and closes the rest, so `/healthz`, `/readyz`
-/// and `/metrics` keep answering and a normal request is still served once a slot frees.
+/// and `/metrics` keep answering and a normal request is still served once a connection frees.
 #[test]
 fn admin_answers_while_the_proxy_listener_is_saturated() {
     const CLIENTS: usize = 1200;

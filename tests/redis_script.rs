@@ -472,7 +472,7 @@ fn denied_call_writes_nothing_even_with_expired_entries() {
 #[test]
 fn lowered_requests_reset_counts_from_the_window_not_the_expired_prefix() {
     // A denial trims nothing, so with expired entries still at the head, the entry whose
-    // leaving frees a slot is entry[expired + count - requests] of the stored list.
+    // leaving frees room is entry[expired + count - requests] of the stored list.
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let key = "t:{r:c}:10000";

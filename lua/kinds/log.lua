@@ -224,7 +224,7 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                         known[m], known[m + 1], known[m + 2], known[m + 3] = k + 1, h or now, now, now_s
                     end
                     -- Admitted means k < requests; when it is now full, the oldest entry is the one
-                    -- whose leaving frees a slot.
+                    -- whose leaving frees room.
                     reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j] - k - 1, (h or now) + w - now
                 else
                     local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]

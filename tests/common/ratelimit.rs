@@ -10,7 +10,7 @@ pub struct RateLimitItem {
     pub name: String,
     /// Remaining quota.
     pub r: u64,
-    /// Seconds until a slot frees.
+    /// Seconds until room frees.
     pub t: u64,
     /// The partition key: the bytes of the RFC 9651 Byte Sequence (12 of them).
     pub pk: Vec<u8>,
