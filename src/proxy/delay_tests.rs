@@ -2,31 +2,19 @@
 //! on a loaded proxy: a waiter's budget is measured on what the store decided, so the time an
 //! answer spends on its way back never turns a waiter that fits into a 429.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
-use super::tests::decision;
+use super::tests::{decision, rules};
 use super::SlideGate;
-use crate::config::Config;
 use crate::limiter::fixtures::Counting;
 use crate::metrics::Decision;
-use crate::routes::Rules;
 
 /// `smooth`: 2 requests per 500 ms per client, a denial may wait up to 500 ms.
 const RULES: &str = r#"
-[server]
-listen = "127.0.0.1:1"
-admin_listen = "127.0.0.1:2"
-
 [store]
 backend = "memory"
 max_queue = 8
-
-[upstreams.app]
-servers = ["127.0.0.1:9"]
 
 [[routes]]
 name = "smooth"
@@ -42,8 +30,7 @@ max_delay = "500ms"
 /// for it: timed from the late answers, its wait would seem 80 ms longer than it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_fits_is_served_however_late_the_answers_come_back() {
-    let config = Config::from_toml(Path::new("smooth.toml"), RULES).expect("valid config");
-    let rules = Arc::new(ArcSwap::from_pointee(Rules::build(&config).expect("rules")));
+    let rules = rules("smooth.toml", RULES);
     let store = Arc::new(Counting::default());
     store.answer_late_after(4, Duration::from_millis(80));
     let gate = SlideGate::new(rules, store.clone());

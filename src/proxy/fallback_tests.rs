@@ -3,32 +3,20 @@
 //! again it may admit only into what that log left, so one proxy never admits more than the
 //! limit in a window however its calls fared.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
-use super::tests::decision;
+use super::tests::{decision, rules};
 use super::SlideGate;
-use crate::config::Config;
 use crate::limiter::fixtures::Counting;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::Store;
 use crate::metrics::Decision;
-use crate::routes::Rules;
 
 /// `api`: 3 requests a minute per client, on a shared store (never connected here).
 const RULES: &str = r#"
-[server]
-listen = "127.0.0.1:1"
-admin_listen = "127.0.0.1:2"
-
 [store]
 backend = "redis"
 url = "redis://127.0.0.1:1"
-
-[upstreams.app]
-servers = ["127.0.0.1:9"]
 
 [[routes]]
 name = "api"
@@ -39,8 +27,7 @@ limits = [ { requests = 3, window = "60s" } ]
 
 #[tokio::test]
 async fn lost_calls_then_answers_admit_at_most_the_limit() {
-    let config = Config::from_toml(Path::new("fallback.toml"), RULES).expect("valid config");
-    let rules = Arc::new(ArcSwap::from_pointee(Rules::build(&config).expect("rules")));
+    let rules = rules("fallback.toml", RULES);
     let store = Arc::new(Counting::default());
     store.lose_calls(true);
     let local: Arc<dyn Store> = Arc::new(MemoryStore::new());

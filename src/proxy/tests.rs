@@ -23,17 +23,9 @@ use crate::routes::Rules;
 
 /// `login` allows one request a minute per client; `open` has no limits; `admin` is the host
 /// `admin.test`, one a minute.
-/// (The listeners are never opened here.)
 const RULES: &str = r#"
-[server]
-listen = "127.0.0.1:1"
-admin_listen = "127.0.0.1:2"
-
 [store]
 backend = "memory"
-
-[upstreams.app]
-servers = ["127.0.0.1:9"]
 
 [[routes]]
 name = "login"
@@ -53,13 +45,23 @@ host = "admin.test"
 limits = [ { requests = 1, window = "60s" } ]
 "#;
 
+/// What every hook test's config starts with: the listeners (never opened here) and the one
+/// upstream, `app`.
+const HEAD: &str = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+                    [upstreams.app]\nservers = [\"127.0.0.1:9\"]\n";
+
+/// The rules of a hook test's config: [`HEAD`], then `rest` (`[store]` and the routes), as if
+/// read from `file`.
+pub(super) fn rules(file: &str, rest: &str) -> Arc<ArcSwap<Rules>> {
+    let config =
+        Config::from_toml(Path::new(file), &format!("{HEAD}{rest}")).expect("valid config");
+    Arc::new(ArcSwap::from_pointee(
+        Rules::build(&config).expect("rules build"),
+    ))
+}
+
 fn gate() -> SlideGate {
-    let config = Config::from_toml(Path::new("hooks.toml"), RULES).expect("valid config");
-    let rules = Rules::build(&config).expect("rules build");
-    SlideGate::new(
-        Arc::new(ArcSwap::from_pointee(rules)),
-        Arc::new(MemoryStore::new()),
-    )
+    SlideGate::new(rules("hooks.toml", RULES), Arc::new(MemoryStore::new()))
 }
 
 /// An HTTP/1 request the hook lets through: the mock stream fails the test on any write.
