@@ -315,3 +315,53 @@ async fn logrotate_snippet_signal_reopens_the_access_log() {
         .unwrap_or_else(|| panic!("no line in the new file; log:\n{}", proxy.log()));
     assert!(!lines(&rotated).contains("/after"));
 }
+
+/// The image builds with the committed profile-guided optimisation profile (scripts/pgo),
+/// which fits only the rustc that trained it and a build with an explicit `--target`: the
+/// Dockerfile's Rust image is that rustc, its builds pass `--target` and the profile, and the
+/// file is an indexed LLVM profile (not an empty file or a Git LFS pointer).
+#[test]
+fn the_image_builds_with_a_profile_of_its_own_rustc() {
+    let info = read("pgo/profile.txt");
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+            .unwrap_or_else(|| panic!("pgo/profile.txt has no `{name}:` line:\n{info}"))
+            .to_string()
+    };
+    // "rustc 1.95.0 (59807616e 2026-04-14)"
+    let trained_with = field("rustc");
+    let trained_with = trained_with.split_whitespace().nth(1).unwrap_or("");
+    let dockerfile = read("Dockerfile");
+    let builder = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("FROM rust:"))
+        .expect("a rust: build stage");
+    let image_rustc = builder.split(['-', ' ']).next().unwrap();
+    assert_eq!(
+        image_rustc, trained_with,
+        "the image builds with rustc {image_rustc}, the profile was trained with {trained_with}: \
+         run scripts/pgo with that rustc"
+    );
+    assert!(field("commit").len() >= 40, "{info}");
+    assert!(
+        dockerfile.contains("ENV RUSTFLAGS=\"-Cprofile-use=/src/pgo/slidegate.profdata\""),
+        "the image's build does not use the profile"
+    );
+    let builds: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.contains("cargo build"))
+        .collect();
+    assert_eq!(builds.len(), 2, "{builds:?}");
+    for build in builds {
+        assert!(build.contains("--target"), "{build}");
+    }
+    let profile = std::fs::read(repo("pgo/slidegate.profdata")).expect("pgo/slidegate.profdata");
+    // llvm::IndexedInstrProf::Magic, "\xfflprofi\x81" little-endian.
+    assert_eq!(
+        &profile[..8],
+        b"\xfflprofi\x81",
+        "not an indexed LLVM profile"
+    );
+    assert!(profile.len() > 100_000, "{} bytes", profile.len());
+}
