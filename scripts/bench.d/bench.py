@@ -247,7 +247,7 @@ def cmd_report(args):
     p = out.append
     p(f"### slidegate benchmark ({meta['date']})")
     p("")
-    p(f"`{meta['command']}` — commit `{meta['commit']}`, {meta['cpus']} CPUs ({meta['cpu_model']}), "
+    p(f"`{meta['command']}` — commit `{meta['commit']}`, {meta.get('build', 'release build')}, {meta['cpus']} CPUs ({meta['cpu_model']}), "
       f"{meta['rounds']} interleaved round{'s' if int(meta['rounds']) != 1 else ''} of `wrk -t{meta['wrk_threads']} -c{meta['connections']} "
       f"-d{meta['duration']}` per case on loopback, after a {meta['warmup']} warm-up per case. "
       f"slidegate `threads = {meta['sg_threads']}`; nginx `worker_processes {meta['sg_threads']}` "
@@ -326,9 +326,16 @@ def cmd_report(args):
     else:
         target("Redis allowed path ≥ 0.6× nginx proxy_pass", "not measured", None)
     el = paired_ratio(by_case, "E", "L") if have("E", "L") else None
+    el_cpu = paired_cpu_ratio(by_case, "E", "L") if have("E", "L") else None
+    # Issue 34's bars, at equal workers (slidegate `threads` = nginx `worker_processes`).
+    w = f"{meta['sg_threads']} worker{'s' if int(meta['sg_threads']) != 1 else ''} each"
+    target(f"Redis route ≥ 1.1× nginx + Lua + Redis, {w} (E / L req/s)",
+           "not measured" if el is None else f"{el:.3f}×", None if el is None else el >= 1.1)
+    target(f"proxy + Redis CPU per allowed request ≤ 0.85× nginx + Lua + Redis, {w} (E / L)",
+           "not measured" if el_cpu is None else f"{el_cpu:.3f}×",
+           None if el_cpu is None else el_cpu <= 0.85)
     target("Redis allowed path ≥ 1.3× nginx + Lua + Redis (E / L req/s)",
            "not measured" if el is None else f"{el:.3f}×", None if el is None else el >= 1.3)
-    el_cpu = paired_cpu_ratio(by_case, "E", "L") if have("E", "L") else None
     target("proxy + Redis CPU per allowed request ≤ 0.6× nginx + Lua + Redis (E / L)",
            "not measured" if el_cpu is None else f"{el_cpu:.3f}×",
            None if el_cpu is None else el_cpu <= 0.6)
@@ -362,6 +369,12 @@ def cmd_report(args):
     target("Redis script µs per decision ≤ 5, one limit, steady state with eviction (E; "
            "usec of EVALSHA / requests, as calls decide batches)",
            "not measured" if e_upd is None else f"{e_upd:.2f}", None if e_upd is None else e_upd <= 5)
+    l_upd = stats["L"]["usec_per_req"] if "L" in stats else None
+    el_script = e_upd / l_upd if e_upd is not None and l_upd else None
+    target("Redis script CPU per decision ≤ 0.4× the common ZSET script on the same Redis "
+           "(E / L, script µs per decision)",
+           "not measured" if el_script is None else f"{el_script:.3f}×",
+           None if el_script is None else el_script <= 0.4)
     p("")
 
     # Sanity checks: a benchmark of errors is no benchmark.
