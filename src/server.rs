@@ -20,7 +20,6 @@ use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
 use crate::edge::{ConnLimits, EdgeApp, TlsPort};
-use crate::limiter::coalesce::known::DenyCache;
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
@@ -32,22 +31,18 @@ use crate::routes::Rules;
 use crate::tls::load_listener;
 
 /// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
-/// stores get the exact local deny cache in front unless it is disabled.
+/// stores answer a bucket known to be full locally (the exact deny cache) unless it is disabled.
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let settings = &config.store;
     let Some(target) = settings.redis_target() else {
         return Ok(Arc::new(memory_store(config)));
     };
     let store = RedisStore::new(&target).context("cannot set up the Redis store")?;
-    Ok(if settings.local_deny_cache {
-        // One memory of denials: the store's lanes learn into it, the cache reads it.
-        let known = store.known_denials();
-        Arc::new(
-            DenyCache::reading(Arc::new(store), known).with_max_age(settings.deny_cache_max_age),
-        )
+    Ok(Arc::new(if settings.local_deny_cache {
+        store.with_deny_cache(settings.deny_cache_max_age)
     } else {
-        Arc::new(store)
-    })
+        store
+    }))
 }
 
 /// This proxy's own sliding-window log for `on_error = "local"`: present with a shared store,

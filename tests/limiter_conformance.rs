@@ -1,7 +1,7 @@
 //! One conformance suite for every store: the memory store, `RedisStore` on one Redis, on a
 //! master found through three Redis Sentinels, and on a 3-master Redis Cluster must give the
-//! same answers, and so must the memory store, one Redis and the Cluster behind the
-//! `DenyCache` (which answers denials locally and must never change a verdict).
+//! same answers, and so must one Redis and the Cluster with the local deny cache on (which
+//! answers denials locally and must never change a verdict).
 //!
 //! Each case is a plain `async fn(Arc<dyn Store>)`, in `limiter_conformance/decide.rs`
 //! (deciding, refunds), `limiter_conformance/own_keys.rs` (limits in different buckets) or
@@ -33,7 +33,6 @@ use cost::*;
 use decide::*;
 use lease::*;
 use own_keys::*;
-use slidegate::limiter::coalesce::known::DenyCache;
 use slidegate::limiter::memory::MemoryStore;
 use slidegate::limiter::redis::{RedisStore, RedisTarget};
 use slidegate::limiter::Store;
@@ -131,17 +130,12 @@ async fn redis_cluster() -> Fixture {
     (Arc::new(store), guard)
 }
 
-/// `fixture`'s Redis store behind a [`DenyCache`] reading the store's memory of denials, as
-/// the proxy runs a shared store.
+/// `fixture`'s Redis store with the local deny cache on, as the proxy runs a shared store by
+/// default.
 async fn deny_cached(fixture: impl std::future::Future<Output = RedisFixture>) -> Fixture {
     let (store, guard) = fixture.await;
-    let known = store.known_denials();
-    (Arc::new(DenyCache::reading(Arc::new(store), known)), guard)
-}
-
-async fn deny_cache_memory() -> Fixture {
-    let (store, guard) = memory().await;
-    (Arc::new(DenyCache::new(store)), guard)
+    let store = store.with_deny_cache(Duration::from_secs(10));
+    (Arc::new(store), guard)
 }
 
 async fn deny_cache_redis() -> Fixture {
@@ -204,8 +198,7 @@ conformance!(memory, memory);
 conformance!(redis, redis_single);
 conformance!(redis_sentinel, redis_sentinel);
 conformance!(redis_cluster, redis_cluster);
-conformance!(deny_cache_memory, deny_cache_memory);
 conformance!(deny_cache_redis, deny_cache_redis);
-// The deny cache wraps any store the same way; behind it, Sentinel would repeat the single
-// Redis run at the cost of 15 more five-process Sentinel sets (about 45 s of CI).
+// The deny cache is the same on every Redis deployment; with it, Sentinel would repeat the
+// single Redis run at the cost of 15 more five-process Sentinel sets (about 45 s of CI).
 conformance!(deny_cache_redis_cluster, deny_cache_redis_cluster);

@@ -129,6 +129,55 @@ async fn frozen_redis_times_out_then_fails_fast_then_recovers() {
     assert!(result.unwrap().admitted);
 }
 
+/// With the deny cache on (the proxy's default), a bucket Redis said was full stays denied
+/// while a frozen Redis makes calls fail fast, and for no longer than Redis said; any other
+/// bucket gets the store's error (the route's `on_error` decides it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_denial_still_answers_while_calls_fail_fast() {
+    const ONE: [Limit; 1] = [Limit::log(1, Duration::from_secs(2))];
+    let server = RedisServer::start();
+    let store = connected_store(&server)
+        .await
+        .with_deny_cache(Duration::from_secs(60));
+    let check = |bucket: &'static str| {
+        let store = &store;
+        async move { store.check(ROUTE, &Buckets::one(bucket), &ONE).await }
+    };
+    assert!(check("full:c").await.unwrap().admitted);
+    let denied = check("full:c").await.unwrap();
+    assert!(!denied.admitted);
+    let learned = Instant::now();
+
+    server.freeze();
+    // Calls of other buckets run out their deadline until the store fails fast.
+    let mut failing_fast = false;
+    for _ in 0..10 {
+        let (result, took) = bounded_check(&store, "other:c").await;
+        assert!(result.is_err(), "a frozen Redis admitted");
+        if took < TIMEOUT / 2 {
+            failing_fast = true;
+            break;
+        }
+    }
+    assert!(failing_fast, "never failed fast");
+    assert!(
+        matches!(check("other:c").await, Err(StoreError::Unavailable(_))),
+        "another bucket: the store's error"
+    );
+    let cached = check("full:c").await.expect("the known denial answers");
+    assert!(!cached.admitted);
+    assert!(cached.states[0].reset <= denied.states[0].reset);
+    // Past what Redis said, the memory answers no more: the store's error again.
+    let deadline = denied.retry_after().unwrap();
+    tokio::time::sleep(deadline.saturating_sub(learned.elapsed()) + Duration::from_millis(20))
+        .await;
+    assert!(
+        matches!(check("full:c").await, Err(StoreError::Unavailable(_))),
+        "a denial outlived its deadline"
+    );
+    server.thaw();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_on_same_port_recovers_through_maintain() {
     let mut server = RedisServer::start();

@@ -322,9 +322,10 @@ pub(crate) mod fixtures {
     use super::*;
 
     /// A memory store that counts the decisions reaching it: in front of it, a wrapper's own
-    /// answers (a deny cache's) are the ones not counted. While [`Counting::lose_calls`] is
-    /// on, decisions never reach it: they time out, as calls lost on the way to Redis. After
-    /// [`Counting::answer_late_after`], answers linger on their way back, as on a loaded proxy.
+    /// answers (the coalescer's deny cache, `coalesce::fixture`) are the ones not counted.
+    /// While [`Counting::lose_calls`] is on, decisions never reach it: they time out, as calls
+    /// lost on the way to Redis. After [`Counting::answer_late_after`], answers linger on
+    /// their way back, as on a loaded proxy.
     #[derive(Default)]
     pub(crate) struct Counting {
         store: memory::MemoryStore,

@@ -167,7 +167,7 @@ pub(super) async fn client_gone(session: &mut Session) -> Box<Error> {
 mod tests {
     use super::*;
     use crate::config::{OnError, Smoothing};
-    use crate::limiter::{Buckets, LimitState};
+    use crate::limiter::LimitState;
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -261,38 +261,26 @@ mod tests {
     /// waiter past the time room frees, and never makes it wait longer than that.
     #[tokio::test]
     async fn a_known_denial_waits_until_the_store_decides_again() {
-        use crate::limiter::coalesce::known::DenyCache;
+        use crate::limiter::coalesce::fixture::Cached;
         use crate::limiter::fixtures::Counting;
-        use crate::limiter::{Limit, Store};
+        use crate::limiter::Limit;
         use std::sync::Arc;
         use std::time::Instant;
 
         let store = Arc::new(Counting::default());
-        let cache = DenyCache::new(store.clone());
+        let cache = Cached::new(store.clone(), Duration::from_secs(10));
         let limits = [Limit::log(1, Duration::from_millis(200))];
         let started = Instant::now();
-        assert!(
-            cache
-                .check("r", &Buckets::one("b"), &limits)
-                .await
-                .unwrap()
-                .admitted
-        );
-        assert!(
-            !cache
-                .check("r", &Buckets::one("b"), &limits)
-                .await
-                .unwrap()
-                .admitted
-        );
-        let mut result = cache.check("r", &Buckets::one("b"), &limits).await;
+        assert!(cache.check("b", &limits).await.unwrap().admitted);
+        assert!(!cache.check("b", &limits).await.unwrap().admitted);
+        let mut result = cache.check("b", &limits).await;
         assert_eq!(store.reached(), 2, "the third answer is the cache's");
         let p = policy(Some(SECOND), false);
         let waiting = Instant::now();
         let mut decisions = 1;
         while let Some(wait) = wait_for(p, &result, waiting.elapsed(), decisions) {
             tokio::time::sleep(wait).await;
-            result = cache.check("r", &Buckets::one("b"), &limits).await;
+            result = cache.check("b", &limits).await;
             decisions += 1;
         }
         assert!(

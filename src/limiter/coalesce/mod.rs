@@ -4,16 +4,17 @@
 //! Generic over what a call is (`sender::Backend::send`: a batch in, one verdict per decision
 //! out): the Redis store plugs its `EVALSHA` in, and nothing here knows of Redis.
 //!
-//! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure;
+//! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure, and the one
+//!   memory of provable denials the lanes answer from (`lane::KnownDenials`: the local deny
+//!   cache when `local_deny_cache` is on);
 //! - `sender`: the front a request meets (`sender::decide`) and the task per lane that sends
-//!   its batches and delivers the verdicts;
-//! - [`known`]: the one memory of provable denials, read by the lanes and by the local deny
-//!   cache ([`known::DenyCache`]) in front of any store.
+//!   its batches and delivers the verdicts.
 //!
 //! Files import this one for the shared types below, and each other only downwards (sender →
-//! lane → known), never back.
+//! lane), never back.
 
-pub mod known;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub(crate) mod lane;
 pub(crate) mod sender;
 

@@ -50,7 +50,7 @@
 //! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
 //! decides it, and it is counted), so waiting stays bounded.
 //!
-//! **A known-full bucket costs nothing** (`known.rs`): a denial that comes back answers at once
+//! **A known-full bucket costs nothing** (`lane.rs`, [`KnownDenials`]): a denial that comes back answers at once
 //! every queued decision for the same bucket and limits, and any that arrive while the lane is
 //! busy, for as long as the denial is certain (it holds with several calls in flight, since a
 //! denial proves that no decision anywhere can be admitted for the bucket before its `until`).
@@ -63,8 +63,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
 
-use super::known::KnownDenials;
-use super::lane::{Lane, Lanes};
+use super::lane::{KnownDenials, Lane, Lanes};
 use super::{Arrival, Bounds, Call, Next, Pending};
 use crate::limiter::{Buckets, Checked, Limit, StoreError};
 
@@ -92,7 +91,8 @@ const BOUNDS: Bounds = Bounds {
 
 /// Without a deny cache, a denial a lane learned is trusted for at most this long (it is
 /// dropped sooner when the lane goes idle): a `FLUSHALL` or failover on a kept connection may
-/// have freed the bucket. A deny cache in front sets its own age.
+/// have freed the bucket. The deny cache sets its own age
+/// (`local_deny_cache`, [`KnownDenials::serve_cache`]).
 const MAX_DENIAL_AGE: Duration = Duration::from_secs(1);
 
 /// What the coalescer sends through: a store that decides a batch of decisions in one call.

@@ -49,9 +49,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 
-use super::coalesce::known::KnownDenials;
+use super::coalesce::lane::Stamp;
 use super::coalesce::sender::{self, Coalescer};
-use super::{Admission, Buckets, Checked, Limit, Store, StoreError, Verdict, WindowView};
+use super::{Admission, Buckets, Change, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
 
@@ -159,11 +159,14 @@ impl RedisStore {
         self.inner.key(bucket, limit)
     }
 
-    /// The memory of denials this store learns from its calls, for a deny cache in front to
-    /// read ([`DenyCache::reading`](crate::limiter::coalesce::known::DenyCache::reading))
-    /// instead of keeping a second one.
-    pub fn known_denials(&self) -> Arc<KnownDenials> {
-        self.inner.coalescer.known().clone()
+    /// Turn the local deny cache on (`store.local_deny_cache`): the memory of denials this
+    /// store learns from its calls answers a bucket known to be full without a call, for as
+    /// long as the denial proves it and at most `max_age` (a `FLUSHALL`, an eviction or a
+    /// failover on a kept connection may have freed it), also while calls fail fast. Off, a
+    /// denial answers only the decisions of its lane's busy period.
+    pub fn with_deny_cache(self, max_age: Duration) -> RedisStore {
+        self.inner.coalescer.known().serve_cache(max_age);
+        self
     }
 
     /// See [`Store::check`]. Fails at once while the gate is closed or nothing is connected,
@@ -179,7 +182,9 @@ impl RedisStore {
                 recorded_each: Vec::new(),
             });
         }
-        self.inner.live_conn()?;
+        if let Err(error) = self.inner.live_conn() {
+            return self.inner.known_while_closed(buckets, limits).ok_or(error);
+        }
         sender::decide(&self.inner, buckets, limits).await
     }
 }
@@ -193,6 +198,18 @@ impl Inner {
         };
         self.gate.pass()?;
         Ok(conn)
+    }
+
+    /// While calls fail fast, the deny cache still answers a bucket known to be full (the
+    /// lanes answer it on the main line).
+    fn known_while_closed(&self, buckets: &Buckets<'_>, limits: &[Limit]) -> Option<Verdict> {
+        let known = self.coalescer.known();
+        let stamp = Stamp {
+            generation: self.gate.generation(),
+            epoch: 0,
+        };
+        let cached = known.outlives_lanes() && buckets.is_one();
+        cached.then(|| known.verdict(buckets.first(), limits, stamp, Instant::now()))?
     }
 }
 
@@ -248,7 +265,16 @@ impl Store for RedisStore {
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError> {
         let change = admission.change;
         let (_, buckets, limits, recorded_at) = admission.parts();
-        self.refund_each(buckets, limits, recorded_at, change).await
+        self.refund_each(buckets, limits, recorded_at, change)
+            .await?;
+        if change != Change::Charge {
+            // An entry came back: a denial remembered before it is too pessimistic now (a
+            // charge only adds, so every denial still stands).
+            for (bucket, _) in buckets.groups(limits.len()) {
+                self.inner.coalescer.known().forget(bucket);
+            }
+        }
+        Ok(())
     }
 
     async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
@@ -258,7 +284,18 @@ impl Store for RedisStore {
 
     async fn reset(&self, bucket: &str, limits: &[Limit]) -> Result<(), StoreError> {
         let (inner, bucket, limits) = (self.inner.clone(), bucket.to_owned(), limits.to_vec());
+        let forget = bucket.clone();
         let reset = async move { inner.reset_bucket(&bucket, &limits).await };
-        self.inner.io.run(reset).await
+        self.inner.io.run(reset).await?;
+        // After the store forgot the bucket: a denial remembered from now on was decided after
+        // the reset. (A check already in flight when the reset ran may still bring back its
+        // older denial; it lapses at its deadline. Other proxies' memories are not reached.)
+        self.inner.coalescer.known().forget(&forget);
+        Ok(())
+    }
+
+    fn rules_changed(&self) {
+        // New limits may admit what the old ones denied.
+        self.inner.coalescer.known().clear();
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::*;
-use crate::limiter::{Checked, LimitState, Verdict};
+use crate::limiter::{Checked, Verdict};
 
 const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 
@@ -28,15 +28,7 @@ fn known() -> KnownDenials {
 }
 
 fn denial() -> Verdict {
-    Verdict {
-        admitted: false,
-        recorded_at: None,
-        recorded_each: Vec::new(),
-        states: vec![LimitState {
-            remaining: 0,
-            reset: Duration::from_secs(30),
-        }],
-    }
+    super::known_tests::denial(Duration::from_secs(30))
 }
 
 fn arrive(lane: &mut Lane, known: &KnownDenials, bucket: &str, limits: &[Limit]) -> Arrival {
@@ -150,7 +142,7 @@ fn an_idle_lane_forgets_its_denials() {
 #[test]
 fn with_a_deny_cache_denials_outlive_the_busy_period() {
     let (mut lane, known) = (lane(), known());
-    // What a deny cache in front of the store does to the store's memory.
+    // What turning the deny cache on does to the store's memory.
     known.serve_cache(Duration::from_secs(1));
     learn(&lane, &known, "r:hot");
     one_busy_period(&mut lane);
