@@ -131,6 +131,44 @@ async fn the_problem_body_is_the_drafts_quota_exceeded() {
     }
 }
 
+/// On HTTP/1 the fields slidegate adds go out spelled as clients know them (the proxy hands
+/// Pingora parsed names with their case), on an admitted answer and on a 429, legacy trio
+/// included.
+#[tokio::test]
+async fn fields_are_spelled_as_clients_know_them_on_http1() {
+    let up = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "legacy",
+            "path_prefix = \"/\"\nlegacy_headers = true\n\
+             limits = [{ requests = 1, window = \"1m\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&toml);
+    let request = b"GET /spelled HTTP/1.1\r\nHost: a\r\n\r\n";
+    let admitted = common::http::exchange(proxy.addr(), request);
+    let denied = common::http::exchange(proxy.addr(), request);
+    assert_eq!(
+        (admitted.0, denied.0),
+        (200, 429),
+        "{admitted:?} {denied:?}"
+    );
+    let spelled = [
+        "RateLimit-Policy: ",
+        "RateLimit: ",
+        "X-RateLimit-Limit: ",
+        "X-RateLimit-Remaining: ",
+        "X-RateLimit-Reset: ",
+        "Server: ",
+    ];
+    for (head, extra) in [(&admitted.1, None), (&denied.1, Some("Retry-After: "))] {
+        for name in spelled.into_iter().chain(extra) {
+            assert!(head.contains(&format!("\r\n{name}")), "{name:?} in {head}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn proxies_sharing_a_secret_agree_on_pk() {
     let up = Upstream::start();

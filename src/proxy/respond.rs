@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
@@ -20,16 +20,32 @@ use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
 use crate::routes::{Route, Rules};
 
-/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]).
-const RATELIMIT_POLICY: &str = "RateLimit-Policy";
-const RATELIMIT: &str = "RateLimit";
-/// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given).
-const RETRY_AFTER: &str = "Retry-After";
+/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]),
+/// parsed once, each with its case on HTTP/1: inserted as such a pair, a name added to every
+/// limited response is neither parsed nor copied (`vendor/pingora-http.patch`).
+const RATELIMIT_POLICY: (HeaderName, &str) = (
+    HeaderName::from_static("ratelimit-policy"),
+    "RateLimit-Policy",
+);
+const RATELIMIT: (HeaderName, &str) = (HeaderName::from_static("ratelimit"), "RateLimit");
+/// Spelled out so the header goes out in its usual case (Pingora keeps the case it is given);
+/// parsed once, as above.
+const RETRY_AFTER: (HeaderName, &str) = (http::header::RETRY_AFTER, "Retry-After");
 
-/// The `X-RateLimit-*` fields of `legacy_headers`, spelled as clients know them.
-const X_LIMIT: &str = "X-RateLimit-Limit";
-const X_REMAINING: &str = "X-RateLimit-Remaining";
-const X_RESET: &str = "X-RateLimit-Reset";
+/// The `X-RateLimit-*` fields of `legacy_headers`, spelled as clients know them (parsed once,
+/// as above).
+const X_LIMIT: (HeaderName, &str) = (
+    HeaderName::from_static("x-ratelimit-limit"),
+    "X-RateLimit-Limit",
+);
+const X_REMAINING: (HeaderName, &str) = (
+    HeaderName::from_static("x-ratelimit-remaining"),
+    "X-RateLimit-Remaining",
+);
+const X_RESET: (HeaderName, &str) = (
+    HeaderName::from_static("x-ratelimit-reset"),
+    "X-RateLimit-Reset",
+);
 
 /// What the answers that never vary say (problem `detail`, gRPC `grpc-message`).
 const NOT_FOUND: &str = "no route matches this request";
@@ -242,6 +258,8 @@ pub(super) fn legacy_value(route: &Route, verdict: &Verdict) -> Option<Legacy> {
 
 /// Add `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds) to a response.
 pub(super) fn insert_legacy_fields(header: &mut ResponseHeader, legacy: Legacy) -> Result<()> {
+    // Room for the three, so that each of the head's two maps (names, their case) grows once.
+    header.reserve(3);
     header.insert_header(X_LIMIT, legacy.limit)?;
     header.insert_header(X_REMAINING, legacy.remaining)?;
     header.insert_header(X_RESET, legacy.reset)
@@ -264,6 +282,8 @@ pub(super) fn insert_ratelimit_fields(
     route: &Route,
     ratelimit: HeaderValue,
 ) -> Result<()> {
+    // Room for both, so that each of the head's two maps (names, their case) grows once.
+    header.reserve(1 + usize::from(route.policy_header.is_some()));
     if let Some(p) = &route.policy_header {
         header.insert_header(RATELIMIT_POLICY, p.clone())?;
     }

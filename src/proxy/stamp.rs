@@ -2,14 +2,15 @@
 //! (`server.server_header`, which replaces the upstream's, as nginx hides the upstream's
 //! `Server` behind its own) and the route's `response_headers`.
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 
 use crate::config::ResponseHeaders;
 
-/// Spelled out so the field goes out in its usual case on HTTP/1.
-const SERVER: &str = "Server";
+/// Spelled out so the field goes out in its usual case on HTTP/1; parsed once (inserted as the
+/// pair, the name is neither parsed nor copied per response: `vendor/pingora-http.patch`).
+const SERVER: (HeaderName, &str) = (http::header::SERVER, "Server");
 
 /// Set `Server` to `server` (removing any when `None`) and each of `fields`, replacing what
 /// the response had under those names. Runs last on a response head, so the operator's value
