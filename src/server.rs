@@ -30,8 +30,9 @@ use crate::reload::Reloader;
 use crate::routes::Rules;
 use crate::tls::load_listener;
 
-/// Build the configured store (no I/O: Redis connects later, on Pingora's runtime). Shared
-/// stores answer a bucket known to be full locally (the exact deny cache) unless it is disabled.
+/// Build the configured store (no I/O: Redis connects later, in the store's `maintain`, on its
+/// own I/O thread). Shared stores answer a bucket known to be full locally (the exact deny
+/// cache) unless it is disabled.
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let settings = &config.store;
     let Some(target) = settings.redis_target() else {

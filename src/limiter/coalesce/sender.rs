@@ -50,11 +50,12 @@
 //! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
 //! decides it, and it is counted), so waiting stays bounded.
 //!
-//! **A known-full bucket costs nothing** (`lane.rs`, [`KnownDenials`]): a denial that comes back answers at once
-//! every queued decision for the same bucket and limits, and any that arrive while the lane is
-//! busy, for as long as the denial is certain (it holds with several calls in flight, since a
-//! denial proves that no decision anywhere can be admitted for the bucket before its `until`).
-//! A burst of thousands for one bucket thus costs a few calls.
+//! **A known-full bucket costs nothing** (`lane.rs`, [`KnownDenials`]): a denial that comes
+//! back answers at once every queued decision for the same bucket and limits, and any that
+//! arrive while the lane is busy (with the deny cache on, also after), for as long as the
+//! denial is certain (it holds with several calls in flight, since a denial proves that no
+//! decision anywhere can be admitted for the bucket before its `until`). A burst of thousands
+//! for one bucket thus costs a few calls.
 
 use std::future::Future;
 use std::sync::{Arc, MutexGuard};
