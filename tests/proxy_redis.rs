@@ -70,25 +70,6 @@ fn total(errors: &BTreeMap<&'static str, u64>) -> u64 {
     errors.values().sum()
 }
 
-/// Completed calls of the sliding-window script since the last `CONFIG RESETSTAT`. A call that
-/// failed (`NOSCRIPT` before redis-rs loads the script, then retries) is not counted.
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection())
-        .expect("INFO commandstats");
-    let field = |line: &str, name: &str| -> u64 {
-        line.split([':', ','])
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .map(|l| field(l, "calls") - field(l, "failed_calls"))
-        .sum()
-}
-
 fn reset_stats(redis: &RedisServer) {
     let _: () = ::redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -209,7 +190,7 @@ async fn three_proxies_one_redis(deny_cache: bool) {
         .map(|p| p.decisions("flood", "denied"))
         .collect();
     let errors: Vec<_> = proxies.iter().map(store_errors).collect();
-    let calls = script_calls(&redis);
+    let calls = redis.script_calls();
     println!(
         "3 proxies, deny cache {deny_cache}: {CLIENTS} concurrent connections in {elapsed:?}; \
          statuses per proxy {statuses:?}; upstream hits {}; metrics allowed {allowed:?} \
@@ -878,7 +859,7 @@ async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {
         shots.extend(joined.expect("flood worker"));
     }
     let flood_end = shots.iter().map(|s| s.sent).max().expect("some requests");
-    let calls = script_calls(&redis);
+    let calls = redis.script_calls();
     let mut admitted: Vec<&Shot> = shots.iter().filter(|s| s.admitted).collect();
     admitted.sort_by_key(|s| s.recv);
     let denied = shots.len() - admitted.len();

@@ -131,6 +131,38 @@ async fn the_problem_body_is_the_drafts_quota_exceeded() {
     }
 }
 
+/// On Redis with the deny cache on (the default), a client's denials after the first are
+/// answered by the proxy's memory, not by a Redis call, on every protocol, and carry what
+/// Redis's own denial carried: the same `pk`, `r=0`, the violated policy.
+#[tokio::test]
+async fn cached_denials_carry_the_same_fields_on_every_protocol() {
+    let (up, ca, redis) = (
+        Upstream::start(),
+        TestCa::new("cached"),
+        RedisServer::start(),
+    );
+    let toml = config(&up, &redis.store_toml());
+    let proxy = Proxy::start_with(&toml, tls_options(&ca, "h2c = true"));
+    let pem = ca.ca_pem();
+    for protocol in Protocol::ALL {
+        let who = format!("c-{protocol:?}");
+        for _ in 0..2 {
+            assert_eq!(get(&proxy, &pem, protocol, "/key", &who).await.status, 200);
+        }
+        let before = redis.script_calls();
+        let first = get(&proxy, &pem, protocol, "/key", &who).await;
+        assert_eq!(violated(&first), ["key-60s"], "{protocol:?}");
+        for _ in 0..5 {
+            let cached = get(&proxy, &pem, protocol, "/key", &who).await;
+            assert_eq!(violated(&cached), ["key-60s"], "{protocol:?}");
+            assert_eq!(pk(&cached), pk(&first), "{protocol:?}");
+            assert_eq!(ratelimit(&cached)[0].r, 0, "{protocol:?}");
+        }
+        let calls = redis.script_calls() - before;
+        assert_eq!(calls, 1, "{protocol:?}: Redis decided {calls} of 6 denials");
+    }
+}
+
 /// On HTTP/1 the fields slidegate adds go out spelled as clients know them (the proxy hands
 /// Pingora parsed names with their case), on an admitted answer and on a 429, legacy trio
 /// included.

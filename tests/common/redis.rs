@@ -206,6 +206,26 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
+    /// Completed calls of the sliding-window script (`EVALSHA`, or `EVAL`) since it started or
+    /// the last `CONFIG RESETSTAT`. A call that failed (`NOSCRIPT` before redis-rs loads the
+    /// script, then retries) is not counted.
+    pub fn script_calls(&self) -> u64 {
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .expect("INFO commandstats");
+        let field = |line: &str, name: &str| -> u64 {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .map(|l| field(l, "calls") - field(l, "failed_calls"))
+            .sum()
+    }
+
     /// Where a `RedisStore` for this server connects.
     pub fn redis_target(&self, timeout: Duration) -> RedisTarget {
         RedisTarget {
