@@ -25,7 +25,12 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   too: now >= the start of the newest slot of any limit of the decision. The memory store
   implements the same rules (src/limiter/algo/slots.rs); a key of another type, or a string of
   another shape, fails the decision as for a log.
-  Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k.
+  Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k. An
+  admission into the newest stored slot while none has left the window (the common case: a
+  client sending faster than one request per slot) changes only the string's last counter, so
+  its new value is the string read, less 4 bytes, plus the counter packed: no table is built
+  and nothing else is packed (scripts/bench-resolution, one client: 14.3 -> 12.1 µs per
+  decision, medians of 6 interleaved rounds). The bytes are the same either way.
 
   Scratch of limit i (its cells of `st`, see the skeleton):
     st[6i-5] its pairs as unpacked (false: no key)   st[6i-2] window (µs)
@@ -48,6 +53,8 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                 end
                 kk = (#s - 8) / 6
                 v = { struct.unpack('>d' .. string.rep('HI4', kk), s) }
+                -- The string as read, for an admission into its newest slot (see answer).
+                v[0] = s
                 local newest = (v[1] + v[2 * kk]) * res
                 if newest > now then
                     -- Formatted when a log limit of this decision needs it (pass 3).
@@ -76,7 +83,13 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                 local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
                 local sum, r, cur = st[j - 1], st[j], floor(now / res)
                 local fits = sum + wt <= r
-                if admitted and wt > 0 then
+                if admitted and wt > 0 and v and from == 1 and v[1] + v[2 * kk] == cur then
+                    -- Into the newest slot, and none left the window: only its counter, the
+                    -- string's last 4 bytes, changes (SET .. PX as below refreshes the TTL).
+                    local packed = string.sub(v[0], 1, 6 * kk + 4) .. struct.pack('>I4', v[2 * kk + 1] + wt)
+                    call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
+                    sum = sum + wt
+                elseif admitted and wt > 0 then
                     -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
                     -- slots as offsets from the first.
                     local o = {}
