@@ -51,6 +51,12 @@ impl<S: Store + 'static> Backend for Cached<S> {
         drop(tokio::spawn(task));
     }
 
+    fn deadline(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    fn timed_out(&self, _error: &StoreError) {}
+
     /// The batch's decisions one by one, in order.
     async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
         let mut verdicts = Vec::with_capacity(batch.len());

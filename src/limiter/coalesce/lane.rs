@@ -24,6 +24,10 @@ struct Seat {
     /// sends it now instead of when a call returns. A ring while the sender is busy is kept
     /// (one permit), so none is lost.
     wake: Notify,
+    /// The sender's calls numbered below this ran out their deadline (see
+    /// [`Lanes::expired`]). Written by the lane's sender only, read by its calls, which it
+    /// polls itself.
+    expired: AtomicU64,
 }
 
 impl Lanes {
@@ -32,6 +36,7 @@ impl Lanes {
         let seat = |_| Seat {
             lane: Mutex::new(Lane::new(bounds)),
             wake: Notify::new(),
+            expired: AtomicU64::new(0),
         };
         Lanes((0..count).map(seat).collect())
     }
@@ -46,6 +51,18 @@ impl Lanes {
     pub(crate) fn bell(&self, i: usize) -> &Notify {
         &self.0[i].wake
     }
+
+    /// Lane `i`'s calls are numbered by its sender, in the order sent; those numbered below
+    /// this ran out their deadline, and fail when next polled. It only grows, so a sender
+    /// numbers its calls from it on.
+    pub(crate) fn expired(&self, i: usize) -> u64 {
+        self.0[i].expired.load(Ordering::Relaxed)
+    }
+
+    /// Lane `i`'s calls numbered below `upto` ran out their deadline.
+    pub(crate) fn expire(&self, i: usize, upto: u64) {
+        self.0[i].expired.fetch_max(upto, Ordering::Relaxed);
+    }
 }
 
 /// See the module documentation.
@@ -55,6 +72,9 @@ pub(crate) struct Lane {
     sending: bool,
     /// Calls sent and not yet returned, at most `bounds.window`.
     in_flight: usize,
+    /// Nothing queued and nothing in flight since the sender last looked: the busy period
+    /// ended (the sender may still run, see [`Lane::retire`]).
+    idle: bool,
     pending: Vec<Pending>,
     /// Busy periods ended so far: a denial learned in an earlier one no longer answers here
     /// unless a deny cache keeps denials (see [`KnownDenials::outlives_lanes`]).
@@ -68,6 +88,7 @@ impl Lane {
             bounds,
             sending: false,
             in_flight: 0,
+            idle: true,
             pending: Vec::new(),
             epoch: 0,
         }
@@ -157,8 +178,8 @@ impl Lane {
     }
 
     /// What the sender does next: send the oldest `max_batch` queued decisions while the window
-    /// has room; wait while calls are in flight; else the lane is idle again and the next
-    /// request starts a sender.
+    /// has room; wait while calls are in flight; else the lane is idle again: its busy period
+    /// ends, and the sender waits for the bell (or ends, [`Lane::retire`]).
     pub(crate) fn next_batch(&mut self) -> Next {
         if self.in_flight >= self.bounds.window {
             return Next::Wait;
@@ -167,9 +188,13 @@ impl Lane {
             if self.in_flight > 0 {
                 return Next::Wait;
             }
-            self.release();
+            if !self.idle {
+                self.idle = true;
+                self.epoch += 1;
+            }
             return Next::Idle;
         }
+        self.idle = false;
         self.in_flight += 1;
         let n = self.pending.len().min(self.bounds.max_batch);
         Next::Send(self.pending.drain(..n).collect())
@@ -180,12 +205,29 @@ impl Lane {
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
+    /// The sender, idle for a while, ends if the lane is still idle (true): the next request
+    /// starts a sender again. False when a decision queued meanwhile (the sender sends it).
+    pub(crate) fn retire(&mut self) -> bool {
+        let idle = self.pending.is_empty() && self.in_flight == 0;
+        if idle {
+            drop(self.release());
+        }
+        idle
+    }
+
+    /// True when nothing is queued or in flight and the busy period has ended.
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.idle && self.pending.is_empty() && self.in_flight == 0
+    }
+
     /// Idle again, whatever waited: the waiters are returned to be dropped (they see their
     /// batch dropped). The sender's calls in flight are dropped with it. The busy period ends:
     /// without a deny cache its denials answer no more.
     pub(crate) fn release(&mut self) -> Vec<Pending> {
         self.sending = false;
         self.in_flight = 0;
+        self.idle = true;
         self.epoch += 1;
         std::mem::take(&mut self.pending)
     }

@@ -7,12 +7,14 @@
 //! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure, and the one
 //!   memory of provable denials the lanes answer from (`lane::KnownDenials`: the local deny
 //!   cache when `local_deny_cache` is on);
+//! - `deadline`: when a sender gives up on a call, and when an idle one ends (pure);
 //! - `sender`: the front a request meets (`sender::decide`) and the task per lane that sends
 //!   its batches and delivers the verdicts.
 //!
 //! Files import this one for the shared types below, and each other only downwards (sender →
-//! lane), never back.
+//! lane, sender → deadline), never back.
 
+pub(crate) mod deadline;
 #[cfg(test)]
 pub(crate) mod fixture;
 pub(crate) mod lane;
@@ -87,7 +89,8 @@ pub(crate) enum Next {
     Send(Vec<Pending>),
     /// Nothing to send now: wait for a call to return or the bell to ring.
     Wait,
-    /// Nothing queued and nothing in flight: the lane is idle again and the sender ends.
+    /// Nothing queued and nothing in flight: the lane is idle again; the sender waits for the
+    /// bell, and ends when none rings for a while ([`lane::Lane::retire`]).
     Idle,
 }
 

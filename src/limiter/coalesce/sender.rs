@@ -22,13 +22,22 @@
 //! trip.
 //!
 //! **How long a decision waits.** The request sets no timer of its own: every call is bounded
-//! by the backend's deadline (Redis: `store.timeout`, see `redis/call.rs`), so a sent decision
-//! is answered or failed within it. A queued decision waits for a call to return, then rides in
+//! by the backend's deadline (Redis: `store.timeout`), so a sent decision is answered or failed
+//! within it, by the sender's one timer (`deadline.rs`: due at the oldest call's deadline, late
+//! timers forgiven, and, with nothing in flight, when the idle sender ends). A queued decision waits for a call to return, then rides in
 //! the next: while the store answers it waits on (the queue is bounded, so its wait is too),
 //! and when a call runs out its deadline ([`StoreError::Timeout`]) the store is not answering,
 //! so every decision queued on that lane fails with it at once, instead of being sent into the
 //! same silence. Each of those queued after the failed call was sent, so on a frozen store no
-//! decision waits longer than one deadline. One timer per call, none per decision.
+//! decision waits longer than one deadline. One timer per sender, none per call or decision:
+//! a call that runs out is failed by the sender, which numbers its calls and marks those sent
+//! too long ago ([`Lanes::expired`]); a call checks the mark whenever it is polled, and the
+//! sender polls its calls itself.
+//!
+//! **The sender stays while its lane is busy.** When the queue empties and nothing is in
+//! flight, the busy period ends but the sender waits for the bell for one deadline more before
+//! it ends, so a lane kept busy by one client at a time keeps one sender instead of starting a
+//! task per request.
 //!
 //! **Order.** Two calls in flight may carry decisions for the same bucket: the store must run
 //! them in the order they queued. All of a lane's calls travel on one multiplexed connection,
@@ -64,6 +73,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
 
+use super::deadline::{Deadlines, Fired};
 use super::lane::{KnownDenials, Lane, Lanes};
 use super::{Arrival, Bounds, Call, Next, Pending};
 use crate::limiter::{Buckets, Checked, Limit, StoreError};
@@ -109,6 +119,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Run a lane's sender, detached, where the backend's calls are best driven from.
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static);
+
+    /// How long a call may go unanswered before it fails with [`StoreError::Timeout`]
+    /// (Redis: `store.timeout`).
+    fn deadline(&self) -> Duration;
+
+    /// A call ran out its deadline (`error`): the sender failed its decisions and what queued
+    /// behind it. The backend learns of it (Redis: its gate counts the failure).
+    fn timed_out(&self, error: &StoreError);
 
     /// Decide `batch` in one call, in order: one verdict per decision, or one error for all
     /// when the call failed (then the store was not answering).
@@ -186,8 +204,15 @@ pub(crate) async fn decide<B: Backend>(
         .unwrap_or_else(|_| Err(StoreError::Unavailable("batch dropped".into())))
 }
 
-/// Send one batch and deliver its verdicts; remember the denials they bring.
-async fn send_batch<B: Backend>(backend: &B, lane: usize, mut batch: Vec<Pending>) {
+/// Send one batch (at `sent`) and deliver its verdicts; remember the denials they bring. `seq`
+/// numbers the call among its lane's: once the sender marks it expired ([`Lanes::expired`]), it
+/// fails with [`StoreError::Timeout`] the next time it is polled.
+async fn send_batch<B: Backend>(
+    backend: &B,
+    lane: usize,
+    mut batch: Vec<Pending>,
+    (seq, sent): (u64, Instant),
+) {
     // A waiter that gave up (deadline, client gone) is not decided: it was answered without
     // this decision, so recording it would charge a request twice.
     batch.retain(|p| !p.verdict.is_closed());
@@ -195,14 +220,27 @@ async fn send_batch<B: Backend>(backend: &B, lane: usize, mut batch: Vec<Pending
         return;
     }
     let generation = backend.generation();
-    let sent = Instant::now();
-    let verdicts = match backend.send(&batch).await {
+    let lanes = &backend.coalescer().lanes;
+    let answer = {
+        let call = backend.send(&batch);
+        tokio::pin!(call);
+        std::future::poll_fn(|cx| {
+            if lanes.expired(lane) > seq {
+                let error = StoreError::Timeout(backend.deadline());
+                backend.timed_out(&error);
+                return Poll::Ready(Err(error));
+            }
+            call.as_mut().poll(cx)
+        })
+        .await
+    };
+    let verdicts = match answer {
         Ok(verdicts) => verdicts,
         Err(error) => {
             if matches!(error, StoreError::Timeout(_)) {
                 // The store is not answering: what queued behind this call fails with it
                 // (see "How long a decision waits" above).
-                let queued = backend.coalescer().lanes.get(lane).take_queued();
+                let queued = lanes.get(lane).take_queued();
                 fail_all(queued, &error);
             }
             return fail_all(batch, &error);
@@ -235,39 +273,69 @@ fn fail_all(batch: Vec<Pending>, error: &StoreError) {
     }
 }
 
-/// The lane's sender: keep up to [`WINDOW`] calls in flight until the queue is empty and every
-/// call has returned, then let the next request start a sender again.
+/// A call in flight: its number among the lane's calls and when it was sent.
+struct InFlight {
+    call: Call,
+    seq: u64,
+    sent: Instant,
+}
+
+/// The lane's sender: keep up to [`WINDOW`] calls in flight while the lane is busy, fail those
+/// that run out their deadline, and end once the lane has been idle for a deadline (see
+/// `deadline.rs`); then the next request starts a sender again.
 async fn drain<B: Backend>(mut task: Draining<B>) {
-    let mut calls: Vec<Call> = Vec::with_capacity(WINDOW);
+    let mut calls: Vec<InFlight> = Vec::with_capacity(WINDOW);
+    let mut next_seq = task.lanes().expired(task.lane);
+    let mut deadlines = Deadlines::new(task.backend.deadline(), Instant::now());
+    let timer = tokio::time::sleep_until(deadlines.due(None).into());
+    tokio::pin!(timer);
     loop {
         loop {
             // (A statement of its own: the lane's lock must end before the first poll.)
             let next = task.lane().next_batch();
-            match next {
-                Next::Send(batch) => {
-                    let (backend, lane) = (task.backend.clone(), task.lane);
-                    let mut call: Call =
-                        Box::pin(async move { send_batch(&*backend, lane, batch).await });
-                    // The first poll hands the command to the connection (see the module
-                    // documentation): now, before the next batch is taken. If the connection's
-                    // channel is full, the call waits in its (first come, first served) queue
-                    // and later calls wait behind it.
-                    if poll_once(&mut call).await.is_ready() {
-                        task.lane().returned();
-                    } else {
-                        calls.push(call);
-                    }
-                }
-                Next::Wait => break,
-                Next::Idle => {
-                    task.finished = true;
-                    return;
-                }
+            // Wait or idle: nothing to send until a call returns or the bell rings.
+            let Next::Send(batch) = next else { break };
+            let (backend, lane, seq) = (task.backend.clone(), task.lane, next_seq);
+            next_seq += 1;
+            let sent = Instant::now();
+            deadlines.activity(sent);
+            let mut call: Call =
+                Box::pin(async move { send_batch(&*backend, lane, batch, (seq, sent)).await });
+            // The first poll hands the command to the connection (see the module
+            // documentation): now, before the next batch is taken. If the connection's channel
+            // is full, the call waits in its (first come, first served) queue and later calls
+            // wait behind it.
+            if poll_once(&mut call).await.is_ready() {
+                task.lane().returned();
+            } else {
+                calls.push(InFlight { call, seq, sent });
             }
         }
+        let oldest = calls.first().map(|c| c.sent);
+        let due = deadlines.due(oldest);
+        // Moving a timer later is an atomic store in Tokio, not a trip through its wheel.
+        if timer.deadline() != due.into() {
+            timer.as_mut().reset(due.into());
+        }
         tokio::select! {
+            // Calls first: one marked expired must be polled (and removed) before the timer is
+            // looked at again.
+            biased;
             () = one_returns(&mut calls) => task.lane().returned(),
             () = task.bell().notified() => {}
+            () = &mut timer => match deadlines.fired(Instant::now(), due, oldest) {
+                Fired::Late => {}
+                Fired::Expired(cutoff) => {
+                    let live = calls.iter().find(|c| c.sent > cutoff).map_or(next_seq, |c| c.seq);
+                    task.lanes().expire(task.lane, live);
+                }
+                Fired::Idle => {
+                    if task.lane().retire() {
+                        task.finished = true;
+                        return;
+                    }
+                }
+            },
         }
     }
 }
@@ -280,14 +348,14 @@ async fn poll_once(call: &mut Call) -> Poll<()> {
 
 /// Wait until one of `calls` completes and remove it; pending forever when there are none.
 /// A linear scan: there are at most [`WINDOW`] of them.
-async fn one_returns(calls: &mut Vec<Call>) {
+async fn one_returns(calls: &mut Vec<InFlight>) {
     std::future::poll_fn(|cx| {
         // In the order the calls started (`remove`, not `swap_remove`): a call that could not
         // hand its command over on its first poll (the connection's channel full) does so
         // before any later one.
         let done = calls
             .iter_mut()
-            .position(|c| c.as_mut().poll(cx).is_ready());
+            .position(|c| c.call.as_mut().poll(cx).is_ready());
         match done {
             Some(i) => {
                 drop(calls.remove(i));
@@ -311,9 +379,14 @@ struct Draining<B: Backend> {
 }
 
 impl<B: Backend> Draining<B> {
+    /// Every lane of the backend.
+    fn lanes(&self) -> &Lanes {
+        &self.backend.coalescer().lanes
+    }
+
     /// The sender's lane, locked.
     fn lane(&self) -> MutexGuard<'_, Lane> {
-        self.backend.coalescer().lanes.get(self.lane)
+        self.lanes().get(self.lane)
     }
 
     /// The sender's bell.

@@ -1,11 +1,11 @@
 //! One script call: the Redis keys of a decision, the `EVALSHA` of one or more decisions,
-//! sending it under its deadline and through the gate's bookkeeping, and reading its reply
-//! ([`ScriptReply`]); what the coalescer sends its batches through ([`Backend`]). Encoding,
-//! call, deadline and decoding sit in one file so that a decision's path on Redis reads in one
+//! sending it through the gate's bookkeeping, and reading its reply ([`ScriptReply`]); what the
+//! coalescer sends its batches through ([`Backend`], whose sender keeps the calls' deadline).
+//! Encoding, call and decoding sit in one file so that a decision's path on Redis reads in one
 //! place.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::conn::{classified, Conn};
 use super::{Inner, SCRIPT};
@@ -29,6 +29,14 @@ impl Backend for Inner {
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         self.io.spawn(task);
+    }
+
+    fn deadline(&self) -> Duration {
+        self.target.timeout
+    }
+
+    fn timed_out(&self, error: &StoreError) {
+        self.gate.call_failed(error);
     }
 
     /// One `EVALSHA` of the whole batch; a reply of the wrong length fails every decision (it
@@ -77,12 +85,12 @@ impl Inner {
 
     /// Send one `EVALSHA` and parse its reply. It is sent as soon as its batch leaves the queue
     /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
-    /// it waits `store.timeout` for its own answer (see [`forgiving_lag`]). The gate learns of every
-    /// answer and every failure.
+    /// it waits `store.timeout` for its own answer: the lane's sender fails it then (see
+    /// `coalesce/deadline.rs`; [`Backend::timed_out`] tells the gate). The gate learns of
+    /// every answer and every other failure here.
     async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
-        let answer = async { classified(self.target.timeout, conn.decide(evalsha).await) };
-        match forgiving_lag(self.target.timeout, answer).await {
+        match classified(self.target.timeout, conn.decide(evalsha).await) {
             Ok(reply) => {
                 self.gate.answered();
                 ScriptReply::parse(reply)
@@ -124,45 +132,6 @@ impl Inner {
         }
         cmd
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The call's deadline.
-//
-// `store.timeout` bounds waiting for an *unresponsive* store, never waiting that is the proxy's
-// own doing. When the proxy's threads are busy, a timer fires late and a reply that arrived in
-// time sits unread in a socket: a timer that fired more than [`LAG_TOLERANCE`] late proves
-// nothing about Redis, so the wait is extended by as long as the proxy was late (at most
-// `timeout` at a time), and only time the proxy was free to notice an answer counts. This is
-// the only timer of a decision on Redis: decisions queued behind a call wait for it (see the
-// coalescer's sender), and fail with it when it runs out.
-
-/// A timer that fires later than this was late because the proxy was busy.
-const LAG_TOLERANCE: Duration = Duration::from_millis(5);
-
-/// Wait for `call` for `timeout`, extended by the timer's own lateness (see above).
-async fn forgiving_lag<T>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    let mut due = Instant::now() + timeout;
-    tokio::pin!(call);
-    loop {
-        if let Ok(result) = tokio::time::timeout_at(due.into(), &mut call).await {
-            return result;
-        }
-        match next_due(Instant::now(), due, timeout) {
-            Some(next) => due = next,
-            None => return Err(StoreError::Timeout(timeout)),
-        }
-    }
-}
-
-/// Pure: the timer of a wait, due at `due`, fired at `now`. The next due time, or `None` to
-/// give up.
-fn next_due(now: Instant, due: Instant, timeout: Duration) -> Option<Instant> {
-    let late = now.saturating_duration_since(due);
-    (late > LAG_TOLERANCE).then(|| now + late.min(timeout))
 }
 
 // ---------------------------------------------------------------------------------------------

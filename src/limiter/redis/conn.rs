@@ -3,7 +3,8 @@
 //! the store talks to a [`Target`] (built without connecting) and a [`Conn`] (a live
 //! connection implementing [`redis::aio::ConnectionLike`]), and bounds every maintenance and
 //! admin call with [`within`], which also maps redis-rs errors to the store's error kinds
-//! (a decision's call is bounded in `call.rs` instead, forgiving the proxy's own lag).
+//! (a decision's call is bounded by its lane's sender instead, forgiving the proxy's own lag:
+//! `coalesce/deadline.rs`).
 
 use std::future::Future;
 use std::time::Duration;

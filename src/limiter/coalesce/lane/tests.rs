@@ -125,7 +125,7 @@ fn one_busy_period(lane: &mut Lane) {
     );
     lane.returned();
     assert!(matches!(lane.next_batch(), Next::Idle));
-    assert!(!lane.sending);
+    assert!(lane.is_idle());
 }
 
 #[test]
@@ -133,10 +133,25 @@ fn an_idle_lane_forgets_its_denials() {
     let (mut lane, known) = (lane(), known());
     learn(&lane, &known, "r:hot");
     one_busy_period(&mut lane);
+    // The sender still waits for the bell: it sends this one.
     assert!(
-        matches!(arrive(&mut lane, &known, "r:hot", &LIMITS), Arrival::Start),
+        matches!(arrive(&mut lane, &known, "r:hot", &LIMITS), Arrival::Send),
         "asked again"
     );
+}
+
+#[test]
+fn an_idle_lane_forgets_its_denials_however_often_its_sender_looks() {
+    let (mut lane, known) = (lane(), known());
+    one_busy_period(&mut lane);
+    // Learned after the busy period ended, while the sender waits: a later look at the idle
+    // lane (a bell with nothing queued) starts no new busy period and forgets nothing.
+    learn(&lane, &known, "r:hot");
+    assert!(matches!(lane.next_batch(), Next::Idle));
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:hot", &LIMITS),
+        Arrival::Known(_)
+    ));
 }
 
 #[test]
@@ -221,10 +236,23 @@ fn the_lane_is_idle_only_when_every_call_has_returned() {
     assert!(lane.is_sending());
     lane.returned();
     assert!(matches!(lane.next_batch(), Next::Idle));
+    assert!(lane.is_idle());
+    // The sender waits for the bell a while: the next decision rings it.
+    let _x = queue(&mut lane, "r:x");
+    assert!(!lane.is_idle());
+    assert!(
+        !lane.retire(),
+        "a decision queued: the sender stays and sends it"
+    );
+    assert!(matches!(lane.next_batch(), Next::Send(_)));
+    assert!(!lane.retire(), "a call in flight: the sender stays");
+    lane.returned();
+    assert!(matches!(lane.next_batch(), Next::Idle));
+    assert!(lane.retire(), "idle: the sender ends");
     assert!(!lane.is_sending());
     // The next decision starts a sender again.
     assert!(matches!(
-        arrive(&mut lane, &known(), "r:x", &LIMITS),
+        arrive(&mut lane, &known(), "r:y", &LIMITS),
         Arrival::Start
     ));
 }

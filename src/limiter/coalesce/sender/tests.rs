@@ -11,18 +11,29 @@ use crate::limiter::{LimitState, Verdict};
 const LIMITS: [Limit; 1] = [Limit::log(1, Duration::from_secs(60))];
 
 /// One lane; buckets starting with `hot` are full, the others admit; a call whose first bucket
-/// starts with `silent` runs out its deadline, with `gone` finds the connection lost. Records
-/// every call.
+/// starts with `silent` runs out its deadline (the backend says so), with `frozen` is never
+/// answered, with `gone` finds the connection lost. Records every call, and how many the
+/// sender failed on its deadline.
 struct Fake {
     coalescer: Coalescer,
     calls: Mutex<Vec<Vec<String>>>,
+    deadline: Duration,
+    timed_out: Mutex<usize>,
+    spawned: Mutex<usize>,
 }
 
 impl Fake {
     fn new() -> Arc<Fake> {
+        Fake::with_deadline(Duration::from_secs(5))
+    }
+
+    fn with_deadline(deadline: Duration) -> Arc<Fake> {
         Arc::new(Fake {
             coalescer: Coalescer::new(1),
             calls: Mutex::new(Vec::new()),
+            deadline,
+            timed_out: Mutex::new(0),
+            spawned: Mutex::new(0),
         })
     }
 
@@ -31,9 +42,10 @@ impl Fake {
         self.calls.lock().unwrap().clone()
     }
 
-    /// Let the lane's sender run until the lane is idle.
+    /// Let the lane's sender run until the lane is idle (its busy period over; the sender may
+    /// still wait for the bell).
     async fn idle(&self) {
-        while self.coalescer.lanes.get(0).is_sending() {
+        while !self.coalescer.lanes.get(0).is_idle() {
             tokio::task::yield_now().await;
         }
     }
@@ -65,7 +77,16 @@ impl Backend for Fake {
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        *self.spawned.lock().unwrap() += 1;
         drop(tokio::spawn(task));
+    }
+
+    fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    fn timed_out(&self, _error: &StoreError) {
+        *self.timed_out.lock().unwrap() += 1;
     }
 
     async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
@@ -74,6 +95,9 @@ impl Backend for Fake {
         self.calls.lock().unwrap().push(buckets);
         if first.starts_with("silent") {
             return Err(StoreError::Timeout(Duration::from_secs(5)));
+        }
+        if first.starts_with("frozen") {
+            std::future::pending::<()>().await;
         }
         if first.starts_with("gone") {
             return Err(StoreError::Unavailable("connection lost".into()));
@@ -216,7 +240,7 @@ fn one_sent_one_queued(fake: &Fake, sent: &str) -> (Vec<Pending>, [oneshot::Rece
 async fn a_call_that_runs_out_its_deadline_fails_what_queued_behind_it_at_once() {
     let fake = Fake::new();
     let (batch, [mut sent, mut queued]) = one_sent_one_queued(&fake, "silent");
-    send_batch(&*fake, 0, batch).await;
+    send_batch(&*fake, 0, batch, (0, Instant::now())).await;
     for rx in [&mut sent, &mut queued] {
         assert!(matches!(rx.try_recv(), Ok(Err(StoreError::Timeout(_)))));
     }
@@ -227,10 +251,83 @@ async fn a_call_that_runs_out_its_deadline_fails_what_queued_behind_it_at_once()
 async fn a_call_that_fails_otherwise_leaves_the_queue_to_its_own_call() {
     let fake = Fake::new();
     let (batch, [mut sent, mut queued]) = one_sent_one_queued(&fake, "gone");
-    send_batch(&*fake, 0, batch).await;
+    send_batch(&*fake, 0, batch, (0, Instant::now())).await;
     assert!(matches!(
         sent.try_recv(),
         Ok(Err(StoreError::Unavailable(_)))
     ));
     assert!(matches!(queued.try_recv(), Err(TryRecvError::Empty)));
+}
+
+const SHORT: Duration = Duration::from_millis(50);
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_never_answered_fails_on_the_senders_timer() {
+    let fake = Fake::with_deadline(SHORT);
+    let started = Instant::now();
+    let frozen = tokio::spawn({
+        let fake = fake.clone();
+        async move { decide(&fake, &Buckets::one("frozen"), &LIMITS).await }
+    });
+    while fake.calls().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    // Another call, sent while the first hangs, is answered: not failed with it.
+    let cold = decide(&fake, &Buckets::one("cold"), &LIMITS).await;
+    assert!(cold.unwrap().admitted);
+    let frozen = tokio::time::timeout(SHORT * 40, frozen)
+        .await
+        .expect("the sender never failed the call")
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(matches!(frozen, Err(StoreError::Timeout(d)) if d == SHORT));
+    assert_eq!(fake.calls(), [["frozen"], ["cold"]]);
+    assert_eq!(
+        *fake.timed_out.lock().unwrap(),
+        1,
+        "the backend learns of it"
+    );
+    assert!(waited >= SHORT, "failed early: {waited:?}");
+    assert!(waited < SHORT * 20, "failed late: {waited:?}");
+    // A later call is numbered past the expired one: it is answered.
+    assert!(
+        decide(&fake, &Buckets::one("cold"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_lane_keeps_one_sender_and_an_idle_one_ends_after_a_deadline() {
+    let fake = Fake::with_deadline(SHORT);
+    for _ in 0..3 {
+        assert!(
+            decide(&fake, &Buckets::one("cold"), &LIMITS)
+                .await
+                .unwrap()
+                .admitted
+        );
+    }
+    assert_eq!(*fake.spawned.lock().unwrap(), 1, "one sender for the three");
+    let idle_from = Instant::now();
+    while fake.coalescer.lanes.get(0).is_sending() {
+        assert!(
+            idle_from.elapsed() < SHORT * 40,
+            "the idle sender never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(idle_from.elapsed() >= SHORT - Duration::from_millis(5));
+    assert!(
+        decide(&fake, &Buckets::one("cold"), &LIMITS)
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert_eq!(
+        *fake.spawned.lock().unwrap(),
+        2,
+        "the next request started one again"
+    );
 }

@@ -1,6 +1,6 @@
-//! The reply's parsing and the call's deadline rule.
+//! The reply's parsing.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 
@@ -85,26 +85,4 @@ fn a_reply_of_another_shape_is_a_backend_error() {
             Err(StoreError::Backend(_))
         ));
     }
-}
-
-const T: Duration = Duration::from_millis(50);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-#[test]
-fn a_silent_store_times_out_on_time() {
-    let t0 = Instant::now();
-    assert_eq!(next_due(t0 + T, t0 + T, T), None);
-    assert_eq!(next_due(t0 + T + LAG_TOLERANCE, t0 + T, T), None);
-}
-
-#[test]
-fn a_late_timer_is_extended_by_its_lateness() {
-    let t0 = Instant::now();
-    let fired = t0 + T + ms(30);
-    assert_eq!(next_due(fired, t0 + T, T), Some(fired + ms(30)));
-    let very_late = t0 + T + ms(500);
-    assert_eq!(next_due(very_late, t0 + T, T), Some(very_late + T));
 }
