@@ -21,18 +21,18 @@
 //! away is not left idle while a call travels), and the rate is not capped at one call per round
 //! trip.
 //!
-//! **How long a decision waits.** The request sets no timer of its own: every call is bounded
-//! by the backend's deadline (Redis: `store.timeout`), so a sent decision is answered or failed
-//! within it, by the sender's one timer (`deadline.rs`: due at the oldest call's deadline, late
-//! timers forgiven, and, with nothing in flight, when the idle sender ends). A queued decision waits for a call to return, then rides in
-//! the next: while the store answers it waits on (the queue is bounded, so its wait is too),
-//! and when a call runs out its deadline ([`StoreError::Timeout`]) the store is not answering,
-//! so every decision queued on that lane fails with it at once, instead of being sent into the
-//! same silence. Each of those queued after the failed call was sent, so on a frozen store no
-//! decision waits longer than one deadline. One timer per sender, none per call or decision:
-//! a call that runs out is failed by the sender, which numbers its calls and marks those sent
-//! too long ago ([`Lanes::expired`]); a call checks the mark whenever it is polled, and the
-//! sender polls its calls itself.
+//! **How long a decision waits.** The request sets no timer of its own: every call is bounded by
+//! the backend's deadline (Redis: `store.timeout`), so a sent decision is answered or failed within
+//! it, by the sender's one timer (`deadline.rs`: due at the oldest call's deadline, late timers
+//! forgiven, and, with nothing in flight, when the idle sender ends). A queued decision waits for a
+//! call to return, then rides in the next: while the store answers it waits on (the queue is
+//! bounded, so its wait is too), and when a call runs out its deadline ([`StoreError::Timeout`])
+//! the store is not answering, so every decision queued on that lane fails with it at once, instead
+//! of being sent into the same silence. Each of those queued after the failed call was sent, so on
+//! a frozen store no decision waits longer than one deadline. One timer per sender, none per call
+//! or decision: a call that runs out is failed by the sender, which numbers its calls and marks
+//! those sent too long ago ([`Lanes::expired`]); a call checks the mark whenever it is polled, and
+//! the sender polls its calls itself.
 //!
 //! **The sender stays while its lane is busy.** When the queue empties and nothing is in
 //! flight, the busy period ends but the sender waits for the bell for one deadline more before
