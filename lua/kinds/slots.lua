@@ -83,33 +83,33 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                 local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
                 local sum, r, cur = st[j - 1], st[j], floor(now / res)
                 local fits = sum + wt <= r
-                if admitted and wt > 0 and v and from == 1 and v[1] + v[2 * kk] == cur then
-                    -- Into the newest slot, and none left the window: only its counter, the
-                    -- string's last 4 bytes, changes (SET .. PX as below refreshes the TTL).
-                    local packed = string.sub(v[0], 1, 6 * kk + 4) .. struct.pack('>I4', v[2 * kk + 1] + wt)
-                    call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
-                    sum = sum + wt
-                elseif admitted and wt > 0 then
-                    -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
-                    -- slots as offsets from the first.
-                    local o = {}
-                    if v then
-                        for p = from, kk do
-                            o[#o + 1], o[#o + 2] = v[1] + v[2 * p], v[2 * p + 1]
-                        end
-                    end
-                    if #o > 0 and o[#o - 1] == cur then
-                        o[#o] = o[#o] + wt
+                if admitted and wt > 0 then
+                    local packed
+                    if v and from == 1 and v[1] + v[2 * kk] == cur then
+                        -- Into the newest slot, and none left the window: only its counter,
+                        -- the string's last 4 bytes, changes.
+                        packed = string.sub(v[0], 1, 6 * kk + 4) .. struct.pack('>I4', v[2 * kk + 1] + wt)
                     else
-                        o[#o + 1], o[#o + 2] = cur, wt
+                        -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
+                        -- slots as offsets from the first.
+                        local o = {}
+                        if v then
+                            for p = from, kk do
+                                o[#o + 1], o[#o + 2] = v[1] + v[2 * p], v[2 * p + 1]
+                            end
+                        end
+                        if #o > 0 and o[#o - 1] == cur then
+                            o[#o] = o[#o] + wt
+                        else
+                            o[#o + 1], o[#o + 2] = cur, wt
+                        end
+                        local first = o[1]
+                        for q = 1, #o, 2 do
+                            o[q] = o[q] - first
+                        end
+                        packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
                     end
-                    local first = o[1]
-                    for q = 1, #o, 2 do
-                        o[q] = o[q] - first
-                    end
-                    local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
-                    local ttl = math.ceil((w + res) / 1000) + TTL_MARGIN_MS
-                    call('SET', key, packed, 'PX', ttl)
+                    call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
                     sum = sum + wt
                 end
                 -- Full: when enough of the oldest slots left for `weight` to fit again; else
