@@ -31,9 +31,13 @@
 //! - [`log_limit`]: the process log, with client-caused noise at DEBUG and a bound on its rate.
 //! - [`request_id`]: the `X-Request-Id` each request carries, kept or generated.
 //! - [`bench_switch`]: layer switches of a benchmark build (constant `true` in any other).
+//! - `allocator`: the global allocator (mimalloc, plain calls where they suffice; cargo
+//!   feature `mimalloc`).
 
 pub mod access_log;
 pub mod admin;
+#[cfg(feature = "mimalloc")]
+pub mod allocator;
 pub mod bench_switch;
 pub mod config;
 pub mod cost;

@@ -11,7 +11,7 @@ use slidegate::pid_file::Command as Signal;
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: slidegate::allocator::Allocator = slidegate::allocator::Allocator;
 
 /// A reverse proxy with exact, distributed sliding-window rate limiting.
 #[derive(Parser, Debug)]
