@@ -885,3 +885,47 @@ fn argv_that_does_not_match_keys_is_an_error_reply() {
         .unwrap();
     assert_eq!(exists, 0);
 }
+
+/// `=` (the limits of the decision before) cannot open a call, and stands for the whole of a
+/// decision's limits, not for some of them: either way, an error reply and nothing decided.
+#[test]
+fn an_equals_sign_with_no_decision_before_is_an_error_reply() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let script = Script::new(SCRIPT_SOURCE);
+    let first = script
+        .key("t:{a}:1000")
+        .key("t:{b}:1000")
+        .arg("=")
+        .arg(1)
+        .arg(5)
+        .arg(1_000_000)
+        .arg(0)
+        .arg(1)
+        .invoke::<redis::Value>(&mut conn)
+        .unwrap_err();
+    assert!(first.to_string().contains("ARGV[1]"), "{first}");
+    // One decision of one limit, then `=` followed by a limit's values it does not take.
+    let trailing = script
+        .key("t:{a}:1000")
+        .key("t:{b}:1000")
+        .arg(1)
+        .arg(5)
+        .arg(1_000_000)
+        .arg(0)
+        .arg(1)
+        .arg("=")
+        .arg(5)
+        .invoke::<redis::Value>(&mut conn)
+        .unwrap_err();
+    assert!(
+        trailing.to_string().contains("sliding_window"),
+        "{trailing}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("t:{a}:1000")
+        .arg("t:{b}:1000")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(exists, 0);
+}

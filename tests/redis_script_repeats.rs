@@ -6,7 +6,9 @@
 mod common;
 
 use common::redis::RedisServer;
-use common::script::{eval_decisions, integers, redis_time, ScriptLimit};
+use common::script::{
+    eval_decisions, eval_decisions_written, integers, redis_time, Argv, ScriptLimit,
+};
 use redis::Connection;
 
 /// Every limit here is a log over one second.
@@ -81,12 +83,13 @@ fn seed(conn: &mut Connection, prefix: &str, now_us: i64) {
 /// What one decision answered: admitted, then (remaining, reset µs) per limit.
 type Answer = (bool, Vec<(i64, i64)>);
 
-/// `decisions` under `prefix`, all in one call (`batch`) or one call each.
+/// `decisions` under `prefix`, all in one call with ARGV written as `batch` says, or one call
+/// each (`None`).
 fn decide(
     conn: &mut Connection,
     prefix: &str,
     decisions: &[&[(&str, u32)]],
-    batch: bool,
+    batch: Option<Argv>,
 ) -> Vec<Answer> {
     let keys: Vec<Vec<String>> = decisions
         .iter()
@@ -105,8 +108,8 @@ fn decide(
         .zip(&limits)
         .map(|(k, l)| (k.as_slice(), l.as_slice()))
         .collect();
-    let raw: Vec<i64> = if batch {
-        integers(eval_decisions(conn, &calls))
+    let raw: Vec<i64> = if let Some(argv) = batch {
+        integers(eval_decisions_written(conn, &calls, argv))
     } else {
         calls
             .iter()
@@ -144,13 +147,32 @@ fn calls_of(conn: &mut Connection, command: &str) -> u64 {
 
 #[test]
 fn a_batch_with_repeated_buckets_decides_what_one_call_each_would() {
+    let repeats = DECISIONS.windows(2).filter(|d| {
+        let limits = |lists: &[(&str, u32)]| lists.iter().map(|l| l.1).collect::<Vec<_>>();
+        limits(d[0]) == limits(d[1])
+    });
+    assert!(
+        repeats.count() >= 4,
+        "decisions whose limits repeat are written `=`"
+    );
+    batch_decides_what_one_call_each_would(Argv::AsTheStore);
+}
+
+/// The same batch with every decision's limits written in full: a decision written `=` (the
+/// limits of the decision before) decides what it decides written out.
+#[test]
+fn a_batch_written_in_full_decides_the_same() {
+    batch_decides_what_one_call_each_would(Argv::Full);
+}
+
+fn batch_decides_what_one_call_each_would(argv: Argv) {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let now = redis_time(&mut conn);
     seed(&mut conn, "batch", now);
     seed(&mut conn, "single", now);
-    let batched = decide(&mut conn, "batch", &DECISIONS, true);
-    let single = decide(&mut conn, "single", &DECISIONS, false);
+    let batched = decide(&mut conn, "batch", &DECISIONS, Some(argv));
+    let single = decide(&mut conn, "single", &DECISIONS, None);
     for (d, (b, s)) in batched.iter().zip(&single).enumerate() {
         let lists = DECISIONS[d];
         assert_eq!(

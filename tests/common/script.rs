@@ -8,10 +8,29 @@ use slidegate::limiter::redis::SCRIPT_SOURCE;
 /// One limit of a direct script call: requests, window in ms, resolution in ms (0: a log).
 pub type ScriptLimit = (u32, i64, i64);
 
-/// One `EVALSHA` of some decisions, each `(its keys, its limits)`, one limit per key.
+/// How a direct call writes ARGV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Argv {
+    /// As the store does: a decision with the limits of the decision before is `=`.
+    AsTheStore,
+    /// Every decision's limits in full.
+    Full,
+}
+
+/// One `EVALSHA` of some decisions, each `(its keys, its limits)`, one limit per key, with
+/// ARGV written as the store writes it.
 pub fn eval_decisions(
     conn: &mut Connection,
     decisions: &[(&[&str], &[ScriptLimit])],
+) -> redis::Value {
+    eval_decisions_written(conn, decisions, Argv::AsTheStore)
+}
+
+/// [`eval_decisions`], with ARGV written as `argv` says.
+pub fn eval_decisions_written(
+    conn: &mut Connection,
+    decisions: &[(&[&str], &[ScriptLimit])],
+    argv: Argv,
 ) -> redis::Value {
     let script = Script::new(SCRIPT_SOURCE);
     let mut call = script.prepare_invoke();
@@ -21,7 +40,12 @@ pub fn eval_decisions(
             call.key(*key);
         }
     }
+    let mut before: Option<&[ScriptLimit]> = None;
     for (_, limits) in decisions {
+        if argv == Argv::AsTheStore && before == Some(*limits) {
+            call.arg("=");
+            continue;
+        }
         call.arg(limits.len());
         for (requests, window_ms, resolution_ms) in limits.iter() {
             call.arg(*requests)
@@ -29,6 +53,7 @@ pub fn eval_decisions(
                 .arg(resolution_ms * 1000)
                 .arg(1);
         }
+        before = Some(*limits);
     }
     call.invoke(conn).expect("script call")
 }
