@@ -862,28 +862,31 @@ fn a_batch_decides_in_order_what_single_calls_would() {
     assert!(reply[18] > 0 && reply[18] <= 60_000_000, "{reply:?}");
 }
 
+/// Calls the script with `keys` and `args`, which it must refuse: its error message, once
+/// checked that nothing was decided (none of `keys` exists).
+fn refused(conn: &mut Connection, keys: &[&str], args: &[&str]) -> String {
+    let script = Script::new(SCRIPT_SOURCE);
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(*arg);
+    }
+    let err = call.invoke::<redis::Value>(conn).unwrap_err().to_string();
+    let exists: i64 = redis::cmd("EXISTS").arg(keys).query(conn).unwrap();
+    assert_eq!(exists, 0, "{err}");
+    err
+}
+
 #[test]
 fn argv_that_does_not_match_keys_is_an_error_reply() {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
-    let script = Script::new(SCRIPT_SOURCE);
     // Two keys, but ARGV describes one decision of one limit.
-    let err = script
-        .key("t:{a}:1000")
-        .key("t:{b}:1000")
-        .arg(1)
-        .arg(5)
-        .arg(1_000_000)
-        .arg(0)
-        .invoke::<redis::Value>(&mut conn)
-        .unwrap_err();
-    assert!(err.to_string().contains("sliding_window"), "{err}");
-    // Nothing was decided.
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg("t:{a}:1000")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(exists, 0);
+    let keys = ["t:{a}:1000", "t:{b}:1000"];
+    let err = refused(&mut conn, &keys, &["1", "5", "1000000", "0"]);
+    assert!(err.contains("sliding_window"), "{err}");
 }
 
 /// `=` (the limits of the decision before) cannot open a call, and stands for the whole of a
@@ -892,40 +895,10 @@ fn argv_that_does_not_match_keys_is_an_error_reply() {
 fn an_equals_sign_with_no_decision_before_is_an_error_reply() {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
-    let script = Script::new(SCRIPT_SOURCE);
-    let first = script
-        .key("t:{a}:1000")
-        .key("t:{b}:1000")
-        .arg("=")
-        .arg(1)
-        .arg(5)
-        .arg(1_000_000)
-        .arg(0)
-        .arg(1)
-        .invoke::<redis::Value>(&mut conn)
-        .unwrap_err();
-    assert!(first.to_string().contains("ARGV[1]"), "{first}");
+    let keys = ["t:{a}:1000", "t:{b}:1000"];
+    let first = refused(&mut conn, &keys, &["=", "1", "5", "1000000", "0", "1"]);
+    assert!(first.contains("ARGV[1]"), "{first}");
     // One decision of one limit, then `=` followed by a limit's values it does not take.
-    let trailing = script
-        .key("t:{a}:1000")
-        .key("t:{b}:1000")
-        .arg(1)
-        .arg(5)
-        .arg(1_000_000)
-        .arg(0)
-        .arg(1)
-        .arg("=")
-        .arg(5)
-        .invoke::<redis::Value>(&mut conn)
-        .unwrap_err();
-    assert!(
-        trailing.to_string().contains("sliding_window"),
-        "{trailing}"
-    );
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg("t:{a}:1000")
-        .arg("t:{b}:1000")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(exists, 0);
+    let trailing = refused(&mut conn, &keys, &["1", "5", "1000000", "0", "1", "=", "5"]);
+    assert!(trailing.contains("sliding_window"), "{trailing}");
 }
