@@ -858,10 +858,16 @@ fn http_header_map_upper_bound(size_hint: Option<usize>) -> usize {
     // We select the size hint or the max size here, ensuring that we pick a value substantially lower
     // than 1 << 15 with room to grow the header map.
     std::cmp::min(
-        size_hint.unwrap_or(INIT_HEADER_SIZE),
+        size_hint.map_or(INIT_HEADER_SIZE, |n| n.saturating_add(HEADER_HEADROOM)),
         PINGORA_MAX_HEADER_COUNT,
     )
 }
+
+/// Room for this many headers more than a parsed head's, in both maps: a proxy adds a few to
+/// every request and response it forwards (`X-Forwarded-For`, a request id, rate-limit fields),
+/// and a head parsed with exactly its own headers' room grows both maps, a reallocation and a
+/// rehash each, on the first insert.
+const HEADER_HEADROOM: usize = 4;
 
 #[inline]
 fn append_header_value<T>(
@@ -1072,8 +1078,36 @@ mod tests {
     #[test]
     fn header_map_upper_bound() {
         assert_eq!(8, http_header_map_upper_bound(None));
-        assert_eq!(16, http_header_map_upper_bound(Some(16)));
+        assert_eq!(20, http_header_map_upper_bound(Some(16)));
         assert_eq!(4096, http_header_map_upper_bound(Some(7777)));
+        assert_eq!(4096, http_header_map_upper_bound(Some(usize::MAX)));
+    }
+
+    #[test]
+    fn a_parsed_head_takes_a_few_inserts_without_growing() {
+        let mut resp = ResponseHeader::build(200, Some(5)).unwrap();
+        for i in 0..5 {
+            resp.append_header(format!("x-upstream-{i}"), "v").unwrap();
+        }
+        let (values, names) = (
+            resp.headers.capacity(),
+            resp.header_name_map.as_ref().unwrap().capacity(),
+        );
+        for i in 0..HEADER_HEADROOM {
+            resp.insert_header(format!("x-added-{i}"), "v").unwrap();
+        }
+        assert_eq!(resp.headers.capacity(), values);
+        assert_eq!(resp.header_name_map.as_ref().unwrap().capacity(), names);
+
+        let mut req = RequestHeader::build("GET", b"/", Some(3)).unwrap();
+        for i in 0..3 {
+            req.append_header(format!("x-client-{i}"), "v").unwrap();
+        }
+        let values = req.headers.capacity();
+        for i in 0..HEADER_HEADROOM {
+            req.insert_header(format!("x-added-{i}"), "v").unwrap();
+        }
+        assert_eq!(req.headers.capacity(), values);
     }
 
     #[test]
