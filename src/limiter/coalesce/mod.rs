@@ -4,19 +4,20 @@
 //! Generic over what a call is (`sender::Backend::send`: a batch in, one verdict per decision
 //! out): the Redis store plugs its `EVALSHA` in, and nothing here knows of Redis.
 //!
-//! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure, and the one
-//!   memory of provable denials the lanes answer from (`lane::KnownDenials`: the local deny
-//!   cache when `local_deny_cache` is on);
+//! - `lane`: one lane's state machine (queue, calls in flight, idleness), pure;
+//! - `known`: the one memory of provable denials the lanes answer from
+//!   (`known::KnownDenials`: the local deny cache when `local_deny_cache` is on), pure;
 //! - `deadline`: when a sender gives up on a call, and when an idle one ends (pure);
 //! - `sender`: the front a request meets (`sender::decide`) and the task per lane that sends
 //!   its batches and delivers the verdicts.
 //!
 //! Files import this one for the shared types below, and each other only downwards (sender →
-//! lane, sender → deadline), never back.
+//! lane → known, sender → deadline), never back.
 
 pub(crate) mod deadline;
 #[cfg(test)]
 pub(crate) mod fixture;
+pub(crate) mod known;
 pub(crate) mod lane;
 pub(crate) mod sender;
 

@@ -59,7 +59,7 @@
 //! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
 //! decides it, and it is counted), so waiting stays bounded.
 //!
-//! **A known-full bucket costs nothing** (`lane.rs`, [`KnownDenials`]): a denial that comes
+//! **A known-full bucket costs nothing** (`known.rs`, [`KnownDenials`]): a denial that comes
 //! back answers at once every queued decision for the same bucket and limits, and any that
 //! arrive while the lane is busy (with the deny cache on, also after), for as long as the
 //! denial is certain (it holds with several calls in flight, since a denial proves that no
@@ -74,7 +74,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 
 use super::deadline::{Deadlines, Fired};
-use super::lane::{KnownDenials, Lane, Lanes};
+use super::known::KnownDenials;
+use super::lane::{Lane, Lanes};
 use super::{Arrival, Bounds, Call, Next, Pending};
 use crate::limiter::{Buckets, Checked, Limit, StoreError};
 

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 
-use super::coalesce::lane::Stamp;
+use super::coalesce::known::Stamp;
 use super::coalesce::sender::{self, Coalescer};
 use super::{Admission, Buckets, Change, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};

@@ -28,7 +28,7 @@ fn known() -> KnownDenials {
 }
 
 fn denial() -> Verdict {
-    super::known_tests::denial(Duration::from_secs(30))
+    crate::limiter::coalesce::known::tests::denial(Duration::from_secs(30))
 }
 
 fn arrive(lane: &mut Lane, known: &KnownDenials, bucket: &str, limits: &[Limit]) -> Arrival {
