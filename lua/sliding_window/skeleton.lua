@@ -164,8 +164,15 @@ local seen, known = nil, nil
 -- (`pending[key]`: the values, in order); a kind appends what is held back before it reads the
 -- key's stored entries.
 local pending = nil
+-- The numbers of the decision's limits in a call of several decisions, lim[4i-3 .. 4i] =
+-- ARGV[p0+4i-3 .. p0+4i] of limit i: converted once when a decision is written in full, and
+-- kept for the decisions written "=" after it. An ARGV value is a string, each `+ 0` on one
+-- runs strtod, and the passes below read each value two or three times; a batch is mostly one
+-- route's decisions, each "=" after the first. A call of one decision reads ARGV directly
+-- (the table would cost it more than the conversions it saves).
+local lim = nil
 if na > 4 * (argv[1] + 0) + 1 then
-    seen, known, pending = {}, {}, {}
+    seen, known, pending, lim = {}, {}, {}, {}
 end
 
 -- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind, weight)
@@ -179,6 +186,11 @@ while a0 <= na do
         a0 = a0 + 1
     else
         n, p0 = n_d + 0, a0
+        if lim then
+            for x = 1, 4 * n do
+                lim[x] = argv[p0 + x] + 0
+            end
+        end
         a0 = a0 + 1 + 4 * n
     end
     local now = time
@@ -192,7 +204,12 @@ while a0 <= na do
     -- shape) fails this decision alone, before it has written anything.
     for i = 1, n do
         local key, j = keys[k0 + i], 6 * i
-        local w, res = argv[p0 + 4 * i - 2] + 0, argv[p0 + 4 * i - 1] + 0
+        local w, res
+        if lim then
+            w, res = lim[4 * i - 2], lim[4 * i - 1]
+        else
+            w, res = argv[p0 + 4 * i - 2] + 0, argv[p0 + 4 * i - 1] + 0
+        end
         -- @each-kind read
     end
 
@@ -209,7 +226,12 @@ while a0 <= na do
         local admitted = true
         for i = 1, n do
             local j = 6 * i
-            local r, res, wt = argv[p0 + 4 * i - 3] + 0, argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
+            local r, res, wt
+            if lim then
+                r, res, wt = lim[4 * i - 3], lim[4 * i - 1], lim[4 * i]
+            else
+                r, res, wt = argv[p0 + 4 * i - 3] + 0, argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
+            end
             -- @each-kind decide
         end
 
@@ -237,7 +259,12 @@ while a0 <= na do
         end
         for i = 1, n do
             local key, j = keys[k0 + i], 6 * i
-            local res, wt = argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
+            local res, wt
+            if lim then
+                res, wt = lim[4 * i - 1], lim[4 * i]
+            else
+                res, wt = argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
+            end
             -- @each-kind answer
         end
     end
