@@ -69,7 +69,8 @@ pub struct KnownDenials {
     /// How many denials `denied` holds, read before a bucket is hashed: most decisions find
     /// the memory empty. Kept beside the map, so a race (a `clear` as a denial is learned) may
     /// leave it off until the next `sweep` recounts. It only decides whether to look, and not
-    /// looking is always safe: the store decides instead.
+    /// looking is safe: the store decides instead (and while the store cannot be reached, the
+    /// route's `on_error`, as for a denial the memory never learned or had no room for).
     held: AtomicUsize,
     /// A denial is trusted for at most this long, in µs, whatever its deadline.
     max_age_us: AtomicU64,
