@@ -52,11 +52,11 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
   TIME, i.e. head + window <= TIME, the newest entry is behind TIME and cannot move `now`: the
   steady state with eviction needs no read of the tail.
 
-  Scratch of limit i (its cells of `st`, see the skeleton):
-    st[6i-5] entries in the list           st[6i-2] window (µs)
-    st[6i-4] head, then first entry left   st[6i-1] expired entries at the head
-             in the window (false: none)   st[6i]   requests
-    st[6i-3] newest entry (false: not read, because it cannot be ahead of TIME)
+  Scratch of limit i (its cells of `st`, j = 10i, see the skeleton):
+    st[j-5] entries in the list          st[j-3] newest entry (false: not read, because
+    st[j-4] head, then first entry left          it cannot be ahead of TIME)
+            in the window (false: none)  st[j-1] expired entries at the head
+  (its window and requests are the skeleton's st[j-8] and st[j-9])
 --]]
 -- @when default
 -- @section read
@@ -97,13 +97,13 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     now, now_s = last, s
                 end
             end
-            st[j - 5], st[j - 4], st[j - 3], st[j - 2] = c, h, last, w
+            st[j - 5], st[j - 4], st[j - 3] = c, h, last
 -- @section decide
                 -- Expired entries at the head of the list, first entry left in the window, count.
                 local c, h, last = st[j - 5], st[j - 4], st[j - 3]
                 local e = 0
-                if c > 0 and h <= now - st[j - 2] then
-                    local key, cutoff = keys[k0 + i], now - st[j - 2]
+                if c > 0 and h <= now - st[j - 8] then
+                    local key, cutoff = keys[k0 + i], now - st[j - 8]
                     local held = pending and pending[key]
                     if held then
                         -- Entries are about to be read by index: append what was held back.
@@ -166,13 +166,13 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                         e, h = hi, hv
                     end
                 end
-                st[j - 4], st[j - 1], st[j] = h, e, r
+                st[j - 4], st[j - 1] = h, e
                 if c - e >= r then
                     admitted = false
                 end
 -- @section answer
                 if admitted then
-                    local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 2], st[j - 1]
+                    local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 8], st[j - 1]
                     local k = c - e -- in the window, before this push
                     if k == 0 then
                         if e > 0 then
@@ -225,9 +225,9 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     end
                     -- Admitted means k < requests; when it is now full, the oldest entry is the one
                     -- whose leaving frees room.
-                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j] - k - 1, (h or now) + w - now
+                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j - 9] - k - 1, (h or now) + w - now
                 else
-                    local h, w, e, r = st[j - 4], st[j - 2], st[j - 1], st[j]
+                    local h, w, e, r = st[j - 4], st[j - 8], st[j - 1], st[j - 9]
                     local k = st[j - 5] - e
                     if k == 0 then
                         reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r, w

@@ -32,10 +32,10 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   and nothing else is packed (scripts/bench-resolution, one client: 14.3 -> 12.1 µs per
   decision, medians of 6 interleaved rounds). The bytes are the same either way.
 
-  Scratch of limit i (its cells of `st`, see the skeleton):
-    st[6i-5] its pairs as unpacked (false: no key)   st[6i-2] window (µs)
-    st[6i-4] k, the number of pairs                 st[6i-1] sum over the window
-    st[6i-3] the first pair in the window           st[6i]   requests
+  Scratch of limit i (its cells of `st`, j = 10i, see the skeleton):
+    st[j-5] its pairs as unpacked (false: no key)   st[j-3] the first pair in the window
+    st[j-4] k, the number of pairs                 st[j-1] sum over the window
+  (its window and requests are the skeleton's st[j-8] and st[j-9])
 --]]
 -- @when res >= 1000
 -- @section read
@@ -61,12 +61,12 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                     now, now_s = newest, nil
                 end
             end
-            st[j - 5], st[j - 4], st[j - 2] = v, kk, w
+            st[j - 5], st[j - 4] = v, kk
 -- @section decide
                 -- SLOTS: the counters of cur - n ..= cur, i.e. from pair `from` on.
                 local v, kk, sum, from = st[j - 5], st[j - 4], 0, 1
                 if v then
-                    local oldest = floor(now / res) - st[j - 2] / res
+                    local oldest = floor(now / res) - st[j - 8] / res
                     while from <= kk and v[1] + v[2 * from] < oldest do
                         from = from + 1
                     end
@@ -74,14 +74,14 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                         sum = sum + v[2 * p + 1]
                     end
                 end
-                st[j - 3], st[j - 1], st[j] = from, sum, r
+                st[j - 3], st[j - 1] = from, sum
                 if sum + wt > r then
                     admitted = false
                 end
 -- @section answer
                 -- Rewrite the counters (admitted only) and answer, admitted or denied.
-                local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 2]
-                local sum, r, cur = st[j - 1], st[j], floor(now / res)
+                local v, kk, from, w = st[j - 5], st[j - 4], st[j - 3], st[j - 8]
+                local sum, r, cur = st[j - 1], st[j - 9], floor(now / res)
                 local fits = sum + wt <= r
                 if admitted and wt > 0 then
                     local packed

@@ -125,10 +125,15 @@ local time = t[1] * 1000000 + t[2]
 -- TIME as the decimal string of µs RPUSH stores (built once per call, when first needed).
 local time_str = nil
 
--- Scratch, 6 cells per limit, shared by the decisions of this call (one table: each table is
--- an allocation plus GC work): cells st[6i-5 .. 6i] of limit i, laid out by its kind (see the
--- kind's file, lua/kinds/<kind>.lua).
-local st = { 0, 0, 0, 0, 0, 0 }
+-- 10 cells per limit, shared by the decisions of this call (one table: each table is an
+-- allocation plus GC work). Limit i's cells are st[j-9 .. j], j = 10i:
+--   st[j-9 .. j-6]  its numbers, requests, window, kind and weight, converted from ARGV once
+--                   when a decision is written in full and kept for the decisions written "="
+--                   after it (an ARGV value is a string: each `+ 0` on one runs strtod, and the
+--                   passes below read each number two or three times)
+--   st[j-5 .. j]    its scratch, laid out by its kind (see the kind's file,
+--                   lua/kinds/<kind>.lua)
+local st = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 local reply = { 0, 0, 0 }
 -- Messages of failed decisions (nil: none failed).
 local errors = nil
@@ -140,15 +145,17 @@ local nk, na = #keys, #argv
 if na ~= 4 * nk + 1 or tonumber(argv[1]) ~= nk then
     local k0, a0, n = 0, 0, nil
     while a0 < na do
-        local step = 1
-        if argv[a0 + 1] ~= '=' or n == nil then
+        if argv[a0 + 1] == '=' and n then
+            -- One value, n more keys: counting too many keys is caught once, below.
+            k0, a0 = k0 + n, a0 + 1
+        else
             n = tonumber(argv[a0 + 1])
-            step = 1 + 4 * (n or 0)
+            local step = 1 + 4 * (n or 0)
+            if n == nil or n < 1 or k0 + n > nk or a0 + step > na then
+                return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
+            end
+            k0, a0 = k0 + n, a0 + step
         end
-        if n == nil or n < 1 or k0 + n > nk or a0 + step > na then
-            return redis.error_reply('sliding_window: ARGV does not match KEYS at ARGV[' .. (a0 + 1) .. ']')
-        end
-        k0, a0 = k0 + n, a0 + step
     end
     if k0 ~= nk then
         return redis.error_reply('sliding_window: ' .. nk .. ' KEYS, ARGV names ' .. k0)
@@ -164,32 +171,24 @@ local seen, known = nil, nil
 -- (`pending[key]`: the values, in order); a kind appends what is held back before it reads the
 -- key's stored entries.
 local pending = nil
--- The numbers of the decision's limits in a call of several decisions, lim[4i-3 .. 4i] =
--- ARGV[p0+4i-3 .. p0+4i] of limit i: converted once when a decision is written in full, and
--- kept for the decisions written "=" after it. An ARGV value is a string, each `+ 0` on one
--- runs strtod, and the passes below read each value two or three times; a batch is mostly one
--- route's decisions, each "=" after the first. A call of one decision reads ARGV directly
--- (the table would cost it more than the conversions it saves).
-local lim = nil
 if na > 4 * (argv[1] + 0) + 1 then
-    seen, known, pending, lim = {}, {}, {}, {}
+    seen, known, pending = {}, {}, {}
 end
 
--- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with (requests, window, kind, weight)
--- at ARGV[p0+1 .. p0+4n], where ARGV[p0] is the count n of this decision or, when it is "=",
--- of the decision before (whose p0 and n stay); 1 + 2n reply values at reply[r0+1 .. r0+1+2n].
--- a0 moves past the decision's ARGV as soon as it is read.
-local k0, a0, r0, p0, n = 0, 1, 0, 1, 0
+-- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with their numbers in `st`, read from
+-- ARGV[a0+1 .. a0+4n] where ARGV[a0] is the count n of this decision or, when it is "=", kept
+-- from the decision before (as n is); 1 + 2n reply values at reply[r0+1 .. r0+1+2n]. a0 moves
+-- past the decision's ARGV as soon as it is read.
+local k0, a0, r0, n = 0, 1, 0, 0
 while a0 <= na do
     local n_d = argv[a0]
     if n_d == '=' then
         a0 = a0 + 1
     else
-        n, p0 = n_d + 0, a0
-        if lim then
-            for x = 1, 4 * n do
-                lim[x] = argv[p0 + x] + 0
-            end
+        n = n_d + 0
+        for i = 1, n do
+            local j, a = 10 * i, a0 + 4 * i
+            st[j - 9], st[j - 8], st[j - 7], st[j - 6] = argv[a - 3] + 0, argv[a - 2] + 0, argv[a - 1] + 0, argv[a] + 0
         end
         a0 = a0 + 1 + 4 * n
     end
@@ -203,13 +202,8 @@ while a0 <= na do
     -- final before anything is compared with a cutoff. A failure (a key of another type or
     -- shape) fails this decision alone, before it has written anything.
     for i = 1, n do
-        local key, j = keys[k0 + i], 6 * i
-        local w, res
-        if lim then
-            w, res = lim[4 * i - 2], lim[4 * i - 1]
-        else
-            w, res = argv[p0 + 4 * i - 2] + 0, argv[p0 + 4 * i - 1] + 0
-        end
+        local key, j = keys[k0 + i], 10 * i
+        local w, res = st[j - 8], st[j - 7]
         -- @each-kind read
     end
 
@@ -225,13 +219,8 @@ while a0 <= na do
         -- written yet, so a denial leaves every key as it is.
         local admitted = true
         for i = 1, n do
-            local j = 6 * i
-            local r, res, wt
-            if lim then
-                r, res, wt = lim[4 * i - 3], lim[4 * i - 1], lim[4 * i]
-            else
-                r, res, wt = argv[p0 + 4 * i - 3] + 0, argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
-            end
+            local j = 10 * i
+            local r, res, wt = st[j - 9], st[j - 7], st[j - 6]
             -- @each-kind decide
         end
 
@@ -258,13 +247,8 @@ while a0 <= na do
             reply[r0 + 1] = 0
         end
         for i = 1, n do
-            local key, j = keys[k0 + i], 6 * i
-            local res, wt
-            if lim then
-                res, wt = lim[4 * i - 1], lim[4 * i]
-            else
-                res, wt = argv[p0 + 4 * i - 1] + 0, argv[p0 + 4 * i] + 0
-            end
+            local key, j = keys[k0 + i], 10 * i
+            local res, wt = st[j - 7], st[j - 6]
             -- @each-kind answer
         end
     end
