@@ -174,14 +174,15 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                 if admitted then
                     local c, h, last, w, e = st[j - 5], st[j - 4], st[j - 3], st[j - 8], st[j - 1]
                     local k = c - e -- in the window, before this push
-                    if k == 0 then
-                        if e > 0 then
+                    if e > 0 then
+                        if k == 0 then
                             call('DEL', key)
+                        elseif e == 1 then
+                            call('LPOP', key)
+                        else
+                            -- '-1', not -1: a Lua number argument costs Redis a float formatting.
+                            call('LTRIM', key, e, '-1')
                         end
-                    elseif e == 1 then
-                        call('LPOP', key)
-                    elseif e > 1 then
-                        call('LTRIM', key, e, -1)
                     end
                     local m = seen and seen[key]
                     if m then
@@ -213,6 +214,8 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                     if refresh then
                         call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
                     end
+                    -- The oldest entry in the window after this push.
+                    h = h or now
                     if seen then
                         -- What the list holds now, for a later decision of this call on it (the
                         -- decision's keys are distinct: validation gives no two limits of a
@@ -221,11 +224,12 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                             m = #known + 1
                             seen[key] = m
                         end
-                        known[m], known[m + 1], known[m + 2], known[m + 3] = k + 1, h or now, now, now_s
+                        known[m], known[m + 1], known[m + 2], known[m + 3] = k + 1, h, now, now_s
                     end
                     -- Admitted means k < requests; when it is now full, the oldest entry is the one
                     -- whose leaving frees room.
-                    reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = st[j - 9] - k - 1, (h or now) + w - now
+                    local q = r0 + 2 * i
+                    reply[q], reply[q + 1] = st[j - 9] - k - 1, h + w - now
                 else
                     local h, w, e, r = st[j - 4], st[j - 8], st[j - 1], st[j - 9]
                     local k = st[j - 5] - e
