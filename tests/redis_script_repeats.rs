@@ -63,7 +63,19 @@ const DECISIONS: [&[(&str, u32)]; 22] = [
 ];
 
 fn key(prefix: &str, list: &str) -> String {
-    format!("{prefix}:{{{list}}}:{WINDOW_MS}")
+    match resolution_ms(list) {
+        0 => format!("{prefix}:{{{list}}}:{WINDOW_MS}"),
+        res => format!("{prefix}:{{{list}}}:{WINDOW_MS}@{res}"),
+    }
+}
+
+/// A list named `slots…` is a limit with slots of 100 ms; every other, a log.
+fn resolution_ms(list: &str) -> i64 {
+    if list.starts_with("slots") {
+        100
+    } else {
+        0
+    }
 }
 
 /// Every list under `prefix`, with the entries of [`LISTS`] before `now_us`.
@@ -101,7 +113,10 @@ fn decide(
         .collect();
     let limits: Vec<Vec<ScriptLimit>> = decisions
         .iter()
-        .map(|lists| lists.iter().map(|&(_, r)| (r, WINDOW_MS, 0)).collect())
+        .map(|lists| {
+            let limit = |&(l, r): &(&str, u32)| (r, WINDOW_MS, resolution_ms(l));
+            lists.iter().map(limit).collect()
+        })
         .collect();
     let calls: Vec<(&[&str], &[ScriptLimit])> = key_refs
         .iter()
@@ -173,23 +188,7 @@ fn batch_decides_what_one_call_each_would(argv: Argv) {
     seed(&mut conn, "single", now);
     let batched = decide(&mut conn, "batch", &DECISIONS, Some(argv));
     let single = decide(&mut conn, "single", &DECISIONS, None);
-    for (d, (b, s)) in batched.iter().zip(&single).enumerate() {
-        let lists = DECISIONS[d];
-        assert_eq!(
-            b.0, s.0,
-            "decision {d} {lists:?}: admitted, batch {b:?}, single {s:?}"
-        );
-        for (i, (bs, ss)) in b.1.iter().zip(&s.1).enumerate() {
-            assert_eq!(bs.0, ss.0, "decision {d} {lists:?} limit {i}: remaining");
-            // The one-by-one calls ran a few ms after the batch, each on its own TIME.
-            assert!(
-                (bs.1 - ss.1).abs() <= 100_000,
-                "decision {d} {lists:?} limit {i}: reset {} vs {}",
-                bs.1,
-                ss.1
-            );
-        }
-    }
+    assert_same_answers(&DECISIONS, &batched, &single);
     let admitted = batched.iter().filter(|a| a.0).count();
     assert!(
         (4..DECISIONS.len()).contains(&admitted),
@@ -204,6 +203,27 @@ fn batch_decides_what_one_call_each_would(argv: Argv) {
         };
         let (tb, ts) = (ttl(&mut conn, &b), ttl(&mut conn, &s));
         assert_eq!(tb > 0, ts > 0, "{name}: PTTL {tb} vs {ts}");
+    }
+}
+
+/// Each decision of `batched` answered as the same one of `single` did.
+fn assert_same_answers(decisions: &[&[(&str, u32)]], batched: &[Answer], single: &[Answer]) {
+    for (d, (b, s)) in batched.iter().zip(single).enumerate() {
+        let lists = decisions[d];
+        assert_eq!(
+            b.0, s.0,
+            "decision {d} {lists:?}: admitted, batch {b:?}, single {s:?}"
+        );
+        for (i, (bs, ss)) in b.1.iter().zip(&s.1).enumerate() {
+            assert_eq!(bs.0, ss.0, "decision {d} {lists:?} limit {i}: remaining");
+            // The one-by-one calls ran a few ms after the batch, each on its own TIME.
+            assert!(
+                (bs.1 - ss.1).abs() <= 100_000,
+                "decision {d} {lists:?} limit {i}: reset {} vs {}",
+                bs.1,
+                ss.1
+            );
+        }
     }
 }
 
@@ -230,4 +250,80 @@ fn a_hot_bucket_admits_exactly_its_limit_in_one_call_and_reads_it_once() {
     let remaining: Vec<i64> = raw.chunks(3).take(101).map(|d| d[1]).collect();
     let counted_down: Vec<i64> = (0..100).rev().chain([0]).collect();
     assert_eq!(remaining, counted_down);
+}
+
+/// The lists of the random batches: seeded like [`LISTS`] (ages in ms), each entry at least
+/// 150 ms from its window's edge at every `now` a decision sees, "ahead" included.
+const RANDOM_LISTS: [(&str, &[i64]); 5] = [
+    ("a", &[]),
+    ("b", &[750, 450, 100]),
+    ("c", &[2000, 1300, 250]),
+    ("ahead", &[-400]),
+    ("slots", &[]),
+];
+
+/// Random batches, most of their decisions repeating the one before (a hot bucket, RUNS in
+/// the skeleton), over one to three limits of low `requests`, so runs fill limits and go on
+/// denied: each decides what its decisions decide one call each.
+#[test]
+fn random_batches_of_repeats_decide_what_one_call_each_would() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    };
+    let (mut runs, mut filled) = (0, 0);
+    for round in 0..40 {
+        let mut decisions: Vec<Vec<(&str, u32)>> = Vec::new();
+        for _ in 0..2 + next(30) {
+            if !decisions.is_empty() && next(10) < 7 {
+                decisions.push(decisions.last().unwrap().clone());
+                runs += 1;
+                continue;
+            }
+            let mut lists: Vec<(&str, u32)> = Vec::new();
+            for _ in 0..1 + next(3) {
+                let list = RANDOM_LISTS[next(RANDOM_LISTS.len() as u64) as usize].0;
+                if !lists.iter().any(|l| l.0 == list) {
+                    lists.push((list, 1 + next(6) as u32));
+                }
+            }
+            decisions.push(lists);
+        }
+        let decisions: Vec<&[(&str, u32)]> = decisions.iter().map(Vec::as_slice).collect();
+        let (b, s) = (format!("rb{round}"), format!("rs{round}"));
+        let now = redis_time(&mut conn);
+        for prefix in [&b, &s] {
+            for (name, ago_ms) in RANDOM_LISTS {
+                let values: Vec<i64> = ago_ms.iter().map(|ago| now - ago * 1000).collect();
+                if !values.is_empty() {
+                    let _: () = redis::cmd("RPUSH")
+                        .arg(key(prefix, name))
+                        .arg(values)
+                        .query(&mut conn)
+                        .unwrap();
+                }
+            }
+        }
+        let batched = decide(&mut conn, &b, &decisions, Some(Argv::AsTheStore));
+        let single = decide(&mut conn, &s, &decisions, None);
+        assert_same_answers(&decisions, &batched, &single);
+        filled += batched.windows(2).filter(|w| w[0].0 && !w[1].0).count();
+        for (name, _) in RANDOM_LISTS.iter().filter(|l| resolution_ms(l.0) == 0) {
+            let (kb, ks) = (key(&b, name), key(&s, name));
+            assert_eq!(
+                length(&mut conn, &kb),
+                length(&mut conn, &ks),
+                "round {round}: {name}"
+            );
+        }
+    }
+    assert!(
+        runs > 200 && filled > 20,
+        "repeats {runs}, admissions followed by a denial {filled}"
+    );
 }

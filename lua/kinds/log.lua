@@ -39,7 +39,9 @@ COST  (TIME apart, see the head) The sequence, per decision and list:
     PEXPIRE               at most twice a second (see TTL)
   A later decision of the same call on a list this call admitted into reads nothing (REPEATS in
   the head): its length, head and newest entry are known from the admission, and its entry is
-  held back, so a client's admissions in one call cost one RPUSH between them.
+  held back, so a client's admissions in one call cost one RPUSH between them. Repeats right
+  after an admission (RUNS in the head) are counted, not decided: the list admits until it holds
+  `requests`, every answer's reset is when the oldest entry in the window leaves.
   Steady state, one limit evicting one entry per decision: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
   (+ PTTL for windows >= 500 ms); not evicting: TIME LLEN LINDEX 0 LINDEX -1 RPUSH; denied:
   TIME LLEN LINDEX 0 LINDEX -1. A longer expired prefix is found by reading the newest entry,
@@ -253,6 +255,35 @@ CLOCK  The newest entry is read only when it could be ahead of TIME. Every admis
                         reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = 0, h + w - now
                     end
                 end
+-- @section run-fit
+                        -- RUNS: each repeat counts one more at the same `now`, so nothing more
+                        -- slides out: the list admits until it holds `requests`.
+                        local room = r - (st[j - 5] - st[j - 1] + 1)
+                        if room < fit then
+                            fit = room
+                        end
+-- @section run-answer
+                        -- What the admission before left (k in the window, the oldest at h),
+                        -- then `fit` more entries, held back with the others of this key.
+                        local k, h, w = st[j - 5] - st[j - 1] + 1, st[j - 4] or now, st[j - 8]
+                        if fit > 0 then
+                            local held = pending[key]
+                            if held == nil then
+                                held = {}
+                                pending[key] = held
+                            end
+                            for _ = 1, fit do
+                                held[#held + 1] = now_s
+                            end
+                            known[seen[key]] = k + fit
+                        end
+                        -- Admitted or not, the oldest entry in the window stays the one to leave
+                        -- first; a denial finds the list full (or this limit was not the full one).
+                        local reset = h + w - now
+                        for q = 1, m do
+                            local at = r0 + q * size + 2 * i
+                            reply[at], reply[at + 1] = r - k - (q <= fit and q or fit), reset
+                        end
 -- @section inspect-read
         local c = call('LLEN', KEYS[i])
         len[i] = c

@@ -138,6 +138,12 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                     sum = r
                 end
                 reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - sum, reset
+-- @section run-fit
+                -- RUNS: each repeat is decided in full (a repeat's reset depends on the counters
+                -- the repeats before it wrote).
+                fit = -1
+-- @section run-answer
+                -- Not reached: run-fit declines every run.
 -- @section inspect-read
         local s = call('GET', KEYS[i])
         local v = {}

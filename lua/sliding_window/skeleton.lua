@@ -80,6 +80,19 @@ REPEATS
   kind about to read them appends what is held back first. The call is atomic, so no other
   call ever sees a list without its held-back entries.
 
+RUNS
+  Decisions right after one another with the same keys and "=" (one busy client, a `global`
+  limit under load) repeat a decision exactly: the same limits at the same `now` (after an
+  admission, each key's newest entry is `now`, so `now` stays). After a denial, which writes
+  nothing, each repeat is denied with the same answer, copied. After an admission, each kind's
+  `run-fit` says how many more its limit admits at that `now` (the run admits the least of
+  them, in order, and denies the rest), and its `run-answer` records those and writes every
+  repeat's two values, from what its decision left in its scratch: a run costs the kind
+  arithmetic, not a read, decide and answer per repeat. A kind may decline (`fit = -1`): each
+  repeat is then decided in full, as any decision. scripts/redis-instructions, one client, per
+  decision: 6 a call 38.4k -> 32.9k instructions inside Redis, 12 a call 28.9k -> 22.5k, 32 a
+  call 22.7k -> 15.3k.
+
 CLOCK
   now = max(Redis TIME, newest entry of any limit of this decision). Every proxy shares the one
   Redis clock; the max() keeps each record sorted if that clock steps backwards (NTP), at the
@@ -250,6 +263,56 @@ while a0 <= na do
             local key, j = keys[k0 + i], 10 * i
             local res, wt = st[j - 7], st[j - 6]
             -- @each-kind answer
+        end
+
+        -- RUNS (see the head): the decisions right after this one that repeat it ("=", the
+        -- same keys).
+        local m, kb = 0, k0 + n
+        while argv[a0] == '=' do
+            local i = 1
+            while i <= n and keys[kb + i] == keys[k0 + i] do
+                i = i + 1
+            end
+            if i <= n then
+                break
+            end
+            m, kb, a0 = m + 1, kb + n, a0 + 1
+        end
+        if m > 0 then
+            -- How many of them are admitted: every one after a denial is denied alike; after an
+            -- admission, as many as each limit still admits (-1: a kind decides each in full).
+            local fit = 0
+            if admitted then
+                fit = m
+                for i = 1, n do
+                    local j = 10 * i
+                    local r, res, wt = st[j - 9], st[j - 7], st[j - 6]
+                    -- @each-kind run-fit
+                end
+            end
+            if fit < 0 then
+                -- Not a run after all: the repeats are decided one by one, as any decision.
+                a0 = a0 - m
+            else
+                local size = 1 + 2 * n
+                for q = 1, m do
+                    reply[r0 + q * size + 1] = q <= fit and now or 0
+                end
+                if admitted then
+                    for i = 1, n do
+                        local key, j = keys[k0 + i], 10 * i
+                        local r, res, wt = st[j - 9], st[j - 7], st[j - 6]
+                        -- @each-kind run-answer
+                    end
+                else
+                    for q = 1, m do
+                        for v = 2, size do
+                            reply[r0 + q * size + v] = reply[r0 + v]
+                        end
+                    end
+                end
+                k0, r0 = k0 + m * n, r0 + m * size
+            end
         end
     end
     k0, r0 = k0 + n, r0 + 1 + 2 * n

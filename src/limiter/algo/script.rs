@@ -48,8 +48,9 @@ mod tests {
 
     #[test]
     fn each_pass_is_one_chain_over_the_kinds() {
-        // One `if res >= 1000` (slots) per pass, and the log as the `else`.
-        assert_eq!(SLIDING_WINDOW.matches("if res >= 1000 then\n").count(), 3);
+        // One `if res >= 1000` (slots) per pass (read, decide, answer, and a run's fit and
+        // answer), and the log as the `else`.
+        assert_eq!(SLIDING_WINDOW.matches("if res >= 1000 then\n").count(), 5);
         assert_eq!(INSPECT.matches("if res >= 1000 then\n").count(), 2);
         assert_eq!(REFUND.matches("if res >= 1000 then\n").count(), 1);
     }
