@@ -791,21 +791,13 @@ fn measure_cpu_per_call() -> Vec<(&'static str, f64)> {
 }
 
 /// Redis CPU per decision, by path: printed. Only a gross regression (e.g. eviction turning
-/// O(n) per call) fails it; the 6 µs target is checked by the ignored test below.
+/// O(n) per call) fails it: speed itself is a benchmark's to judge (`scripts/bench` holds the
+/// script to 5 µs per decision, `scripts/bench-resolution` to a ratio of the ZSET script's).
 #[test]
 fn redis_cpu_per_call() {
     for (name, usec) in measure_cpu_per_call() {
         assert!(usec < 60.0, "{name}: {usec:.2} µs per call");
     }
-}
-
-/// The target: one limit, admitted, at most 6 µs of Redis CPU per decision. Run on an
-/// otherwise idle machine: `cargo test --test redis_script -- --ignored`.
-#[test]
-#[ignore = "timing-sensitive: run on an idle machine"]
-fn redis_cpu_per_call_within_target() {
-    let results = measure_cpu_per_call();
-    assert!(results[0].1 <= 6.0, "{:?}", results[0]);
 }
 
 /// One decision of a batch: its keys, and its limits as (requests, window ms).
