@@ -78,9 +78,9 @@ fn resolution_ms(list: &str) -> i64 {
     }
 }
 
-/// Every list under `prefix`, with the entries of [`LISTS`] before `now_us`.
-fn seed(conn: &mut Connection, prefix: &str, now_us: i64) {
-    for (name, ago_ms) in LISTS {
+/// Every list of `lists` under `prefix`, with its entries (ages in ms) before `now_us`.
+fn seed(conn: &mut Connection, prefix: &str, now_us: i64, lists: &[(&str, &[i64])]) {
+    for &(name, ago_ms) in lists {
         let values: Vec<i64> = ago_ms.iter().map(|ago| now_us - ago * 1000).collect();
         if !values.is_empty() {
             let _: () = redis::cmd("RPUSH")
@@ -184,8 +184,8 @@ fn batch_decides_what_one_call_each_would(argv: Argv) {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let now = redis_time(&mut conn);
-    seed(&mut conn, "batch", now);
-    seed(&mut conn, "single", now);
+    seed(&mut conn, "batch", now, &LISTS);
+    seed(&mut conn, "single", now, &LISTS);
     let batched = decide(&mut conn, "batch", &DECISIONS, Some(argv));
     let single = decide(&mut conn, "single", &DECISIONS, None);
     assert_same_answers(&DECISIONS, &batched, &single);
@@ -298,16 +298,7 @@ fn random_batches_of_repeats_decide_what_one_call_each_would() {
         let (b, s) = (format!("rb{round}"), format!("rs{round}"));
         let now = redis_time(&mut conn);
         for prefix in [&b, &s] {
-            for (name, ago_ms) in RANDOM_LISTS {
-                let values: Vec<i64> = ago_ms.iter().map(|ago| now - ago * 1000).collect();
-                if !values.is_empty() {
-                    let _: () = redis::cmd("RPUSH")
-                        .arg(key(prefix, name))
-                        .arg(values)
-                        .query(&mut conn)
-                        .unwrap();
-                }
-            }
+            seed(&mut conn, prefix, now, &RANDOM_LISTS);
         }
         let batched = decide(&mut conn, &b, &decisions, Some(Argv::AsTheStore));
         let single = decide(&mut conn, &s, &decisions, None);
