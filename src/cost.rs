@@ -82,9 +82,8 @@ impl Cost {
     }
 
     /// The cost of a request with `headers`, checked against `max_cost` and the quota. On a
-    /// route that settles, at least 1: the admission then holds a counter in its slot, which
-    /// is where a settlement charges what the upstream reports (a claim of 0 could otherwise
-    /// leave no counter for the charge to land in).
+    /// route that settles, at least 1: a claim of 0 whose real cost never arrives (the
+    /// upstream failed, or sent none) still counts.
     pub fn of(&self, headers: &HeaderMap) -> Result<u32, CostError> {
         let cost = match &self.source {
             CostSource::Fixed(n) => *n,

@@ -189,6 +189,7 @@ macro_rules! conformance {
                 cost_exact_under_concurrency,
                 cost_and_requests_all_or_nothing,
                 settle_charges_into_debt_and_gives_back,
+                a_charge_outlives_its_admissions_slot,
             ]
         );
     };

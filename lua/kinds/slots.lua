@@ -189,15 +189,43 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
         end
 -- @section refund
         local s = call('GET', key)
+        local v, k = false, 0
         if s and #s >= 14 and (#s - 8) % 6 == 0 then
-            local k = (#s - 8) / 6
-            local v = { struct.unpack('>d' .. string.rep('HI4', k), s) }
+            k = (#s - 8) / 6
+            v = { struct.unpack('>d' .. string.rep('HI4', k), s) }
+        end
+        if amount < 0 and (v or not s) then
+            -- A charge: into the slot of now with no room check (the debt of a settle), the
+            -- pairs that left the window dropped, the key created if gone (a string of another
+            -- shape is left alone, as a decision fails it).
+            local t = call('TIME')
+            local cur = floor((t[1] * 1000000 + t[2]) / res)
+            local oldest, o = cur - w / res, {}
+            for p = 1, k do
+                local idx = v[1] + v[2 * p]
+                if idx >= oldest then
+                    o[#o + 1], o[#o + 2] = idx, v[2 * p + 1]
+                end
+            end
+            if #o > 0 and o[#o - 1] >= cur then
+                -- The clock guard: never a slot before the newest stored one.
+                o[#o] = math.min(o[#o] - amount, 4294967295)
+            else
+                o[#o + 1], o[#o + 2] = cur, math.min(-amount, 4294967295)
+            end
+            local first = o[1]
+            for q = 1, #o, 2 do
+                o[q] = o[q] - first
+            end
+            local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
+            call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
+            given = given + 1
+        elseif v then
             local slot, o, hit = floor(at / res), {}, false
             for p = 1, k do
                 local idx, c = v[1] + v[2 * p], v[2 * p + 1]
                 if idx == slot and not hit then
-                    -- A charge (amount < 0) adds with no room check: the debt of a settle.
-                    c, hit = math.min(math.max(c - amount, 0), 4294967295), true
+                    c, hit = math.max(c - amount, 0), true
                 end
                 if c > 0 then
                     o[#o + 1], o[#o + 2] = idx, c

@@ -11,8 +11,8 @@ pub enum Change {
     /// than charged).
     #[default]
     GiveBack,
-    /// Add each limit's weight on top, in the admission's own slot, with no room check: a cost
-    /// settled higher than charged. Only cost limits (slotted) take a charge; the bucket may
+    /// Add each limit's weight on top, in the slot of the store's now, with no room check: a
+    /// cost settled higher than charged. Only cost limits (slotted) take a charge; the bucket may
     /// go over its quota (debt), which later requests wait out.
     Charge,
 }

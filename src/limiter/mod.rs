@@ -272,10 +272,11 @@ pub trait Store: Send + Sync + 'static {
     /// entry that has already left its window, or a bucket that is gone.
     ///
     /// With [`Change::Charge`] (a cost settled higher than charged), add each limit's weight
-    /// to the slot the admission was counted in instead, with no room check: the bucket may
-    /// go over its quota, and later requests wait until the window frees the debt. Only
-    /// slotted limits take a charge; a charge to a slot that already left its window is a
-    /// no-op.
+    /// in the slot of the store's now instead, with no room check: the bucket may go over its
+    /// quota, and later requests wait until the window frees the debt, one window after the
+    /// cost became known. Not in the admission's slot: a response that lasted longer than the
+    /// window (a client reading slowly) would have seen it leave, and the charge with it. Only
+    /// slotted limits take a charge (a log ignores it); a bucket gone meanwhile is created.
     async fn refund(&self, admission: Admission<'_>) -> Result<(), StoreError>;
 
     /// Renew the leases of `admission`: in each of its concurrency limits (each in its bucket),

@@ -343,9 +343,15 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
-        // Sent whole: `count_status` and `settle` correct the admission (cut off: it stands).
-        if let (Some(ticket), Some(route), None) = (ctx.ticket.take(), ctx.route(), e) {
-            (self.limiter).refund(route, &ctx.key, &ctx.limit_keys, ticket);
+        // `count_status` and `settle` correct the admission (how depends on how it ended).
+        if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
+            let ended = match e {
+                None => refund::Ended::Whole,
+                Some(e) if crate::log_hygiene::is_client_abort(e) => refund::Ended::ClientLeft,
+                Some(_) => refund::Ended::Failed,
+            };
+            let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
+            (self.limiter).refund(route, bucket, ticket, ended);
         }
         // However the request ended (sent whole, client gone, upstream failed), its leases go.
         ctx.lease = None;

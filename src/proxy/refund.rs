@@ -1,10 +1,13 @@
 //! `count_status` and `settle`: an admission stays counted while the request is in flight.
 //! It gives it back when the upstream answers with a status the route does not count (failed
 //! logins count, successful ones do not), and its charge in the cost limits is corrected to
-//! the real cost the upstream reports (`settle`), once that response has gone out whole. A
-//! client that leaves before its answer keeps the charge as it was. The pure parts
-//! ([`settle`], [`Settlement`]) decide; [`Limiter::refund`] sends the correction to the store
-//! that recorded the admission, off the response path.
+//! the real cost the upstream reports (`settle`). Anything given back waits for the response
+//! to have gone out whole; a higher real cost is charged however the response ended, and a
+//! client that leaves after the response head but before the trailer that would have carried
+//! its cost is charged up to the route's `max_cost`, the most it could have been (else leaving
+//! just before the trailer would make any cost free). The pure parts ([`settle`],
+//! [`correction`], [`Settlement`]) decide; [`Limiter::refund`] sends the correction to the
+//! store that recorded the admission, off the response path.
 
 use http::StatusCode;
 
@@ -29,6 +32,8 @@ pub(super) struct Ticket {
     pub cost: u32,
     /// The real cost the upstream reported (`settle`): `None` until a field carried one.
     pub settled: Option<Result<u32, CostError>>,
+    /// A final response head came from the upstream (its trailer may still carry the cost).
+    pub answered: bool,
 }
 
 impl Ticket {
@@ -40,6 +45,7 @@ impl Ticket {
             due: false,
             cost,
             settled: None,
+            answered: false,
         }
     }
 
@@ -62,8 +68,11 @@ impl Ticket {
                 Settle::Wait => return Some(self),
             },
         };
-        if settles && !head.status.is_informational() {
-            held.settled = route.spec.cost.settled(&head.headers);
+        if !head.status.is_informational() {
+            held.answered = true;
+            if settles {
+                held.settled = route.spec.cost.settled(&head.headers);
+            }
         }
         Some(held)
     }
@@ -97,6 +106,67 @@ pub(super) fn settle(count_status: &[StatusCode], status: StatusCode) -> Settle 
         Settle::Keep
     } else {
         Settle::GiveBack
+    }
+}
+
+/// How a response ended, as its correction needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Sent whole.
+    Whole,
+    /// The client left (closed, reset its stream, stopped reading past the send timeout).
+    ClientLeft,
+    /// The upstream failed, or the proxy did.
+    Failed,
+}
+
+/// What correcting an admission does at the end of its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Correction {
+    /// Nothing; the settlement's result to count, if the route settles.
+    Nothing(Option<&'static str>),
+    /// Give back this much in this part of the route's limits.
+    GiveBack(Part, u32),
+    /// Charge this much more in the cost limits.
+    Charge(u32),
+}
+
+/// The correction of `ticket` at the end of a response that `ended` so, on a route that
+/// `settles` (with `max_cost`). Give-backs need the response sent whole (cut off, the charge
+/// stands); a higher real cost is charged however it ended (the upstream reported it); a
+/// client that left after the head without the cost having come (it was due in the trailer)
+/// is charged up to `max_cost`.
+pub(super) fn correction(
+    ticket: &Ticket,
+    settles: bool,
+    max_cost: Option<u32>,
+    ended: Ended,
+) -> Correction {
+    let whole = ended == Ended::Whole;
+    if ticket.due {
+        return match whole {
+            true => Correction::GiveBack(Part::Counted, ticket.cost),
+            false => Correction::Nothing(None),
+        };
+    }
+    if !settles {
+        return Correction::Nothing(None);
+    }
+    match ticket.settled {
+        Some(Ok(real)) => match Settlement::of(ticket.cost, real) {
+            Settlement::Unchanged => Correction::Nothing(Some("unchanged")),
+            Settlement::GiveBack(d) if whole => Correction::GiveBack(Part::Cost, d),
+            Settlement::GiveBack(_) => Correction::Nothing(Some("cut_off")),
+            Settlement::Charge(d) => Correction::Charge(d),
+        },
+        Some(Err(_)) => Correction::Nothing(Some("invalid")),
+        None if whole => Correction::Nothing(Some("missing")),
+        None => match max_cost {
+            Some(max) if ended == Ended::ClientLeft && ticket.answered && max > ticket.cost => {
+                Correction::Charge(max - ticket.cost)
+            }
+            _ => Correction::Nothing(Some("cut_off")),
+        },
     }
 }
 
@@ -145,47 +215,32 @@ pub(super) fn part_of(
 }
 
 impl Limiter {
-    /// Correct `ticket`'s admission once its response has gone out whole: give it back in the
-    /// limits that count requests when its status is not counted (the leases are the
-    /// request's [`Lease`](super::lease::Lease)'s to give back), else correct its cost limits
-    /// to the real cost the upstream reported (`settle`). Each limit in its own bucket
+    /// Correct `ticket`'s admission at the end of its response (see [`correction`]): give it
+    /// back in the limits that count requests when its status is not counted (the leases are
+    /// the request's [`Lease`](super::lease::Lease)'s to give back), else correct its cost
+    /// limits to the real cost the upstream reported (`settle`). Each limit in its own bucket
     /// (`bucket` the route's, `own` the limits' own keys' as the request computed them).
-    pub(super) fn refund(&self, route: &Route, bucket: &str, own: &[String], ticket: Ticket) {
-        if ticket.due {
-            let cost = ticket.cost;
-            return self.amend(
-                route,
-                (bucket, own),
-                ticket,
-                (Part::Counted, cost),
-                Change::GiveBack,
-            );
-        }
-        let name = route.spec.name.as_str();
-        let result = match ticket.settled {
-            _ if route.spec.cost.settle.is_none() => return,
-            None => "missing",
-            Some(Err(_)) => "invalid",
-            Some(Ok(real)) => match Settlement::of(ticket.cost, real) {
-                Settlement::Unchanged => "unchanged",
-                Settlement::GiveBack(d) => {
-                    let part = (Part::Cost, d);
-                    self.amend(route, (bucket, own), ticket, part, Change::GiveBack);
+    pub(super) fn refund(
+        &self,
+        route: &Route,
+        (bucket, own): (&str, &[String]),
+        ticket: Ticket,
+        ended: Ended,
+    ) {
+        let cost = &route.spec.cost;
+        let (part, weight, change) =
+            match correction(&ticket, cost.settle.is_some(), cost.max, ended) {
+                Correction::Nothing(result) => {
+                    if let Some(result) = result {
+                        let name = route.spec.name.as_str();
+                        METRICS.settlements.with_label_values(&[name, result]).inc();
+                    }
                     return;
                 }
-                Settlement::Charge(d) => {
-                    self.amend(
-                        route,
-                        (bucket, own),
-                        ticket,
-                        (Part::Cost, d),
-                        Change::Charge,
-                    );
-                    return;
-                }
-            },
-        };
-        METRICS.settlements.with_label_values(&[name, result]).inc();
+                Correction::GiveBack(part, weight) => (part, weight, Change::GiveBack),
+                Correction::Charge(weight) => (Part::Cost, weight, Change::Charge),
+            };
+        self.amend(route, (bucket, own), ticket, (part, weight), change);
     }
 
     /// Apply `change` of `weight` to `ticket`'s admission in `part` of the route's limits, in
@@ -272,5 +327,75 @@ mod tests {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(settle(&failures, status), want, "{code}");
         }
+    }
+
+    #[test]
+    fn a_correction_gives_back_only_whole_and_charges_however_it_ended() {
+        use Correction::{Charge, GiveBack, Nothing};
+        use Ended::{ClientLeft, Failed, Whole};
+        let ticket = |settled: Option<Result<u32, CostError>>, answered| Ticket {
+            settled,
+            answered,
+            ..Ticket::new(&[1], DecidedBy::Store, 100)
+        };
+        let (max, ok) = (Some(5000), |n| Some(Ok(n)));
+        let cases = [
+            // count_status: given back only once the response went out whole.
+            (
+                ticket(None, true).due(),
+                false,
+                Whole,
+                GiveBack(Part::Counted, 100),
+            ),
+            (ticket(None, true).due(), true, ClientLeft, Nothing(None)),
+            (ticket(ok(5), true), false, Whole, Nothing(None)),
+            // settle: lower is given back only whole; higher is charged however it ended.
+            (ticket(ok(30), true), true, Whole, GiveBack(Part::Cost, 70)),
+            (
+                ticket(ok(30), true),
+                true,
+                ClientLeft,
+                Nothing(Some("cut_off")),
+            ),
+            (
+                ticket(ok(100), true),
+                true,
+                Failed,
+                Nothing(Some("unchanged")),
+            ),
+            (ticket(ok(1500), true), true, Whole, Charge(1400)),
+            (ticket(ok(1500), true), true, ClientLeft, Charge(1400)),
+            (ticket(ok(1500), false), true, Failed, Charge(1400)),
+            (
+                ticket(Some(Err(CostError::Malformed)), true),
+                true,
+                Whole,
+                Nothing(Some("invalid")),
+            ),
+            (ticket(None, true), true, Whole, Nothing(Some("missing"))),
+            // Gone after the head, before the trailer with the cost: up to max_cost.
+            (ticket(None, true), true, ClientLeft, Charge(4900)),
+            // Gone before any head, or the upstream failed: the estimate stands.
+            (
+                ticket(None, false),
+                true,
+                ClientLeft,
+                Nothing(Some("cut_off")),
+            ),
+            (ticket(None, true), true, Failed, Nothing(Some("cut_off"))),
+        ];
+        for (i, (t, settles, ended, want)) in cases.into_iter().enumerate() {
+            assert_eq!(correction(&t, settles, max, ended), want, "case {i}");
+        }
+        // No max_cost, or one the estimate already reaches: the estimate stands.
+        let gone = ticket(None, true);
+        assert_eq!(
+            correction(&gone, true, None, ClientLeft),
+            Nothing(Some("cut_off"))
+        );
+        assert_eq!(
+            correction(&gone, true, Some(100), ClientLeft),
+            Nothing(Some("cut_off"))
+        );
     }
 }

@@ -60,6 +60,10 @@ pub const FIELD_HEADER: &str = "x-upstream-field";
 /// on HTTP/1.1 hyper sends trailers only to a client that asked for them (`TE: trailers`).
 pub const TRAILER_HEADER: &str = "x-upstream-trailer";
 
+/// Request header asking the upstream to wait this many milliseconds (at most 60 000) between
+/// the body and the trailer of [`TRAILER_HEADER`]: a stream whose count comes late.
+pub const TRAILER_DELAY_HEADER: &str = "x-upstream-trailer-delay-ms";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -342,11 +346,17 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         },
     );
     let response = if !trailers.is_empty() {
-        let frames = [
-            Frame::data(Bytes::from_static(UPSTREAM_BODY.as_bytes())),
-            Frame::trailers(trailers),
-        ];
-        let frames = futures::stream::iter(frames.map(Ok::<_, Infallible>));
+        let trailer_delay = (req.headers().get(TRAILER_DELAY_HEADER))
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .map_or(0, |ms| ms.min(60_000));
+        let body = Frame::data(Bytes::from_static(UPSTREAM_BODY.as_bytes()));
+        let trailer = async move {
+            tokio::time::sleep(std::time::Duration::from_millis(trailer_delay)).await;
+            Frame::trailers(trailers)
+        };
+        let frames = futures::stream::once(async { body })
+            .chain(futures::stream::once(trailer))
+            .map(Ok::<_, Infallible>);
         response.body(BodyExt::boxed(StreamBody::new(frames)))
     } else if req.headers().contains_key(GATED_HEADER) {
         let pieces = futures::stream::unfold(0u8, move |step| {

@@ -97,9 +97,9 @@ pub async fn cost_and_requests_all_or_nothing(store: Arc<dyn Store>) {
     assert_eq!(inspect(&store, "cost:c", &one).await[0].count, 0);
 }
 
-/// A settle: a charge adds to the admission's own slot with no room check, so the bucket goes
-/// into debt and denies until the window frees it; a give-back lowers it again; a request
-/// limit (a log) takes no charge; a charge to a slot with nothing counted creates nothing.
+/// A settle: a charge adds with no room check, so the bucket goes into debt and denies until
+/// the window frees it; a give-back lowers it again; a request limit (a log) takes no charge;
+/// a charge lands in the slot of now, whatever time its admission names.
 pub async fn settle_charges_into_debt_and_gives_back(store: Arc<dyn Store>) {
     let (route, bucket) = (crate::common::store::ROUTE, "cost:d");
     let buckets = Buckets::one(bucket);
@@ -134,12 +134,54 @@ pub async fn settle_charges_into_debt_and_gives_back(store: Arc<dyn Store>) {
     let v = check(&store, bucket, &both(150)).await;
     assert!(v.admitted, "{v:?}");
     assert_eq!(v.states[0].remaining, 50);
-    // Nothing was recorded 5 s after it (slots of 1 s): a charge there creates nothing.
+    // Nothing was recorded 5 s after it (slots of 1 s): the charge still lands, now.
     let never = [at[0] + 5_000_000];
     let huge = both(5000);
     let stray = Admission::new(route, &buckets, &huge[..1], &never);
     amend(&store, stray, Change::Charge).await;
-    assert_eq!(inspect(&store, bucket, &both(1)).await[0].count, 950);
+    assert_eq!(inspect(&store, bucket, &both(1)).await[0].count, 5950);
+}
+
+/// A charge whose admission has left the window (a response that outlasted it) lands in the
+/// slot of now, and stays one window from there; one for a bucket the store no longer holds
+/// (or never did) creates it. The charge used to go where the admission was counted, and
+/// vanish with it.
+pub async fn a_charge_outlives_its_admissions_slot(store: Arc<dyn Store>) {
+    let (route, bucket) = (crate::common::store::ROUTE, "cost:late");
+    let buckets = Buckets::one(bucket);
+    let window = Duration::from_secs(1);
+    let short = |cost| [Limit::cost(QUOTA, window, Duration::from_millis(100)).weighted(cost)];
+    let t0 = tokio::time::Instant::now();
+    let v = check(&store, bucket, &short(400)).await;
+    let at = v.recorded_times().expect("recorded").to_vec();
+    // The admission's slot (100 ms) leaves 1.1 s after it at the latest.
+    tokio::time::sleep_until(t0 + Duration::from_millis(1300)).await;
+    assert_eq!(inspect(&store, bucket, &short(1)).await[0].count, 0);
+    let late = short(700);
+    amend(
+        &store,
+        Admission::new(route, &buckets, &late, &at),
+        Change::Charge,
+    )
+    .await;
+    assert_eq!(
+        inspect(&store, bucket, &short(1)).await[0].count,
+        700,
+        "{}",
+        store.backend()
+    );
+    let denied = check(&store, bucket, &short(301)).await;
+    assert!(!denied.admitted, "{}: {denied:?}", store.backend());
+    // A bucket with nothing recorded: the charge creates it.
+    let (fresh, none) = ("cost:fresh", Buckets::one("cost:fresh"));
+    let charge = short(250);
+    amend(
+        &store,
+        Admission::new(route, &none, &charge, &at),
+        Change::Charge,
+    )
+    .await;
+    assert_eq!(inspect(&store, fresh, &short(1)).await[0].count, 250);
 }
 
 async fn amend(store: &Arc<dyn Store>, admission: Admission<'_>, change: Change) {

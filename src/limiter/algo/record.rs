@@ -21,11 +21,6 @@ pub trait Rules {
     /// Take back `amount` (one request; a cost limit's charged cost) recorded at `at`, as far
     /// as it is still counted (a refund).
     fn refund(&mut self, id: LimitId, at: u64, amount: u32);
-    /// Add `amount` to what was recorded at `at`, with no room check, as far as it is still
-    /// counted (a cost settled higher than charged: the limit may go into debt). Only a kind
-    /// that counts cost takes a charge; the others count requests, so the default charges
-    /// nothing.
-    fn charge(&mut self, _id: LimitId, _at: u64, _amount: u32) {}
     /// The newest recorded time, so a decision's `now` never goes back.
     fn newest(&self, id: LimitId) -> Option<u64>;
     /// When everything counted now has left the window (0 when nothing is counted).
@@ -103,9 +98,6 @@ impl Rules for Record {
     }
     fn refund(&mut self, id: LimitId, at: u64, amount: u32) {
         each_kind!(self, r => Rules::refund(r, id, at, amount))
-    }
-    fn charge(&mut self, id: LimitId, at: u64, amount: u32) {
-        each_kind!(self, r => Rules::charge(r, id, at, amount))
     }
     fn newest(&self, id: LimitId) -> Option<u64> {
         each_kind!(self, r => Rules::newest(r, id))

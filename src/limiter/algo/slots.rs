@@ -147,18 +147,6 @@ impl SlotCounts {
         }
     }
 
-    /// Add `amount` to the slot `at` falls in, as far as that slot is still kept and counts
-    /// something (the admission's own charge), with no room check: a cost settled higher than
-    /// charged, so the sum may go over the quota, a debt later requests wait out.
-    pub fn charge(&mut self, shape: SlotShape, at: u64, amount: u32) {
-        let Some(i) = shape.slot_of(at).checked_sub(self.first) else {
-            return;
-        };
-        if let Some(c) = self.counts.get_mut(i as usize).filter(|c| **c > 0) {
-            *c = c.saturating_add(amount);
-        }
-    }
-
     /// Time until this limit admits again when full, else until its oldest slot leaves; the
     /// window when nothing is counted. Between `1` and `window + resolution` µs.
     pub fn reset_us(&self, shape: SlotShape, requests: u32, now: u64) -> u64 {
@@ -235,10 +223,6 @@ impl Rules for SlotCounts {
 
     fn refund(&mut self, id: LimitId, at: u64, amount: u32) {
         SlotCounts::refund(self, SlotShape::of(id), at, amount);
-    }
-
-    fn charge(&mut self, id: LimitId, at: u64, amount: u32) {
-        SlotCounts::charge(self, SlotShape::of(id), at, amount);
     }
 
     /// The start of the newest non-empty slot.
@@ -346,27 +330,5 @@ mod tests {
         assert_eq!(s.reset_us(SHAPE, 1, 60_000_000), 1_000_000);
         s.push(SHAPE, 60_000_000, 1);
         assert_eq!(s.slots(SHAPE).collect::<Vec<_>>(), [(60_000_000, 1)]);
-    }
-
-    #[test]
-    fn a_charge_goes_into_its_admissions_slot_and_may_go_into_debt() {
-        let mut s = SlotCounts::default();
-        s.push(SHAPE, 150_000, 3);
-        s.push(SHAPE, 250_000, 2);
-        // Settled higher: 3 more in slot 1, past a quota of 6 (debt of 2).
-        s.charge(SHAPE, 150_000, 3);
-        assert_eq!(
-            s.slots(SHAPE).collect::<Vec<_>>(),
-            [(100_000, 6), (200_000, 2)]
-        );
-        // Quota 6, 8 counted: slot 1 must leave (at 1.2 s) for one more to fit.
-        assert_eq!(s.reset_us(SHAPE, 6, 300_000), 900_000);
-        // A slot no longer kept (left the window, or never counted) takes nothing.
-        s.charge(SHAPE, 50_000, 4);
-        s.charge(SHAPE, 350_000, 4);
-        assert_eq!(s.count(), 8);
-        s.evict(SHAPE, 1_250_000);
-        s.charge(SHAPE, 150_000, 4);
-        assert_eq!(s.slots(SHAPE).collect::<Vec<_>>(), [(200_000, 2)]);
     }
 }

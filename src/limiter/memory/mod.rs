@@ -77,10 +77,12 @@ use async_trait::async_trait;
 use super::algo::clock::{Clock, MonotonicClock};
 use super::buckets::time_of;
 use super::{
-    Admission, Buckets, Checked, Limit, LimitView, Store, StoreError, Verdict, WindowView,
+    Admission, Buckets, Checked, Limit, LimitKind, LimitView, Store, StoreError, Verdict,
+    WindowView,
 };
 use room::{shard_of, Room};
-use shard::Bucket;
+use shard::{Admit, Bucket};
+use smallvec::SmallVec;
 
 mod chunks;
 mod record;
@@ -293,12 +295,29 @@ impl MemoryStore {
 
     /// Decide synchronously for `bucket` of `route`, in the route's room (see the module doc).
     pub fn check_now_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Verdict {
+        self.enter(route, bucket, limits, Admit::IfRoom)
+    }
+
+    /// Charge each of `limits` its weight now, with no room check (a cost settled higher than
+    /// charged): in the slot of now, not the admission's, which a response longer than the
+    /// window has seen leave; a bucket evicted meanwhile comes back for it.
+    /// Only slotted limits take a charge (cost limits are slotted); the others count requests.
+    pub(super) fn charge_now(&self, route: &str, bucket: &str, limits: &[Limit]) {
+        let slotted = |l: &&Limit| matches!(l.id().kind(), LimitKind::Slotted { .. });
+        let limits: SmallVec<[Limit; 2]> = limits.iter().filter(slotted).copied().collect();
+        if !limits.is_empty() {
+            self.enter(route, bucket, &limits, Admit::Always);
+        }
+    }
+
+    /// Decide (or charge) in the route's room, counting what that evicted.
+    fn enter(&self, route: &str, bucket: &str, limits: &[Limit], admit: Admit) -> Verdict {
         let key = self.hash(bucket);
         let now = || self.now_us();
         // The room is looked up without taking a reference count when it exists.
         let (verdict, _placed, evicted) = match self.rooms.load().get(route) {
-            Some(room) => room.decide(key, limits, now),
-            None => self.room(route).decide(key, limits, now),
+            Some(room) => room.decide(key, limits, now, admit),
+            None => self.room(route).decide(key, limits, now, admit),
         };
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);

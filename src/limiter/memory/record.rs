@@ -58,11 +58,6 @@ impl LimitRecord {
         self.record.refund(self.id, at, amount);
     }
 
-    /// Add `amount` to what was recorded at `at`, with no room check.
-    pub(super) fn charge(&mut self, at: u64, amount: u32) {
-        self.record.charge(self.id, at, amount);
-    }
-
     /// The newest recorded time, so a decision's `now` never goes back.
     pub(super) fn newest(&self) -> Option<u64> {
         self.record.newest(self.id)

@@ -7,10 +7,10 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use super::record::LimitRecord;
-use super::shard::{Bucket, Shard};
+use super::shard::{Admit, Bucket, Shard};
 use super::summary::{Held, Summary, MAX_COUNT};
 use super::SHARDS;
-use crate::limiter::{Change, Limit, LimitState, Verdict};
+use crate::limiter::{Limit, LimitState, Verdict};
 use crate::state_log::{LimiterState, StateLog};
 
 /// Where a decision was made: see [`Room::decide`].
@@ -118,12 +118,14 @@ impl Room {
     /// shard lock), in its own bucket: a new bucket starts from what the summary still counts
     /// for it, and room is made by evicting other clients of this route into the summary.
     /// Only when the shard's share cannot hold even this one bucket is the request decided in
-    /// the summary alone. Returns how many buckets were evicted too.
+    /// the summary alone. A charge ([`Admit::Always`]) is recorded the same way, with no room
+    /// check. Returns how many buckets were evicted too.
     pub(super) fn decide(
         &self,
         key: u64,
         limits: &[Limit],
         now: impl Fn() -> u64,
+        admit: Admit,
     ) -> (Verdict, Placed, u64) {
         let budget = self.shard_budget.load(Ordering::Relaxed);
         let mut guard = self.lock(shard_of(key));
@@ -140,7 +142,7 @@ impl Room {
                 b.seed(&shard.summary, limits, now);
                 match shard.make_room(b.cost() + 16 * limits.len(), budget, key, now, &mut rng) {
                     Ok(n) => evicted += n,
-                    Err(()) => return self.in_summary(guard, key, limits, now, evicted),
+                    Err(()) => return self.in_summary(guard, (key, limits, admit), now, evicted),
                 }
                 shard.push(b)
             }
@@ -153,10 +155,10 @@ impl Room {
                 Ok(n) => evicted += n,
                 // No one else to evict: a client at its limit is denied by its own log (which
                 // records nothing and needs no room); any other goes into the summary itself.
-                Err(()) if shard.buckets[at].admits(limits, now) => {
+                Err(()) if admit == Admit::Always || shard.buckets[at].admits(limits, now) => {
                     shard.buckets[at].summarise(&mut shard.summary, now);
                     shard.remove_at(at);
-                    return self.in_summary(guard, key, limits, now, evicted + 1);
+                    return self.in_summary(guard, (key, limits, admit), now, evicted + 1);
                 }
                 Err(()) => {}
             }
@@ -165,19 +167,18 @@ impl Room {
         let at = shard.position(key).expect("make_room never evicts `key`");
         let b = &mut shard.buckets[at];
         let before = b.cost();
-        let verdict = b.decide(limits, now);
+        let verdict = b.decide(limits, now, admit);
         shard.bytes = shard.bytes - before + b.cost();
         drop(guard);
         self.log.note(&self.name, LimiterState::Normal);
         (verdict, Placed::Own, evicted)
     }
 
-    /// Give back (or charge) the admission of bucket `key` recorded at `at` (see
-    /// [`Bucket::refund`]).
-    pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64, change: Change) {
+    /// Give back the admission of bucket `key` recorded at `at` (see [`Bucket::refund`]).
+    pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64) {
         let mut shard = self.lock(shard_of(key));
         if let Some(i) = shard.position(key) {
-            shard.buckets[i].refund(limits, at, change);
+            shard.buckets[i].refund(limits, at);
         }
     }
 
@@ -197,12 +198,11 @@ impl Room {
     fn in_summary(
         &self,
         mut shard: MutexGuard<'_, Shard>,
-        key: u64,
-        limits: &[Limit],
+        (key, limits, admit): (u64, &[Limit], Admit),
         now: u64,
         evicted: u64,
     ) -> (Verdict, Placed, u64) {
-        let verdict = decide_in_summary(&mut shard.summary, key, limits, now);
+        let verdict = decide_in_summary(&mut shard.summary, (key, limits), now, admit);
         drop(shard);
         self.overflows.fetch_add(1, Ordering::Relaxed);
         let counter = self.overflow_counter.get_or_init(|| {
@@ -218,29 +218,29 @@ impl Room {
 }
 
 /// The sliding-window decision on the summary's figures alone: admitted only if every limit
-/// counts fewer than its `requests`, and then recorded as one more entry held until it leaves
-/// (so the summary still bounds the client from above). No admission there can be given back.
+/// counts fewer than its `requests` (a charge, [`Admit::Always`]: whatever they count), and
+/// then recorded as one more entry held until it leaves (so the summary still bounds the
+/// client from above). No admission there can be given back.
 pub(super) fn decide_in_summary(
     summary: &mut Summary,
-    key: u64,
-    limits: &[Limit],
+    (key, limits): (u64, &[Limit]),
     now: u64,
+    admit: Admit,
 ) -> Verdict {
     let held: Vec<Held> = limits
         .iter()
         .map(|l| summary.held(key, l.id(), now))
         .collect();
-    let admitted = limits
-        .iter()
-        .zip(&held)
-        .all(|(l, h)| super::shard::fits(l, h.count) && h.count < MAX_COUNT);
+    let admitted = admit == Admit::Always
+        || (limits.iter().zip(&held))
+            .all(|(l, h)| super::shard::fits(l, h.count) && h.count < MAX_COUNT);
     let states = limits
         .iter()
         .zip(held)
         .map(|(limit, mut h)| {
             if admitted {
                 h = Held {
-                    count: h.count + u64::from(limit.weight),
+                    count: (h.count + u64::from(limit.weight)).min(MAX_COUNT),
                     frees_us: h
                         .frees_us
                         .max(LimitRecord::frees_if_recorded(limit.id(), now)),

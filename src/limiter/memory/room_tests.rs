@@ -19,7 +19,7 @@ fn room(buckets: usize) -> Room {
 
 /// Decide for `key` at `t` µs.
 fn at(room: &Room, key: u64, limits: &[Limit], t: u64) -> (bool, Placed, u64) {
-    let (v, placed, evicted) = room.decide(key, limits, || t);
+    let (v, placed, evicted) = room.decide(key, limits, || t, Admit::IfRoom);
     (v.admitted, placed, evicted)
 }
 

@@ -11,7 +11,7 @@ use super::chunks::Chunks;
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{Change, Limit, LimitId, LimitState, Verdict};
+use crate::limiter::{Limit, LimitId, LimitState, Verdict};
 
 /// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
 /// weight of 1: `counted < requests`).
@@ -36,6 +36,16 @@ pub(super) fn room_for(limit: &Limit) -> u32 {
         .min(u64::from(u32::MAX)) as u32
 }
 
+/// Whether an entry needs room: a request's does; a charge (a cost settled higher than it was
+/// charged, `settle`) is recorded whatever the limits hold, so the bucket may go into debt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admit {
+    /// Recorded only if every limit has room: a request.
+    IfRoom,
+    /// Recorded with no room check: a charge.
+    Always,
+}
+
 /// All logs of one bucket (route + client), keyed by [`LimitId`] (which leaves `requests` out)
 /// so that a reload that only changes `requests` keeps the recorded entries.
 #[derive(Debug)]
@@ -57,10 +67,10 @@ impl Bucket {
     }
 
     /// The sliding-window decision (the Lua script's): evict, count, admit only if every limit
-    /// has room, and record in all logs or in none.
-    pub(super) fn decide(&mut self, limits: &[Limit], now: u64) -> Verdict {
+    /// has room (or `admit` is [`Admit::Always`]), and record in all logs or in none.
+    pub(super) fn decide(&mut self, limits: &[Limit], now: u64, admit: Admit) -> Verdict {
         self.last_us = now;
-        let admitted = self.admits(limits, now);
+        let admitted = self.admits(limits, now) || admit == Admit::Always;
         let states = limits
             .iter()
             .map(|limit| {
@@ -85,16 +95,12 @@ impl Bucket {
     }
 
     /// Remove the entry recorded at `at` from the log of every limit in `limits` (the counted
-    /// one of its slot for a slotted limit), or charge each limit's weight there
-    /// ([`Change::Charge`]). Memory stays accounted as it was: capacity is
+    /// one of its slot for a slotted limit). Memory stays accounted as it was: capacity is
     /// kept, so the next push needs no room.
-    pub(super) fn refund(&mut self, limits: &[Limit], at: u64, change: Change) {
+    pub(super) fn refund(&mut self, limits: &[Limit], at: u64) {
         for limit in limits {
             if let Some(log) = self.logs.iter_mut().find(|l| l.id == limit.id()) {
-                match change {
-                    Change::GiveBack => log.refund(at, limit.weight),
-                    Change::Charge => log.charge(at, limit.weight),
-                }
+                log.refund(at, limit.weight);
             }
         }
     }

@@ -69,7 +69,8 @@ impl MemoryStore {
         renewed
     }
 
-    /// Give back (or charge) an admission of `bucket` recorded at `at` under `limits`.
+    /// Give back an admission of `bucket` recorded at `at` under `limits`, or charge them now
+    /// ([`Change::Charge`]: see [`MemoryStore::charge_now`]).
     pub(super) fn refund_now(
         &self,
         (route, bucket): (&str, &str),
@@ -77,8 +78,13 @@ impl MemoryStore {
         at: u64,
         change: Change,
     ) {
-        if let Some(room) = self.rooms.load().get(route) {
-            room.refund(self.hash(bucket), limits, at, change);
+        match change {
+            Change::Charge => self.charge_now(route, bucket, limits),
+            Change::GiveBack => {
+                if let Some(room) = self.rooms.load().get(route) {
+                    room.refund(self.hash(bucket), limits, at);
+                }
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Giving an admission back on Redis (the refund script, `lua/refund/skeleton.lua` with
-//! `lua/kinds/*.lua`), for a route's `count_status`.
+//! `lua/kinds/*.lua`), for a route's `count_status` or `settle`, or charging a cost settled
+//! higher than charged (in the slot of Redis's now).
 
 use std::sync::LazyLock;
 
@@ -33,14 +34,14 @@ impl Inner {
         }
         call.arg(recorded_at);
         for limit in limits {
-            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log), and what
-            // the admission was charged.
-            let [_, _, kind, weight] = limit.script_args();
+            // The kind's own ARGV value (a slotted limit's resolution, 0 for a log), what the
+            // admission was charged (negative: a charge on top), and the window.
+            let [_, window, kind, weight] = limit.script_args();
             let amount = match change {
                 Change::GiveBack => weight as i64,
                 Change::Charge => -(weight as i64),
             };
-            call.arg(kind).arg(amount);
+            call.arg(kind).arg(amount).arg(window);
         }
         let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
