@@ -7,6 +7,9 @@
 //! - Cookie and query values quoted, percent-encoded, padded, or given twice with the same
 //!   value are one bucket; given twice with different values they are ambiguous: 400, nothing
 //!   counted.
+//! - What lenient apps read as one value is one bucket too: `Basic` credentials with junk,
+//!   padding or trailing bits in their base64; a quoted cookie's backslash escapes; a query
+//!   split at `;`; a key header with NBSP or NEL around it.
 
 mod common;
 
@@ -17,12 +20,14 @@ use common::tls::{tls_options, Protocol, TestCa};
 use common::upstream::Upstream;
 
 /// Route name, key, limit: other names and limits than the issue's example.
-const ROUTES: [(&str, &str, usize); 5] = [
+const ROUTES: [(&str, &str, usize); 7] = [
     ("hdr", r#""header:X-Tenant-Token""#, 3),
     ("auth", r#""header:Authorization""#, 2),
     ("pair", r#"["header:X-Tenant-Token", "method"]"#, 2),
     ("ck", r#""cookie:session_id""#, 3),
     ("qry", r#"["query:account", "path"]"#, 2),
+    ("basic", r#""header:Authorization""#, 2),
+    ("raw", r#""header:X-Raw-Key""#, 2),
 ];
 
 fn start(store: &str, up: &Upstream, ca: &TestCa) -> Proxy {
@@ -141,6 +146,9 @@ async fn cookie_spellings(proxy: &Proxy, c: &Client, p: usize) {
         vec!["theme=a".to_string(), format!("session_id={v}")],
         vec![format!("session_id={v}; session_id=\"{enc}\"")],
         vec![format!("session_id={v}"), format!("session_id={v}")],
+        // Python's http.cookies resolves escapes in a quoted value: `\170` and `\x` are `x`.
+        vec![format!("session_id=\"s{p}\\170\"")],
+        vec![format!("session_id=\"s{p}\\x\"")],
     ] {
         let headers: Vec<(&str, &str)> = cookies.iter().map(|c| ("cookie", c.as_str())).collect();
         got.push(c.status(proxy, "/ck", &headers).await);
@@ -179,6 +187,7 @@ async fn query_spellings(proxy: &Proxy, c: &Client, p: usize) {
         format!("account=%22{v}%22"),
         format!("account={v}&account={v}&x=1"),
         format!("account=+{v}"),
+        format!("account={v};x=1"),
     ] {
         got.push(c.status(proxy, &format!("/qry/x?{q}"), &[]).await);
     }
@@ -192,6 +201,7 @@ async fn query_spellings(proxy: &Proxy, c: &Client, p: usize) {
         format!("account={v}&account=other{p}"),
         format!("account=other{p}&%61ccount={v}"),
         format!("account=&account={v}"),
+        format!("account=other{p};account={v}"),
     ] {
         let status = c.status(proxy, &format!("/qry/x?{q}"), &[]).await;
         assert_eq!(status, 400, "{:?} {q}", c.protocol);
@@ -199,6 +209,56 @@ async fn query_spellings(proxy: &Proxy, c: &Client, p: usize) {
     let path = format!("/qry/x?account=other{p}");
     let fresh = c.status(proxy, &path, &[]).await;
     assert_eq!(fresh, 200, "{:?}", c.protocol);
+}
+
+/// What lenient apps read as one value: `Basic` credentials spelled with junk, padding and
+/// trailing bits, and a key header with NBSP or NEL bytes around it.
+async fn lenient_spellings(proxy: &Proxy, c: &Client, p: usize) {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("u{p}:pw"));
+    // "u0:pw" is 5 bytes: the last digit carries 2 padding bits; flip one.
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let digits = b64.trim_end_matches('=');
+    let last = alphabet
+        .iter()
+        .position(|a| *a == *digits.as_bytes().last().unwrap());
+    let flipped = format!(
+        "{}{}=",
+        &digits[..digits.len() - 1],
+        alphabet[last.unwrap() ^ 1] as char
+    );
+    let mut got = Vec::new();
+    for form in [
+        format!("Basic {b64}"),
+        format!("Basic {digits}"),
+        format!("basic {}.{}", &b64[..3], &b64[3..]),
+        format!("Basic {b64}junk"),
+        format!("Basic {flipped}"),
+    ] {
+        got.push(c.status(proxy, "/basic", &[("authorization", &form)]).await);
+    }
+    assert_eq!(got, [200, 200, 429, 429, 429], "{:?} basic", c.protocol);
+
+    let key = format!("k{p}");
+    let mut got = Vec::new();
+    for raw in [
+        key.clone().into_bytes(),
+        [key.as_bytes(), b"\xa0"].concat(),
+        [b"\xa0", key.as_bytes()].concat(),
+        [key.as_bytes(), b"\x85"].concat(),
+        key.clone().into_bytes(),
+    ] {
+        let value = reqwest::header::HeaderValue::from_bytes(&raw).unwrap();
+        let url = url(proxy, c.protocol, "/raw");
+        let resp = c.http.get(&url).header("x-raw-key", value).send().await;
+        got.push(resp.expect("send").status().as_u16());
+    }
+    assert_eq!(
+        admitted(&format!("{:?} raw", c.protocol), &got, &[400]),
+        2,
+        "{:?}: {got:?}",
+        c.protocol
+    );
 }
 
 async fn exercise(proxy: &Proxy, ca: &TestCa) {
@@ -210,6 +270,7 @@ async fn exercise(proxy: &Proxy, ca: &TestCa) {
         padded_headers(proxy, &c, p).await;
         cookie_spellings(proxy, &c, p).await;
         query_spellings(proxy, &c, p).await;
+        lenient_spellings(proxy, &c, p).await;
     }
     // The refusals are counted as bad requests, not as decisions.
     assert!(proxy.counter("slidegate_bad_requests_total") >= 4 * 6);

@@ -12,8 +12,18 @@
 //! - percent-escapes are decoded (`%62` is `b`, any hex case);
 //! - `+` and space are one character (a space);
 //! - one pair of surrounding double quotes is dropped, before and after decoding
-//!   (`"abc"`, `%22abc%22`);
-//! - surrounding whitespace (SP, HTAB) is dropped, before and after decoding.
+//!   (`"abc"`, `%22abc%22`), and inside them backslash escapes are resolved as Python's
+//!   `http.cookies` reads them (`"a\142c"`, `"a\bc"`);
+//! - surrounding whitespace (SP, HTAB) is dropped, before and after decoding;
+//! - a query's pairs are split at `;` as well as `&` (Rack 2, Go before 1.17 and older
+//!   Python split at both).
+//!
+//! For `Basic` credentials the key reads the base64 as the bytes it decodes to, spelled one
+//! way: apps decode them leniently (Python's `b64decode` drops what is not base64, Node's
+//! `Buffer` stops at `=`, both ignore the padding bits), so junk bytes, padding or other
+//! trailing bits in the same credentials would otherwise each be a fresh bucket. Header values
+//! lose surrounding whitespace in the widest sense an app's `strip()` or `trim()` gives it
+//! (also VT, FF, the separators 0x1C to 0x1F, NEL 0x85 and NBSP 0xA0 as obs-text bytes).
 //!
 //! Merging spellings two apps would keep apart only over-counts (two clients whose values
 //! differ only by quoting share a bucket): stricter, never looser. A request that carries the
@@ -63,7 +73,7 @@ pub fn header_value<'a>(
 /// A value of header `name` as the key reads it: without surrounding whitespace, and for the
 /// credentials headers with the scheme folded.
 pub fn header_text<'a>(name: &HeaderName, value: &'a [u8]) -> Cow<'a, [u8]> {
-    let value = trim_ows(value);
+    let value = trim_app_space(value);
     match name == AUTHORIZATION || name == PROXY_AUTHORIZATION {
         true => credentials(value),
         false => Cow::Borrowed(value),
@@ -73,7 +83,7 @@ pub fn header_text<'a>(name: &HeaderName, value: &'a [u8]) -> Cow<'a, [u8]> {
 /// The value of query parameter `name` (compared decoded), canonical; an error if it is given
 /// twice with different values.
 pub fn query_value<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
-    let pairs = query.split('&').filter_map(|pair| {
+    let pairs = query.split(['&', ';']).filter_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (canonical(k.as_bytes()) == name.as_bytes()).then(|| canonical(v.as_bytes()))
     });
@@ -116,7 +126,7 @@ fn one_value<'a>(
 pub fn canonical(raw: &[u8]) -> Cow<'_, [u8]> {
     let outer = unquote(trim_ows(raw));
     if !outer.iter().any(|b| matches!(b, b'%' | b'+' | b' ')) {
-        return Cow::Borrowed(outer);
+        return outer;
     }
     let mut decoded = Vec::with_capacity(outer.len());
     let mut i = 0;
@@ -135,7 +145,7 @@ pub fn canonical(raw: &[u8]) -> Cow<'_, [u8]> {
         i += 1;
     }
     let inner = unquote(trim_ows(&decoded));
-    Cow::Owned(inner.to_vec())
+    Cow::Owned(inner.into_owned())
 }
 
 /// The value of one hex digit.
@@ -143,12 +153,47 @@ fn hex(b: Option<&u8>) -> Option<u8> {
     (*b? as char).to_digit(16).map(|d| d as u8)
 }
 
-/// Without one pair of surrounding double quotes.
-fn unquote(v: &[u8]) -> &[u8] {
+/// Without one pair of surrounding double quotes, whose inside has its escapes resolved.
+fn unquote(v: &[u8]) -> Cow<'_, [u8]> {
     match v {
-        [b'"', inner @ .., b'"'] => trim_ows(inner),
-        _ => v,
+        [b'"', inner @ .., b'"'] => unescape(trim_ows(inner)),
+        _ => Cow::Borrowed(v),
     }
+}
+
+/// A quoted string's backslash escapes resolved as Python's `http.cookies` does (Werkzeug and
+/// Django read cookies with it): `\ooo`, three octal digits, is that byte; `\c` is `c`.
+fn unescape(v: &[u8]) -> Cow<'_, [u8]> {
+    if !v.contains(&b'\\') {
+        return Cow::Borrowed(v);
+    }
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        let (b, next) = match (v[i], v.get(i + 1..i + 4)) {
+            (b'\\', Some(&[a @ b'0'..=b'3', b @ b'0'..=b'7', c @ b'0'..=b'7'])) => {
+                ((a - b'0') << 6 | (b - b'0') << 3 | (c - b'0'), i + 4)
+            }
+            (b'\\', _) if i + 1 < v.len() => (v[i + 1], i + 2),
+            (b, _) => (b, i + 1),
+        };
+        out.push(b);
+        i = next;
+    }
+    Cow::Owned(out)
+}
+
+/// Without surrounding whitespace in the widest sense an app trims a header value with
+/// (Python's `str.strip()` over a Latin-1 decoded value, JavaScript's `trim()`): SP, HTAB, VT,
+/// FF, 0x1C to 0x1F, NEL (0x85) and NBSP (0xA0). CR and LF never reach here.
+fn trim_app_space(v: &[u8]) -> &[u8] {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | 0x0b | 0x0c | 0x1c..=0x1f | 0x85 | 0xa0);
+    let start = v.iter().position(|b| !is_space(b)).unwrap_or(v.len());
+    let end = v
+        .iter()
+        .rposition(|b| !is_space(b))
+        .map_or(start, |e| e + 1);
+    &v[start..end]
 }
 
 /// Without surrounding SP and HTAB (RFC 9110 §5.5 OWS).
@@ -165,7 +210,12 @@ fn credentials(value: &[u8]) -> Cow<'_, [u8]> {
     let Some(sp) = value.iter().position(|b| *b == b' ' || *b == b'\t') else {
         return Cow::Borrowed(value);
     };
-    let (scheme, rest) = (&value[..sp], trim_ows(&value[sp..]));
+    let (scheme, rest) = (&value[..sp], trim_app_space(&value[sp..]));
+    if scheme.eq_ignore_ascii_case(b"basic") {
+        let mut out = b"basic ".to_vec();
+        out.extend_from_slice(&basic_credentials(rest));
+        return Cow::Owned(out);
+    }
     let plain = !scheme.iter().any(u8::is_ascii_uppercase)
         && value[sp] == b' '
         && sp + 1 + rest.len() == value.len();
@@ -176,6 +226,37 @@ fn credentials(value: &[u8]) -> Cow<'_, [u8]> {
     out.push(b' ');
     out.extend_from_slice(rest);
     Cow::Owned(out)
+}
+
+/// `Basic` credentials in one spelling: the base64 digits up to the first `=` (the URL-safe
+/// `-` and `_` read as `+` and `/`, anything else dropped), decoded ignoring the padding bits,
+/// encoded again in standard form. What does not decode (a lone last digit) is left out.
+fn basic_credentials(text: &[u8]) -> Vec<u8> {
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+    use base64::engine::DecodePaddingMode;
+    use base64::Engine as _;
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+    );
+    let mut digits: Vec<u8> = (text.iter().take_while(|b| **b != b'='))
+        .filter_map(|&b| match b {
+            b'-' => Some(b'+'),
+            b'_' => Some(b'/'),
+            b'+' | b'/' => Some(b),
+            b if b.is_ascii_alphanumeric() => Some(b),
+            _ => None,
+        })
+        .collect();
+    if digits.len() % 4 == 1 {
+        digits.pop();
+    }
+    match LENIENT.decode(&digits) {
+        Ok(bytes) => STANDARD.encode(bytes).into_bytes(),
+        Err(_) => digits,
+    }
 }
 
 #[cfg(test)]
@@ -253,5 +334,46 @@ mod tests {
         }
         h.append("x-k", "k1".parse().unwrap());
         assert!(header_value(&h, &name).is_err());
+    }
+
+    #[test]
+    fn basic_credentials_are_the_bytes_they_decode_to() {
+        // "user:pw" in base64, and spellings a lenient decoder reads as the same bytes.
+        let one = "basic dXNlcjpwdw==";
+        for raw in [
+            "Basic dXNlcjpwdw==",
+            "basic dXNlcjpwdw",
+            "BASIC  dXNlcjpwdw=",
+            "Basic dXNlcjpwdx==",
+            "Basic dXNl.cjp*wdw==",
+            "Basic dXNl cjpwdw==",
+            "Basic dXNlcjpwdw==junk",
+            "Basic dXNlcjpwdw=ZZZZ",
+            "Basic dXNlcjpwdw\u{a0}",
+        ] {
+            let got = header_text(&AUTHORIZATION, raw.as_bytes());
+            assert_eq!(String::from_utf8_lossy(&got), one, "{raw:?}");
+        }
+        // Other bytes are another identity; another scheme keeps its text.
+        let other = header_text(&AUTHORIZATION, b"Basic dXNlcjpweA==");
+        assert_ne!(&*other, one.as_bytes());
+        let bearer = header_text(&AUTHORIZATION, b"Bearer dXNl.cjpwdw==");
+        assert_eq!(&*bearer, b"bearer dXNl.cjpwdw==");
+    }
+
+    #[test]
+    fn quoted_escapes_and_app_whitespace_and_semicolons_are_one_spelling() {
+        for raw in ["\"ab\\143\"", "\"a\\b\\c\"", "\"abc\"", "%22ab\\143%22"] {
+            assert_eq!(c(raw), "abc", "{raw:?}");
+        }
+        // Unquoted, a backslash is the value's own.
+        assert_eq!(c("a\\bc"), "a\\bc");
+        let name = HeaderName::from_static("x-k");
+        for raw in [&b"k1\xa0"[..], b"\x85k1", b"k1\x0b\x1f", b" \xa0k1\xa0\t"] {
+            assert_eq!(&*header_text(&name, raw), b"k1", "{raw:?}");
+        }
+        let q = |query| query_value(query, "user");
+        assert_eq!(q("user=abc;x=1"), Ok(Some(b"abc".into())));
+        assert!(q("user=abc;user=abd").is_err());
     }
 }
