@@ -17,6 +17,8 @@
 //! - an HTTP/2 request names its host in `:authority` (the URI authority), usually without a
 //!   `Host`: the authority is the host, and a `Host` beside it must agree (RFC 9113 §8.3.1);
 //! - an HTTP/1.1 request without `Host` (and not absolute-form): 400 (RFC 9112 §3.2);
+//! - a path with a dot segment or a backslash (raw or encoded), which apps resolve differently
+//!   ([`crate::request_path::ambiguous`]): 400;
 //! - a field value with leading or trailing whitespace: HTTP/1 parsing drops it, HTTP/2 makes
 //!   such a field malformed (RFC 9113 §8.2.1) but Pingora's h2 passes it on, so a key header
 //!   `" k1"` would be a bucket apart from `"k1"`: 400;
@@ -51,6 +53,10 @@ pub enum BadRequest {
     /// the app may read another (see [`crate::keys::canonical`]).
     #[error("the route's key is given twice with different values")]
     AmbiguousKey,
+    /// A path with a `.` or `..` segment (decoded, `;parameters` dropped) or a backslash: apps
+    /// disagree on what it names (see [`crate::request_path`]).
+    #[error("the path has a dot segment or a backslash")]
+    Path,
     /// A field value with leading or trailing whitespace: malformed in HTTP/2 (RFC 9113
     /// §8.2.1), and never sent by an HTTP/1 parser, which drops it. Read as sent, `" k1"` and
     /// `"k1"` would be two identities of one client.
@@ -91,6 +97,9 @@ pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
         if form.host.is_none() && req.version == Version::HTTP_11 {
             return Err(BadRequest::MissingHost);
         }
+    }
+    if crate::request_path::ambiguous(req.uri.path()) {
+        return Err(BadRequest::Path);
     }
     if req.headers.values().any(|v| padded(v.as_bytes())) {
         return Err(BadRequest::FieldWhitespace);

@@ -5,14 +5,14 @@
 //! A [`Rules`] is immutable; a reload builds a new one and swaps it in whole, so a request in
 //! flight finishes under the rules it started with.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use http::{HeaderValue, Method};
+use http::HeaderValue;
 use pingora::lb::{selection::RoundRobin, LoadBalancer};
 
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
+use crate::method_override::Methods;
 use crate::metrics::RouteMetrics;
 use crate::partition_key::{PartitionKey, PartitionKeys};
 use crate::ratelimit_headers::policy_field;
@@ -67,8 +67,9 @@ impl Route {
         self.partition_keys.of(bucket)
     }
 
-    /// Does this route take a request for `host` (no port, no trailing dot), `path`, `method`?
-    pub fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
+    /// Does this route take a request for `host` (no port, no trailing dot), `path`, sent as
+    /// one of `methods` (its own, or an override an app would honour)?
+    pub fn matches(&self, host: Option<&str>, path: &str, methods: &Methods) -> bool {
         let spec = &self.spec;
         let prefix = spec.matching.path_prefix.as_bytes();
         let path = path.as_bytes();
@@ -80,7 +81,7 @@ impl Route {
         if !prefixed {
             return false;
         }
-        if !spec.matching.methods.is_empty() && !spec.matching.methods.contains(method) {
+        if !spec.matching.methods.is_empty() && !methods.any_in(&spec.matching.methods) {
             return false;
         }
         match (&spec.matching.host, host) {
@@ -245,92 +246,15 @@ impl Rules {
     }
 
     /// The first route that takes this request, with its index.
-    pub fn find(&self, host: Option<&str>, path: &str, method: &Method) -> Option<(usize, &Route)> {
+    pub fn find(
+        &self,
+        host: Option<&str>,
+        path: &str,
+        methods: &Methods,
+    ) -> Option<(usize, &Route)> {
         self.routes
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(host, path, method))
-    }
-}
-
-/// The path routes are matched against: percent-escapes decoded, empty and `.` segments
-/// dropped, `..` resolved (never above the root). Upstream frameworks decode and normalise paths
-/// before routing, so matching the raw path would let `/%6cogin`, `//login` or `/x/../login`
-/// reach `/login` without its limits. The request is still forwarded with its raw path.
-pub fn normalize_path(raw: &str) -> Cow<'_, str> {
-    let bytes = raw.as_bytes();
-    let clean = !raw.contains('%')
-        && !raw.contains("//")
-        && !bytes.windows(2).any(|w| w == b"/.")
-        && raw.starts_with('/');
-    if clean {
-        return Cow::Borrowed(raw);
-    }
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                decoded.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        decoded.push(b);
-        i += 1;
-    }
-    let decoded = String::from_utf8_lossy(&decoded);
-    let mut segments: Vec<&str> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s => segments.push(s),
-        }
-    }
-    let mut out = String::with_capacity(decoded.len());
-    for seg in &segments {
-        out.push('/');
-        out.push_str(seg);
-    }
-    if out.is_empty() || (decoded.ends_with('/') && !segments.is_empty()) {
-        out.push('/');
-    }
-    Cow::Owned(out)
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_normalised_before_matching() {
-        for (raw, want) in [
-            ("/login", "/login"),
-            ("/%6cogin", "/login"),
-            ("//login", "/login"),
-            ("/x/../login", "/login"),
-            ("/./login/", "/login/"),
-            ("/../../login", "/login"),
-            ("/a%2F..%2Flogin", "/login"),
-            ("/bad%zzescape%", "/bad%zzescape%"),
-            ("/%", "/%"),
-            ("/..", "/"),
-            ("", "/"),
-        ] {
-            assert_eq!(normalize_path(raw), want, "{raw}");
-        }
+            .find(|(_, r)| r.matches(host, path, methods))
     }
 }

@@ -20,7 +20,7 @@ use common::tls::{tls_options, Protocol, TestCa};
 use common::upstream::Upstream;
 
 /// Route name, key, limit: other names and limits than the issue's example.
-const ROUTES: [(&str, &str, usize); 7] = [
+const ROUTES: [(&str, &str, usize); 8] = [
     ("hdr", r#""header:X-Tenant-Token""#, 3),
     ("auth", r#""header:Authorization""#, 2),
     ("pair", r#"["header:X-Tenant-Token", "method"]"#, 2),
@@ -28,6 +28,7 @@ const ROUTES: [(&str, &str, usize); 7] = [
     ("qry", r#"["query:account", "path"]"#, 2),
     ("basic", r#""header:Authorization""#, 2),
     ("raw", r#""header:X-Raw-Key""#, 2),
+    ("php", r#""query:api_key""#, 2),
 ];
 
 fn start(store: &str, up: &Upstream, ca: &TestCa) -> Proxy {
@@ -259,6 +260,31 @@ async fn lenient_spellings(proxy: &Proxy, c: &Client, p: usize) {
         "{:?}: {got:?}",
         c.protocol
     );
+
+    // A CGI server reads `X_Raw_Key` as `X-Raw-Key`: one header, and both at once repeat it.
+    let (one, other) = (format!("u{p}"), format!("z{p}"));
+    let mut got = Vec::new();
+    for name in ["x_raw_key", "x-raw-key", "x_raw-key"] {
+        got.push(c.status(proxy, "/raw", &[(name, &one)]).await);
+    }
+    assert_eq!(got, [200, 200, 429], "{:?} underscore", c.protocol);
+    let both = [("x-raw-key", other.as_str()), ("x_raw_key", one.as_str())];
+    assert_eq!(
+        c.status(proxy, "/raw", &both).await,
+        400,
+        "{:?}",
+        c.protocol
+    );
+
+    // PHP reads `api.key`, `api key` and `api[key` as `api_key`.
+    let mut got = Vec::new();
+    for q in ["api_key", "api.key", "api%20key", "api[key"] {
+        let path = format!("/php?{q}=P{p}");
+        got.push(c.status(proxy, &path, &[]).await);
+    }
+    assert_eq!(got, [200, 200, 429, 429], "{:?} php", c.protocol);
+    let decoy = format!("/php?api_key=fresh{p}&api.key=P{p}");
+    assert_eq!(c.status(proxy, &decoy, &[]).await, 400, "{:?}", c.protocol);
 }
 
 async fn exercise(proxy: &Proxy, ca: &TestCa) {

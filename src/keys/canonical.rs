@@ -16,7 +16,12 @@
 //!   `http.cookies` reads them (`"a\142c"`, `"a\bc"`);
 //! - surrounding whitespace (SP, HTAB) is dropped, before and after decoding;
 //! - a query's pairs are split at `;` as well as `&` (Rack 2, Go before 1.17 and older
-//!   Python split at both).
+//!   Python split at both);
+//! - parameter and cookie names are compared as PHP registers them: leading spaces dropped,
+//!   ` `, `.` and `[` read as `_` (`api.key` is `api_key` to PHP);
+//! - a header named like the key's with `_` for `-` (`X_Api_Key`) is the key's header too: CGI
+//!   servers (wsgiref, PHP's CGI, old Puma) read both as `HTTP_X_API_KEY`, so beside the real
+//!   one it makes the key repeated (`400`).
 //!
 //! For `Basic` credentials the key reads the base64 as the bytes it decodes to, spelled one
 //! way: apps decode them leniently (Python's `b64decode` drops what is not base64, Node's
@@ -60,7 +65,8 @@ pub fn header_value<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
-    let mut all = headers.get_all(name).iter();
+    let aliases = (headers.keys()).filter(|k| *k != name && cgi_same(k.as_str(), name.as_str()));
+    let mut all = (headers.get_all(name).iter()).chain(aliases.flat_map(|k| headers.get_all(k)));
     let Some(first) = all.next() else {
         return Ok(None);
     };
@@ -85,7 +91,7 @@ pub fn header_text<'a>(name: &HeaderName, value: &'a [u8]) -> Cow<'a, [u8]> {
 pub fn query_value<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, [u8]>>, Ambiguous> {
     let pairs = query.split(['&', ';']).filter_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (canonical(k.as_bytes()) == name.as_bytes()).then(|| canonical(v.as_bytes()))
+        php_same(&canonical(k.as_bytes()), name.as_bytes()).then(|| canonical(v.as_bytes()))
     });
     one_value(pairs).map_err(|()| Ambiguous::Query(name.into()))
 }
@@ -103,9 +109,31 @@ pub fn cookie_value<'a>(
         .flat_map(|field| field.as_bytes().split(|b| *b == b';'))
         .filter_map(|pair| {
             let eq = pair.iter().position(|b| *b == b'=')?;
-            (canonical(&pair[..eq]) == name.as_bytes()).then(|| canonical(&pair[eq + 1..]))
+            php_same(&canonical(&pair[..eq]), name.as_bytes()).then(|| canonical(&pair[eq + 1..]))
         });
     one_value(pairs).map_err(|()| Ambiguous::Cookie(name.into()))
+}
+
+/// Two header names (lower-case) a CGI server reads as one: equal with `_` for `-`.
+fn cgi_same(a: &str, b: &str) -> bool {
+    let fold = |c: u8| if c == b'_' { b'-' } else { c };
+    a.len() == b.len() && a.bytes().map(fold).eq(b.bytes().map(fold))
+}
+
+/// Two parameter or cookie names PHP registers as one: leading spaces dropped, ` `, `.` and
+/// `[` read as `_`.
+fn php_same(a: &[u8], b: &[u8]) -> bool {
+    fn fold(n: &[u8]) -> impl Iterator<Item = u8> + '_ {
+        let start = n.iter().position(|c| *c != b' ').unwrap_or(n.len());
+        (n[start..].iter()).map(|&c| {
+            if matches!(c, b' ' | b'.' | b'[') {
+                b'_'
+            } else {
+                c
+            }
+        })
+    }
+    a == b || fold(a).eq(fold(b))
 }
 
 /// The one value of `values`: none, or the first if every other equals it.
@@ -375,5 +403,34 @@ mod tests {
         let q = |query| query_value(query, "user");
         assert_eq!(q("user=abc;x=1"), Ok(Some(b"abc".into())));
         assert!(q("user=abc;user=abd").is_err());
+    }
+
+    #[test]
+    fn names_php_or_a_cgi_server_reads_as_one_are_one() {
+        let q = |query| query_value(query, "api_key");
+        for query in [
+            "api.key=K",
+            "api%20key=K",
+            "api[key=K",
+            "%20api_key=K",
+            "api_key=K",
+        ] {
+            assert_eq!(q(query), Ok(Some(b"K".into())), "{query}");
+        }
+        assert!(q("api_key=X&api.key=K").is_err());
+        assert_eq!(q("apikey=K"), Ok(None));
+        let mut h = HeaderMap::new();
+        h.append("cookie", "sess.id=K; sess_id=X".parse().unwrap());
+        assert!(cookie_value(&h, "sess_id").is_err());
+
+        let name = HeaderName::from_static("x-api-key");
+        let mut h = HeaderMap::new();
+        h.insert("x_api_key", "K".parse().unwrap());
+        assert_eq!(header_value(&h, &name).unwrap().as_deref(), Some(&b"K"[..]));
+        h.insert("x-api_key", "X".parse().unwrap());
+        assert!(header_value(&h, &name).is_err());
+        let mut h = HeaderMap::new();
+        h.insert("x-api-keys", "X".parse().unwrap());
+        assert_eq!(header_value(&h, &name), Ok(None));
     }
 }

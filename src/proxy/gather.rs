@@ -10,10 +10,12 @@ use super::{refund, respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
 use crate::limiter::{StoreError, Verdict};
+use crate::method_override::Methods;
 use crate::metrics::METRICS;
 use crate::ratelimit_headers::policy_name;
 use crate::request_form::{self, BadRequest};
-use crate::routes::{normalize_path, Route, Rules};
+use crate::request_path::normalize_path;
+use crate::routes::{Route, Rules};
 
 impl SlideGate {
     /// Find out what [`outcome`] needs, in order: the request form, the route, and for a
@@ -37,7 +39,8 @@ impl SlideGate {
         let req = session.req_header();
         let host = ctx.form.host.as_deref();
         let path = normalize_path(request_form::match_path(req));
-        let Some((idx, route)) = rules.find(host, &path, &req.method) else {
+        let methods = Methods::of(&req.method, &req.headers, req.uri.query());
+        let Some((idx, route)) = rules.find(host, &path, &methods) else {
             return Checked::NoRoute;
         };
         ctx.route = Some(idx);
