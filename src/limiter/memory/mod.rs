@@ -87,6 +87,7 @@ use smallvec::SmallVec;
 mod chunks;
 mod record;
 mod room;
+mod seen;
 mod shard;
 mod stacked;
 mod summary;

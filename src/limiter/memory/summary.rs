@@ -11,8 +11,11 @@
 //! A bucket's own step is its count held until its *newest* entry leaves: exact for a client
 //! with one entry (most evicted buckets), later than exact (never earlier) for one with more.
 //! A colliding client can only be over-counted, never under-counted; with the store's secret
-//! hash seed a client cannot aim for a collision.
+//! hash seed a client cannot aim for a collision. Only a client the filter of evicted keys
+//! (`seen.rs`) may hold reads the cells at all: a client never evicted starts from nothing,
+//! however many made-up keys a flood pushed through the cells.
 
+use super::seen::Seen;
 use crate::limiter::{LimitId, LimitKind};
 
 /// Rows of the sketch: a reading is wrong only when all of them collide.
@@ -26,8 +29,9 @@ pub(super) const MAX_COUNT: u64 = (1 << COUNT_BITS) - 1;
 
 const COUNT_BITS: u32 = 24;
 
-/// Widest row: 4 rows × 4096 cells × 8 B = 128 KiB per shard, 8 MiB per room.
-const MAX_WIDTH: usize = 4096;
+/// Widest row: 4 rows × 2048 cells × 8 B = 64 KiB per shard, and as much again for the filter
+/// of evicted keys: 128 KiB per shard, 8 MiB per room.
+const MAX_WIDTH: usize = 2048;
 
 /// The share of a shard's bytes its summary takes (the rest holds buckets).
 const SHARE_DIVISOR: usize = 2;
@@ -50,20 +54,26 @@ pub(super) struct Summary {
     /// `ROWS * width` cells, allocated at the first eviction (a store that never fills never
     /// pays for it, though its bytes are reserved from the start).
     cells: Vec<u64>,
+    /// Which keys were evicted while counting something: only those read the cells.
+    seen: Seen,
 }
 
 impl Summary {
-    /// The summary of a shard whose share of `max_memory` is `shard_bytes`: half of it,
-    /// rounded down to a power-of-two width (at least one cell per row).
+    /// The summary of a shard whose share of `max_memory` is `shard_bytes`: half of it, the
+    /// cells in half of that (rounded down to a power-of-two width, at least one cell per row)
+    /// and the filter of evicted keys in the other half.
     pub(super) fn sized_for(shard_bytes: usize) -> Summary {
-        let cells = shard_bytes / SHARE_DIVISOR / (ROWS * CELL_BYTES);
+        let half = shard_bytes / SHARE_DIVISOR / 2;
+        let cells = half / (ROWS * CELL_BYTES);
         let width = match cells {
             0 => 1,
             n => 1 << n.ilog2(),
         };
+        let width = width.min(MAX_WIDTH);
         Summary {
-            width: width.min(MAX_WIDTH),
+            width,
             cells: Vec::new(),
+            seen: Seen::sized_for(half.min(ROWS * MAX_WIDTH * CELL_BYTES)),
         }
     }
 
@@ -72,7 +82,9 @@ impl Summary {
     /// is the hash's low bits, so the folded cell is where both halves' keys now read, and
     /// taking the larger count and later time of the two still bounds every key from above).
     pub(super) fn resize_for(&mut self, shard_bytes: usize) {
-        let width = Summary::sized_for(shard_bytes).width;
+        let sized = Summary::sized_for(shard_bytes);
+        self.seen.resize_for(sized.seen.bytes());
+        let width = sized.width;
         if self.cells.is_empty() {
             self.width = width;
             return;
@@ -96,9 +108,10 @@ impl Summary {
         }
     }
 
-    /// Bytes reserved for the cells (counted against the shard's share whether allocated or not).
+    /// Bytes reserved for the cells and the filter (counted against the shard's share whether
+    /// allocated or not).
     pub(super) fn bytes(&self) -> usize {
-        ROWS * self.width * CELL_BYTES
+        ROWS * self.width * CELL_BYTES + self.seen.bytes()
     }
 
     /// Raise the cells of (`key`, `id`) to hold `held` too, at `now`.
@@ -110,6 +123,9 @@ impl Summary {
         if self.cells.is_empty() {
             self.cells = vec![0; ROWS * self.width];
         }
+        // Kept as long as the cells keep it: its time rounded up to the ms, as packed.
+        self.seen
+            .insert(key, held.frees_us.div_ceil(1000) * 1000, now);
         for row in 0..ROWS {
             let i = self.index(key, id, row);
             let old = unpack(self.cells[i], now);
@@ -123,7 +139,7 @@ impl Summary {
 
     /// What the summary still counts for (`key`, `id`) at `now`: the minimum over the rows.
     pub(super) fn held(&self, key: u64, id: LimitId, now: u64) -> Held {
-        if self.cells.is_empty() {
+        if self.cells.is_empty() || !self.seen.contains(key, now) {
             return Held::default();
         }
         let mut min = Held {
@@ -174,7 +190,7 @@ fn unpack(cell: u64, now: u64) -> Held {
 }
 
 /// splitmix64's finaliser.
-fn mix(mut z: u64) -> u64 {
+pub(super) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
