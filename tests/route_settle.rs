@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::config::{h2_tls_upstream, settle_route};
 use common::control::poll_until;
 use common::fetch::{fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
@@ -25,17 +26,9 @@ const POLICY: &str = "chat-60s@1s-cost";
 /// Routes `chat` (an HTTP/1.1 upstream: the real cost in a response header) and `stream` (an
 /// HTTP/2 upstream over TLS: in a trailer), each a cost quota of 1000 a minute per `X-Client`.
 fn config(up: &Upstream, h2_up: &Upstream, ca: &TestCa, store: &str) -> String {
-    let route = |prefix: &str, upstream: &str| {
-        format!(
-            "path_prefix = \"{prefix}\"\nupstream = \"{upstream}\"\nkey = \"header:X-Client\"\n\
-             cost = \"header:X-Cost\"\nsettle = \"header:X-Tokens-Used\"\n\
-             limits = [{{ quota = 1000, window = \"1m\", unit = \"cost\" }}]"
-        )
-    };
-    let h2 = format!(
-        "tls = true\nsni = \"localhost\"\nca_file = {:?}\nh2 = true",
-        ca.ca_file()
-    );
+    let limits = "limits = [{ quota = 1000, window = \"1m\", unit = \"cost\" }]";
+    let route = |prefix: &str, upstream: &str| settle_route(prefix, upstream, limits);
+    let h2 = h2_tls_upstream(&ca.ca_file());
     ConfigBuilder::new()
         .store(store)
         .upstream("app", up.addr())

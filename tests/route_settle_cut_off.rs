@@ -12,6 +12,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::config::{h2_tls_upstream, settle_route};
 use common::control::poll_until;
 use common::fetch::url;
 use common::proxy::{ConfigBuilder, Proxy};
@@ -30,17 +31,13 @@ const MAX_COST: u64 = 5000;
 /// `stream` (an HTTP/2 upstream over TLS, the cost in a trailer), keyed by `X-Client`.
 fn config(up: &Upstream, h2_up: &Upstream, ca: &TestCa, store: &str) -> String {
     let route = |prefix: &str, upstream: &str, window: &str| {
-        format!(
-            "path_prefix = \"{prefix}\"\nupstream = \"{upstream}\"\nkey = \"header:X-Client\"\n\
-             cost = \"header:X-Cost\"\nmax_cost = {MAX_COST}\nsettle = \"header:X-Tokens-Used\"\n\
-             limits = [{{ quota = 100000, window = \"{window}\", resolution = \"100ms\", \
-             unit = \"cost\" }}]"
-        )
+        let extra = format!(
+            "max_cost = {MAX_COST}\nlimits = [{{ quota = 100000, window = \"{window}\", \
+             resolution = \"100ms\", unit = \"cost\" }}]"
+        );
+        settle_route(prefix, upstream, &extra)
     };
-    let h2 = format!(
-        "tls = true\nsni = \"localhost\"\nca_file = {:?}\nh2 = true",
-        ca.ca_file()
-    );
+    let h2 = h2_tls_upstream(&ca.ca_file());
     ConfigBuilder::new()
         .store(store)
         .upstream("app", up.addr())

@@ -13,6 +13,21 @@ pub fn limited(path: &str, requests: u32, window: &str) -> String {
     format!("path_prefix = \"{path}\"\n{}", limit(requests, window))
 }
 
+/// The lines of an upstream reached with HTTP/2 over TLS (`h2 = true`) as `localhost`,
+/// verified against the CA in `ca_file`.
+pub fn h2_tls_upstream(ca_file: &std::path::Path) -> String {
+    format!("tls = true\nsni = \"localhost\"\nca_file = {ca_file:?}\nh2 = true")
+}
+
+/// The lines of a route at `prefix` to `upstream`, keyed by `X-Client`, whose cost is
+/// `X-Cost` and settles from `X-Tokens-Used`, with `extra` lines (`max_cost`, `limits`).
+pub fn settle_route(prefix: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        "path_prefix = \"{prefix}\"\nupstream = \"{upstream}\"\nkey = \"header:X-Client\"\n\
+         cost = \"header:X-Cost\"\nsettle = \"header:X-Tokens-Used\"\n{extra}"
+    )
+}
+
 /// Builds the part of a slidegate config below `[server]` (which [`Proxy::start`] writes itself,
 /// with run-time ports and per-test paths), so tests state only what they are about.
 #[derive(Debug, Clone, Default)]
