@@ -60,6 +60,11 @@ impl Reloader {
         store: Arc<dyn Store>,
         watch: bool,
     ) -> Self {
+        // Every result's series exists from the start, at 0: an alert on `increase(..) > 0`
+        // then fires at the first refused reload, not only from the second.
+        for result in ["ok", "needs_restart", "error"] {
+            METRICS.config_reloads.with_label_values(&[result]);
+        }
         Reloader {
             current: Mutex::new(config),
             rules,
@@ -157,18 +162,27 @@ impl BackgroundService for Reloader {
         };
         let mut poll = tokio::time::interval(std::time::Duration::from_secs(1));
         let mut seen = self.fingerprint();
+        let mut settled = None;
+        // A change is applied once the file has stayed the same for a whole poll: an editor
+        // or `cp` still writing it would otherwise have a half-written file applied (a route
+        // cut before its `limits` line is a valid route without limits).
         loop {
             // This runtime serves no traffic, so a brief blocking read is harmless here.
             tokio::select! {
                 _ = hup.recv() => {
                     self.reload();
                     seen = self.fingerprint();
+                    settled = None;
                 }
                 _ = poll.tick(), if self.watch => {
                     let now = self.fingerprint();
-                    if now.is_some() && now != seen {
-                        seen = now;
-                        self.reload();
+                    match (settled.take(), now) {
+                        (Some(before), Some(now)) if Some(now) != seen && now == before => {
+                            seen = Some(now);
+                            self.reload();
+                        }
+                        (_, Some(now)) if Some(now) != seen => settled = Some(now),
+                        _ => {}
                     }
                 }
                 _ = shutdown.changed() => return,

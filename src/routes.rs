@@ -167,14 +167,8 @@ fn read_deny_body(route: &str, file: &std::path::Path) -> Result<bytes::Bytes, R
         file: file.display().to_string(),
         reason,
     };
-    let len = std::fs::metadata(file)
-        .map_err(|e| failed(e.to_string()))?
-        .len();
-    if len > MAX_DENY_BODY {
-        return Err(failed(format!("{len} bytes; at most {MAX_DENY_BODY}")));
-    }
-    let bytes = std::fs::read(file).map_err(|e| failed(e.to_string()))?;
-    Ok(bytes.into())
+    let bytes = crate::config::file::read_bounded(file, MAX_DENY_BODY);
+    Ok(bytes.map_err(|e| failed(e.to_string()))?.into())
 }
 
 impl Rules {

@@ -230,6 +230,27 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "unknown field `grace_priod`",
         },
         Case {
+            what: "path prefix in another form",
+            toml: edit("path_prefix = \"/api\"", "path_prefix = \"/%61pi;v=1\""),
+            key: "routes[0].path_prefix",
+            line_of: Some("path_prefix"),
+            message: "would never match; write it as \"/api\"",
+        },
+        Case {
+            what: "path prefix with a dot segment",
+            toml: edit("path_prefix = \"/api\"", "path_prefix = \"/x/../api\""),
+            key: "routes[0].path_prefix",
+            line_of: Some("path_prefix"),
+            message: "would never match",
+        },
+        Case {
+            what: "admin token from a device",
+            toml: edit("grace_period = \"1s\"", "grace_period = \"1s\"\nadmin_token_file = \"/dev/zero\""),
+            key: "server.admin_token_file",
+            line_of: Some("admin_token_file"),
+            message: "not a regular file",
+        },
+        Case {
             what: "unknown route key",
             toml: edit("path_prefix = \"/api\"", "path = \"/api\""),
             key: "routes[0].path",

@@ -73,6 +73,52 @@ fn line_in_file(path: &Path, needle: &str) -> usize {
 // ---------------------------------------------------------------------------------------------
 // Reload.
 
+/// A file the config names that never ends (`/dev/zero`) or never answers (a named pipe) is
+/// refused at once by a reload, and the reload after it still works: such a file used to grow
+/// the process without bound, or block the reloading thread and so every later reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_special_file_is_refused_and_the_next_reload_still_works() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("body.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let config = |requests: u32, extra: &str| {
+        let route = format!("{}\n{extra}", limited("/", requests, "1m"));
+        ConfigBuilder::new()
+            .upstream("app", up.addr())
+            .route("r", &route)
+            .build()
+    };
+    let mut proxy = Proxy::start(&config(1, ""));
+    assert_eq!(statuses(&proxy, "/", 2).await, [200, 429]);
+    // Every result's series is there from the start, so `increase(..) > 0` sees the first.
+    let metrics = proxy.admin_get("/metrics").1;
+    for result in ["ok", "needs_restart", "error"] {
+        let line = format!("slidegate_config_reloads_total{{result=\"{result}\"}} 0");
+        assert!(metrics.contains(&line), "{line} missing");
+    }
+    for (n, file) in [fifo.as_path(), Path::new("/dev/zero")]
+        .into_iter()
+        .enumerate()
+    {
+        proxy.write_config(&config(5, &format!("deny_body_file = {file:?}")));
+        sighup(&proxy);
+        wait_reloads(&proxy, "error", n as u64 + 1, Duration::from_secs(10));
+        assert!(
+            proxy.log().contains("not a regular file"),
+            "{}",
+            proxy.log()
+        );
+    }
+    proxy.write_config(&config(3, ""));
+    sighup(&proxy);
+    wait_reloads(&proxy, "ok", 1, Duration::from_secs(10));
+    assert_eq!(statuses(&proxy, "/", 3).await, [200, 200, 429]);
+    assert!(proxy.is_running());
+}
+
 /// SIGHUP re-reads the file: a new route appears, a changed limit applies, and the reload is
 /// counted as `ok`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -294,6 +294,20 @@ fn an_unreadable_deny_body_stops_the_start() {
         stderr.contains("routes.r.deny_body_file") && stderr.contains("missing.html"),
         "{stderr}"
     );
+    // A file that never ends is refused at once, not read until memory runs out.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(&format!("{missing:?}"), "\"/dev/zero\""),
+    )
+    .unwrap();
+    let checked = check_config(&file, &[]);
+    assert!(!checked.ok, "{}", checked.stderr);
+    assert!(
+        checked.stderr.contains("not a regular file"),
+        "{}",
+        checked.stderr
+    );
 }
 
 /// Under a burst of 300 h2c connections × 10 streams (4000 requests), on both stores: every

@@ -23,10 +23,13 @@ pub const REDACTED: &str = "REDACTED";
 impl Config {
     /// The effective configuration as TOML text, secrets redacted (see the module docs).
     pub fn effective_toml(&self) -> Result<String, ConfigError> {
-        let text = std::fs::read_to_string(&self.source).map_err(|source| ConfigError::Io {
-            file: self.source.clone(),
-            source,
-        })?;
+        let text =
+            super::file::read_text(&self.source, super::file::MAX_CONFIG).map_err(|source| {
+                ConfigError::Io {
+                    file: self.source.clone(),
+                    source,
+                }
+            })?;
         let invalid = |message: String| ConfigError::Invalid {
             file: self.source.clone(),
             line: None,

@@ -14,6 +14,7 @@
 
 mod answers;
 mod effective;
+pub mod file;
 mod raw;
 mod request_headers;
 mod route;
@@ -225,7 +226,7 @@ impl std::ops::Deref for Config {
 impl Config {
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = file::read_text(path, file::MAX_CONFIG).map_err(|source| ConfigError::Io {
             file: path.to_path_buf(),
             source,
         })?;

@@ -101,7 +101,8 @@ pub(super) fn substitute(
 /// `echo secret > file` and most secret stores write it. Errors say what is wrong, never the
 /// content.
 pub(super) fn read_secret_file(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = super::file::read_bounded(path, super::file::MAX_SECRET)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut text =
         String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
     if text.ends_with('\n') {

@@ -39,7 +39,9 @@ pub fn load_certified_key(files: &CertFiles) -> Result<CertifiedKey, TlsFileErro
         line: cert.line,
         ..e
     })?;
-    let der = PrivateKeyDer::from_pem_file(&key.path).map_err(|e| {
+    let pem = crate::config::file::read_bounded(&key.path, crate::config::file::MAX_PEM)
+        .map_err(|e| at(key, format!("cannot read: {e}")))?;
+    let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
         let why = match e {
             rustls::pki_types::pem::Error::NoItemsFound => "no PRIVATE KEY block found".into(),
             rustls::pki_types::pem::Error::Io(e) => format!("cannot read: {e}"),

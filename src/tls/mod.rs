@@ -57,8 +57,10 @@ fn file_error(key: impl Into<String>, path: &Path, message: impl fmt::Display) -
 /// Every certificate of a PEM file, in file order; an unreadable file or one without any
 /// `CERTIFICATE` block is an error.
 fn read_certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(key, path, format!("cannot read: {e}")))?
+    let pem = crate::config::file::read_bounded(path, crate::config::file::MAX_PEM)
+        .map_err(|e| file_error(key, path, format!("cannot read: {e}")))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .map(|c| c.map(CertificateDer::into_owned))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error(key, path, format!("not valid PEM: {e}")))?;
     if certs.is_empty() {

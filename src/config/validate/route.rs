@@ -100,6 +100,21 @@ impl Validator<'_> {
             );
             return self.err(span, key, "must start with '/'");
         }
+        // Routes match the normalised path: a prefix in another form would never match, and
+        // its traffic would go to the next route (often an unlimited catch-all).
+        let prefix = r.path_prefix.get_ref();
+        let normal = crate::request_path::normalize_path(prefix);
+        if crate::request_path::ambiguous(prefix) || normal != prefix.as_str() {
+            let (span, key) = (
+                Some(r.path_prefix.span()),
+                format!("routes[{i}].path_prefix"),
+            );
+            let message = format!(
+                "routes match the path decoded, without empty segments, `;parameters` or dot \
+                 segments, so this prefix would never match; write it as {normal:?}"
+            );
+            return self.err(span, key, message);
+        }
         Ok(RouteMatch {
             host,
             path_prefix: r.path_prefix.get_ref().clone(),

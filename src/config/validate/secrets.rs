@@ -181,7 +181,7 @@ impl Validator<'_> {
     /// A file's bytes, or an error naming the key and the file.
     fn file_bytes(&self, file: &Spanned<EnvPath>, key: &str) -> Result<Vec<u8>, ConfigError> {
         let path: &Path = &file.get_ref().0;
-        std::fs::read(path).or_else(|e| {
+        crate::config::file::read_bounded(path, crate::config::file::MAX_PEM).or_else(|e| {
             self.err(
                 Some(file.span()),
                 key,
