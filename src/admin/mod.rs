@@ -48,9 +48,12 @@ fn text(status: StatusCode, body: &'static str) -> Response<Vec<u8>> {
 }
 
 /// Compare without an early exit, so response timing does not reveal how much of a guess was
-/// right.
+/// right, nor (both sides hashed to 32 bytes first) how long the token is.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let digest = |v: &[u8]| ring::digest::digest(&ring::digest::SHA256, v);
+    let (a, b) = (digest(a), digest(b));
+    let diff = (a.as_ref().iter().zip(b.as_ref())).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    diff == 0
 }
 
 impl AdminApp {
@@ -189,4 +192,22 @@ pub fn admin_service(
     service.add_tcp(&server.admin_listen.to_string());
     service.threads = Some(1);
     service
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_compare_equal_only_when_equal_whatever_their_lengths() {
+        use super::constant_time_eq as eq;
+        assert!(eq(b"s3cret-token", b"s3cret-token"));
+        for other in [
+            &b""[..],
+            b"s",
+            b"s3cret-tokeN",
+            b"s3cret-token ",
+            b"s3cret-toke",
+        ] {
+            assert!(!eq(other, b"s3cret-token"), "{other:?}");
+        }
+    }
 }
