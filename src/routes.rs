@@ -37,8 +37,7 @@ pub struct Route {
     pub partition_keys: Arc<PartitionKeys>,
 }
 
-/// Largest `deny_body_file`: a denial is cheap to send, and a flood of them must stay so.
-pub const MAX_DENY_BODY: u64 = 64 * 1024;
+pub use crate::config::file::MAX_DENY_BODY;
 
 impl Route {
     fn new(spec: &RouteSpec, partition_keys: &Arc<PartitionKeys>) -> Result<Route, RulesError> {

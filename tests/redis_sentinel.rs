@@ -333,6 +333,68 @@ async fn master_killed_under_traffic_is_followed_to_the_promoted_replica() {
     }
 }
 
+/// A planned failover (`SENTINEL FAILOVER`) leaves the old master running, and a master still
+/// (Sentinel reconfigures it about 10 s later): the proxy follows the master the Sentinels name
+/// within its once-a-second check, while the old one still answers as a master. Before, it kept
+/// deciding on the old master until its demotion, and the promoted replica, which never saw
+/// those writes, admitted each client's limit a second time (100 of 50 in the audit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_is_followed_while_the_old_master_still_answers() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .unwrap();
+    let up = Upstream::start();
+    let proxy = Proxy::start(&failover_config(&set, &up));
+    common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
+    let addr = proxy.addr();
+    assert_eq!(timed(addr, "/api/x", "before").await.0, 200);
+    let set = Arc::new(set);
+    let promoted = {
+        let set = set.clone();
+        tokio::task::spawn_blocking(move || {
+            set.failover();
+            set.wait_failover(EXACT_WITHIN)
+        })
+    };
+    promoted.await.unwrap();
+    let is_master = |i: usize| {
+        let mut conn = set.servers()[i].connection();
+        let info: String = ::redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        info.contains("role:master")
+    };
+    // A fresh key per request until one is decided on the promoted replica.
+    let started = Instant::now();
+    let mut followed = None;
+    for n in 0..40 {
+        let key = format!("after-{n}");
+        let (status, _) = timed(addr, "/api/x", &key).await;
+        let mut conn = set.servers()[1].connection();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("*{key}*"))
+            .query(&mut conn)
+            .unwrap();
+        if status == 200 && !keys.is_empty() {
+            followed = Some((started.elapsed(), is_master(0)));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (after, old_still_master) = followed.expect("never decided on the promoted replica");
+    assert!(after < Duration::from_secs(3), "followed after {after:?}");
+    assert!(
+        old_still_master,
+        "the old master was demoted first: this run shows nothing about following the Sentinels"
+    );
+    assert!(
+        proxy.log().contains("the Sentinels name a new master"),
+        "{}",
+        proxy.log()
+    );
+}
+
 /// Two routes, both keyed by `X-Api-Key`, failing closed: `/api` for the clients, `/probe`
 /// for the fresh-bucket probe.
 fn failover_config(set: &SentinelSet, up: &Upstream) -> String {

@@ -272,7 +272,7 @@ fn bad_policy_keys_name_file_line_and_key() {
     }
 }
 
-/// A `deny_body_file` that cannot be read stops the start with the route, key and file.
+/// A `deny_body_file` that cannot be read stops the start with the line, key and file.
 #[test]
 fn an_unreadable_deny_body_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -290,12 +290,17 @@ fn an_unreadable_deny_body_stops_the_start() {
     let checked = check_config(&file, &[]);
     let stderr = &checked.stderr;
     assert!(!checked.ok, "{stderr}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.contains("deny_body_file"))
+        .unwrap();
+    let at = format!(":{line}: `routes[0].deny_body_file`");
     assert!(
-        stderr.contains("routes.r.deny_body_file") && stderr.contains("missing.html"),
+        stderr.contains(&at) && stderr.contains("missing.html"),
         "{stderr}"
     );
     // A file that never ends is refused at once, not read until memory runs out.
-    let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(
         &file,
         text.replace(&format!("{missing:?}"), "\"/dev/zero\""),

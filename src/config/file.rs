@@ -13,6 +13,9 @@ pub const MAX_CONFIG: u64 = 16 << 20;
 /// The largest certificate, key or CA bundle read.
 pub const MAX_PEM: u64 = 4 << 20;
 
+/// The largest `deny_body_file` read: an answer body, not a page of assets.
+pub const MAX_DENY_BODY: u64 = 64 << 10;
+
 /// The largest secret read (a token, a key).
 pub const MAX_SECRET: u64 = 64 << 10;
 

@@ -101,7 +101,21 @@ impl Held {
             ))
             .await;
         match renewed {
-            Ok(at) => self.at = at,
+            Ok(at) => {
+                // A lease that was held and is gone now (0) lapsed: a store unreachable for a
+                // whole `lease_ttl`, or a failover that lost the write. The request runs on
+                // uncounted, so say so once.
+                let lapsed = (self.at.iter().zip(&at)).any(|(was, now)| *was != 0 && *now == 0);
+                if lapsed {
+                    log::warn!(
+                        "route {}: a running request's concurrency lease lapsed in the store \
+                         (unreachable for a whole lease_ttl, or lost in a failover); it runs on \
+                         uncounted",
+                        self.route
+                    );
+                }
+                self.at = at;
+            }
             Err(e) => log::debug!("route {}: a lease renewal failed: {e}", self.route),
         }
     }

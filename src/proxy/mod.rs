@@ -24,6 +24,8 @@ pub struct SlideGate {
     rules: Arc<ArcSwap<Rules>>,
     limiter: Limiter,
     access_log: Option<AccessLog>,
+    /// `server.send_timeout`, for HTTP/2 streams (see `early_request_filter`).
+    send_timeout: Option<std::time::Duration>,
 }
 
 impl SlideGate {
@@ -34,7 +36,14 @@ impl SlideGate {
             rules,
             limiter: Limiter::new(store),
             access_log: None,
+            send_timeout: None,
         }
+    }
+
+    /// Bound each write of an HTTP/2 response body to `timeout` (`server.send_timeout`).
+    pub fn with_send_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.send_timeout = Some(timeout);
+        self
     }
 
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
@@ -90,6 +99,16 @@ impl ProxyHttp for SlideGate {
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
         crate::edge::head_received(session);
+        // An HTTP/2 stream whose client grants no flow-control window never blocks the socket,
+        // so the edge's `send_timeout` (which watches the socket) never fires, and the stream
+        // would hold its upstream connection and buffers for as long as the client keeps the
+        // connection alive: each write of its body gets `send_timeout` instead, as nginx's
+        // `send_timeout` bounds the time between two writes.
+        if session.as_downstream().is_http2() {
+            session
+                .as_downstream_mut()
+                .set_write_timeout(self.send_timeout);
+        }
         // RFC 9112 §9.3.2: requests a client pipelines are answered in order, each one routed
         // and counted. Pingora's default drops every request after the first of a write and
         // closes; the opt-in is carried over to the connection's next requests.

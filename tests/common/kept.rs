@@ -26,7 +26,7 @@ pub enum Kept {
 
 /// A stream to `proxy` for `protocol`: TCP, or TLS to `localhost` trusting only `ca_pem`
 /// with ALPN offering just the protocol's version.
-async fn stream(proxy: &Proxy, protocol: Protocol, ca_pem: &str) -> Box<dyn hyper_io::Io> {
+pub async fn stream(proxy: &Proxy, protocol: Protocol, ca_pem: &str) -> Box<dyn hyper_io::Io> {
     let addr = if protocol.tls() {
         proxy.tls_addr()
     } else {
@@ -64,7 +64,7 @@ async fn stream(proxy: &Proxy, protocol: Protocol, ca_pem: &str) -> Box<dyn hype
 }
 
 /// Object-safe async I/O for the two stream types.
-mod hyper_io {
+pub mod hyper_io {
     pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
     impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 }

@@ -224,6 +224,18 @@ impl SentinelSet {
         self.servers[0].kill();
     }
 
+    /// A planned failover (`SENTINEL FAILOVER`), asked of the first Sentinel: the replica is
+    /// promoted while the old master still runs (and answers as a master until Sentinel
+    /// reconfigures it).
+    pub fn failover(&self) {
+        let client = ::redis::Client::open(self.sentinels[0].url()).expect("Sentinel URL");
+        let mut conn = client.get_connection().expect("connect to a Sentinel");
+        let mut cmd = ::redis::cmd("SENTINEL");
+        cmd.arg("failover").arg(MASTER_NAME);
+        let ok: String = cmd.query(&mut conn).expect("SENTINEL FAILOVER");
+        assert_eq!(ok, "OK");
+    }
+
     /// The master's port as a majority of the Sentinels names it now, if they agree.
     pub fn master_port(&self) -> Option<u16> {
         let ports: Vec<Option<u16>> = self.sentinels.iter().map(|s| s.master_port()).collect();

@@ -54,9 +54,9 @@ impl Validator<'_> {
                     "is the type of `deny_body_file`, which is not set",
                 )
             }
-            (Some(file), kind) => Some(DenyBody {
-                file: self.body_file(i, file)?,
-                content_type: match kind {
+            (Some(file), kind) => {
+                // The type first: it is checked from the text alone, the file by reading it.
+                let content_type = match kind {
                     None => HeaderValue::from_static("text/plain; charset=utf-8"),
                     Some(t) => match HeaderValue::from_str(t.get_ref()) {
                         Ok(v) if t.get_ref().contains('/') => v,
@@ -68,8 +68,12 @@ impl Validator<'_> {
                             )
                         }
                     },
-                },
-            }),
+                };
+                Some(DenyBody {
+                    file: self.body_file(i, file)?,
+                    content_type,
+                })
+            }
         };
         Ok(DenyAnswer { status, body })
     }
@@ -83,7 +87,18 @@ impl Validator<'_> {
             );
         }
         // As every other path in the file: as written (relative to the working directory).
-        Ok(file.get_ref().clone())
+        // Read here too, so that an unreadable file is named with its line.
+        let path = file.get_ref();
+        if let Err(e) = crate::config::file::read_bounded(path, crate::config::file::MAX_DENY_BODY)
+        {
+            let message = format!("cannot read {}: {e}", path.display());
+            return self.err(
+                Some(file.span()),
+                format!("routes[{i}].deny_body_file"),
+                message,
+            );
+        }
+        Ok(path.clone())
     }
 
     /// The route's `count_status`: a non-empty list of distinct statuses from 100 to 599.

@@ -176,6 +176,17 @@ impl Target {
         within(budget, attempt).await
     }
 
+    /// Behind Sentinel: do the Sentinels now name another master than the one connected to?
+    /// (Always no elsewhere.) Bounded like a connect.
+    pub(super) async fn master_moved(&self) -> Result<bool, StoreError> {
+        match &self.server {
+            Server::Sentinel(sentinels) => {
+                within(connect_timeout(self.timeout) * 2, sentinels.moved()).await
+            }
+            Server::Single(_) | Server::Cluster(_) => Ok(false),
+        }
+    }
+
     /// The health probe `maintain` sends: PING, or behind Sentinel `ROLE`, which also tells a
     /// demoted master (see `sentinel.rs`).
     pub(super) async fn probe(&self, conn: &mut Conn) -> redis::RedisResult<()> {

@@ -51,6 +51,13 @@ impl Inner {
                 log::warn!("{label} store: master lost ({lost}), asking the Sentinels");
                 result = self.connect_and_probe().await;
             }
+        } else if result.is_ok() && matches!(self.target.master_moved().await, Ok(true)) {
+            // The old master still answers as one, but the Sentinels promoted another: what
+            // is written to the old one now is lost when it is demoted.
+            let label = self.target.label();
+            log::warn!("{label} store: the Sentinels name a new master, following it");
+            self.conn.store(None);
+            result = self.connect_and_probe().await;
         }
         while result.is_err() && started.elapsed() + REDISCOVER_EVERY < REDISCOVER_FOR {
             tokio::time::sleep(REDISCOVER_EVERY).await;

@@ -3,7 +3,11 @@
 //! order wins, and the named master must confirm with `ROLE` that it is one) whenever the store
 //! connects; `conn.rs` then talks to that master as to one Redis. A master that stops answering
 //! or answers `ROLE` as a replica (demoted by a failover) is given up at once, and the Sentinels
-//! are asked again (`maintain.rs`), so a failover is followed without a restart.
+//! are asked again (`maintain.rs`), so a failover is followed without a restart. And since an
+//! old master stays a writable master until Sentinel reconfigures it (about 10 s after a
+//! `SENTINEL FAILOVER`, whose promoted replica never sees what is written meanwhile), `maintain`
+//! also asks the Sentinels once a second which master they name ([`SentinelTarget::moved`]), and
+//! follows a new one as it follows a lost one.
 
 use redis::aio::ConnectionLike;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
@@ -21,6 +25,9 @@ pub(super) struct SentinelTarget {
     master_name: String,
     /// The master's database and credentials; its address comes from the Sentinels.
     master: SentinelNodeConnectionInfo,
+    /// The address of the master last connected to (as text: redis-rs's address type has no
+    /// equality).
+    connected: std::sync::Mutex<Option<String>>,
 }
 
 impl SentinelTarget {
@@ -33,13 +40,30 @@ impl SentinelTarget {
             master_name: nodes.master_name.clone(),
             master: SentinelNodeConnectionInfo::default()
                 .set_redis_connection_info(nodes.master.clone()),
+            connected: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Do the Sentinels now name another master than the one last connected to (a failover,
+    /// planned or not, while the old one still answers as a master)?
+    pub(super) async fn moved(&self) -> redis::RedisResult<bool> {
+        let named = self.named().await?.get_connection_info().addr().to_string();
+        let connected = self.connected.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(connected.as_deref().is_some_and(|c| c != named))
     }
 
     /// A client for the current master, as the Sentinels name it and it confirms itself.
     /// The caller bounds the time (the future may be dropped at any await: redis-rs caches
     /// only Sentinel connections it has verified).
     pub(super) async fn master(&self) -> redis::RedisResult<redis::Client> {
+        let client = self.named().await?;
+        let addr = client.get_connection_info().addr().to_string();
+        *self.connected.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
+        Ok(client)
+    }
+
+    /// The master the Sentinels name now, confirmed by its `ROLE`.
+    async fn named(&self) -> redis::RedisResult<redis::Client> {
         let mut sentinels = self.sentinels.lock().await;
         let client = sentinels
             .async_master_for(&self.master_name, Some(&self.master))
