@@ -58,6 +58,34 @@ impl GrpcStatus {
     }
 }
 
+/// The `grpc-status` of a call's trailers (or of a trailers-only answer's head), if present
+/// and a number.
+pub fn status_of(fields: &http::HeaderMap) -> Option<u16> {
+    let value = fields.get("grpc-status")?.to_str().ok()?;
+    value.trim().parse().ok()
+}
+
+/// The HTTP status a call's `grpc-status` stands for, as grpc-gateway maps them (so
+/// `count_status = [401, 403]` counts `UNAUTHENTICATED` and `PERMISSION_DENIED` calls): gRPC
+/// servers answer every call `200` and say how it went in `grpc-status`.
+pub fn http_status(code: u16) -> http::StatusCode {
+    let http = match code {
+        0 => 200,
+        1 => 499,
+        3 | 9 | 11 => 400,
+        4 => 504,
+        5 => 404,
+        6 | 10 => 409,
+        7 => 403,
+        8 => 429,
+        12 => 501,
+        14 => 503,
+        16 => 401,
+        _ => 500,
+    };
+    http::StatusCode::from_u16(http).expect("a valid status")
+}
+
 /// Is this request a gRPC call? Its `content-type` is `application/grpc`, or
 /// `application/grpc+<codec>` (`+proto`, `+json`), case-insensitively; `application/grpc-web`
 /// is not (its clients read HTTP statuses).
@@ -112,6 +140,27 @@ pub fn answer(status: GrpcStatus, message: &str, h2: bool) -> Result<ResponseHea
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_grpc_status_stands_for_an_http_status() {
+        let mut fields = http::HeaderMap::new();
+        assert_eq!(status_of(&fields), None);
+        fields.insert("grpc-status", HeaderValue::from_static("16"));
+        assert_eq!(status_of(&fields), Some(16));
+        fields.insert("grpc-status", HeaderValue::from_static("x"));
+        assert_eq!(status_of(&fields), None);
+        for (code, http) in [
+            (0, 200),
+            (7, 403),
+            (8, 429),
+            (14, 503),
+            (16, 401),
+            (2, 500),
+            (99, 500),
+        ] {
+            assert_eq!(http_status(code).as_u16(), http, "{code}");
+        }
+    }
 
     #[test]
     fn grpc_content_types() {

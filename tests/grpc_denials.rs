@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::grpc::{grpc_calls, GrpcCall, GrpcTransport, GrpcUpstream};
+use common::grpc::{grpc_calls, grpc_calls_saying, GrpcCall, GrpcTransport, GrpcUpstream};
 use common::proxy::{closed_addr, ConfigBuilder, Proxy, ProxyOptions};
 use common::ratelimit::parse_ratelimit;
 use common::redis::RedisServer;
@@ -246,4 +246,49 @@ async fn over_http1_a_grpc_denial_is_a_200_with_grpc_status() {
     assert_eq!(denied.bytes().await.unwrap().len(), 0);
     let web = post("application/grpc-web").await.unwrap();
     assert_eq!(web.status(), 429, "grpc-web clients read HTTP statuses");
+}
+
+/// `count_status` on a gRPC route: gRPC servers answer every call `200` and say how it went in
+/// `grpc-status`, so `count_status = [401]` counts the calls whose status stands for 401
+/// (`UNAUTHENTICATED`), read from a trailers-only answer's head or from the trailers, over h2c
+/// and h2 with TLS. Before, every call looked like a `200` and was given back: a gRPC "count
+/// failed logins" route counted nothing (8 of 8 failed logins reached the upstream in the audit).
+#[test]
+fn count_status_reads_a_calls_grpc_status() {
+    let (grpc, ca) = (GrpcUpstream::start(), TestCa::new("ca"));
+    let route = |method: &str| {
+        format!(
+            "path_prefix = \"/slidegate.test.Echo/{method}\"\nkey = \"header:x-client\"\n\
+             count_status = [401]\nlimits = [ {{ requests = 2, window = \"1m\" }} ]"
+        )
+    };
+    let config = ConfigBuilder::new()
+        .upstream_with("grpc", grpc.addr(), "h2 = true")
+        .route("login", &route("Login"))
+        .route("late", &route("LoginLate"))
+        .build();
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
+    let transports = [
+        (proxy.addr(), GrpcTransport::H2c),
+        (proxy.tls_addr(), GrpcTransport::Tls(ca.ca_file())),
+    ];
+    for (addr, transport) in &transports {
+        for method in ["Login", "LoginLate"] {
+            let who = format!("{transport:?}-{method}");
+            let path = format!("/slidegate.test.Echo/{method}");
+            let codes = |message: &str, calls: usize| -> Vec<String> {
+                let calls =
+                    grpc_calls_saying(*addr, transport, (&path, Some(message)), &[&who], calls);
+                calls.into_iter().map(|c| c.code).collect()
+            };
+            // Successful calls are given back: never limited.
+            assert_eq!(codes("good", 4), ["OK"; 4], "{who}");
+            // Failed ones count: 2, then the limit.
+            assert_eq!(
+                codes("bad", 3),
+                ["UNAUTHENTICATED", "UNAUTHENTICATED", "RESOURCE_EXHAUSTED"],
+                "{who}"
+            );
+        }
+    }
 }

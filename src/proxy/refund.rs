@@ -34,6 +34,9 @@ pub(super) struct Ticket {
     pub settled: Option<Result<u32, CostError>>,
     /// A final response head came from the upstream (its trailer may still carry the cost).
     pub answered: bool,
+    /// A gRPC call's outcome (`grpc-status`) is still to come in its trailers, which decide
+    /// `count_status` (until then the admission counts).
+    pub grpc_pending: bool,
 }
 
 impl Ticket {
@@ -46,6 +49,7 @@ impl Ticket {
             cost,
             settled: None,
             answered: false,
+            grpc_pending: false,
         }
     }
 
@@ -57,11 +61,32 @@ impl Ticket {
     /// This ticket after the upstream's response head (`None`: nothing left to correct):
     /// `count_status` decides whether the admission counts, `settle` reads the real cost in a
     /// final head. An interim `1xx` (e.g. `100 Continue`) is followed by the real head.
+    ///
+    /// A gRPC answer (`200`, `content-type: application/grpc`) says how the call went in
+    /// `grpc-status`: in its head when it is trailers-only, else in its trailers; `count_status`
+    /// reads the HTTP status that code stands for ([`crate::grpc::http_status`]).
     pub fn answered(self, route: &Route, head: &pingora::http::ResponseHeader) -> Option<Ticket> {
         let settles = route.spec.cost.settle.is_some();
-        let mut held = match &route.spec.counting.count_status {
+        let count_status = route.spec.counting.count_status.as_deref();
+        let grpc = count_status.is_some()
+            && head.status == StatusCode::OK
+            && crate::grpc::is_grpc(head.headers.get(http::header::CONTENT_TYPE));
+        let status = match grpc.then(|| crate::grpc::status_of(&head.headers)) {
+            Some(Some(code)) => crate::grpc::http_status(code),
+            Some(None) => {
+                let settled = settles.then(|| route.spec.cost.settled(&head.headers));
+                return Some(Ticket {
+                    grpc_pending: true,
+                    answered: true,
+                    settled: settled.flatten(),
+                    ..self
+                });
+            }
+            None => head.status,
+        };
+        let mut held = match count_status {
             None => self,
-            Some(count_status) => match settle(count_status, head.status) {
+            Some(count_status) => match settle(count_status, status) {
                 Settle::GiveBack => self.due(),
                 Settle::Keep if settles => self,
                 Settle::Keep => return None,
@@ -83,6 +108,14 @@ impl Ticket {
     pub fn trailers(&mut self, route: &Route, trailers: &http::HeaderMap) {
         if self.settled.is_none() {
             self.settled = route.spec.cost.settled(trailers);
+        }
+        let count_status = route.spec.counting.count_status.as_deref();
+        if let (true, Some(count_status)) = (std::mem::take(&mut self.grpc_pending), count_status) {
+            let code = crate::grpc::status_of(trailers);
+            let status = code.map(crate::grpc::http_status);
+            if status.is_some_and(|s| settle(count_status, s) == Settle::GiveBack) {
+                self.due = true;
+            }
         }
     }
 }

@@ -129,12 +129,26 @@ pub fn grpc_calls(
     clients: &[&str],
     calls: usize,
 ) -> Vec<GrpcCall> {
+    grpc_calls_saying(target, transport, (method, None), clients, calls)
+}
+
+/// [`grpc_calls`], each call's request being `message` (`None`: `hello <i>`).
+pub fn grpc_calls_saying(
+    target: SocketAddr,
+    transport: &GrpcTransport,
+    (method, message): (&str, Option<&str>),
+    clients: &[&str],
+    calls: usize,
+) -> Vec<GrpcCall> {
     require_grpcio();
     let mut cmd = Command::new("python3");
     cmd.arg(script("client.py"))
         .arg(target.to_string())
         .args(["--calls", &calls.to_string()])
         .args(["--method", method]);
+    if let Some(message) = message {
+        cmd.args(["--message", message]);
+    }
     for client in clients {
         cmd.args(["--client", client]);
     }

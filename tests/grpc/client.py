@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--calls", type=int, default=1)
     ap.add_argument("--client", action="append")
     ap.add_argument("--method", default="/slidegate.test.Echo/Echo")
+    ap.add_argument("--message", help="the request's bytes (default: hello <i>)")
     ap.add_argument("--ca")
     ap.add_argument("--tls-name", default="localhost")
     args = ap.parse_args()
@@ -46,7 +47,7 @@ def main():
 
     results = []
     for i in range(args.calls):
-        request = b"hello %d" % i
+        request = args.message.encode() if args.message else b"hello %d" % i
         md = tuple(("x-client", c) for c in (args.client or ["client"]))
         try:
             reply, c = call.with_call(request, metadata=md, timeout=20)

@@ -4,7 +4,10 @@ serializers, so messages are raw bytes).
 
 Service `slidegate.test.Echo`, plaintext HTTP/2 (h2c) on 127.0.0.1 at a port the OS chooses:
 - `Echo` answers the request's bytes and counts the call;
-- `Count` answers how many `Echo` calls arrived, as decimal text.
+- `Count` answers how many `Echo` calls arrived, as decimal text;
+- `Login` answers `ok` to the message `good` and fails any other with `UNAUTHENTICATED` before
+  anything is sent (a trailers-only answer: `grpc-status` in the head);
+- `LoginLate` does the same after sending its initial metadata (`grpc-status` in trailers).
 
 Prints the port on the first line of stdout once it serves, and stops when stdin closes (the
 test harness holds it open and kills the process on drop).
@@ -34,6 +37,17 @@ def count(_request, _context):
         return str(_calls).encode()
 
 
+def login(request, context):
+    if request != b"good":
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad credentials")
+    return b"ok"
+
+
+def login_late(request, context):
+    context.send_initial_metadata((("x-late", "1"),))
+    return login(request, context)
+
+
 def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     handler = grpc.method_handlers_generic_handler(
@@ -41,6 +55,8 @@ def main():
         {
             "Echo": grpc.unary_unary_rpc_method_handler(echo),
             "Count": grpc.unary_unary_rpc_method_handler(count),
+            "Login": grpc.unary_unary_rpc_method_handler(login),
+            "LoginLate": grpc.unary_unary_rpc_method_handler(login_late),
         },
     )
     server.add_generic_rpc_handlers((handler,))
