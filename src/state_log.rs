@@ -96,16 +96,32 @@ impl StateLog {
     /// [`StateLog::note`] of a decision the store failed (`cause`): a line written for it
     /// says what the store did ("store timed out after 50ms"), formatted only then.
     pub fn note_cause(&self, route: &str, state: LimiterState, cause: Option<&dyn Display>) {
+        self.note_at(route, (state, cause), Instant::now());
+    }
+
+    /// [`StateLog::note_cause`] at `now`; the line written, if one was.
+    fn note_at(
+        &self,
+        route: &str,
+        (state, cause): (LimiterState, Option<&dyn Display>),
+        now: Instant,
+    ) -> Option<Line> {
         let normal = LimiterState::Normal as u8;
         if state == LimiterState::Normal && self.current.load(Ordering::Relaxed) == normal {
-            return;
+            return None;
         }
-        self.current.store(state as u8, Ordering::Relaxed);
         let line = {
             let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
-            book.note(state, Instant::now())
+            let line = book.note(state, now);
+            // Back to normal within the interval after an outage's line: the "deciding
+            // again" line is still due, so the book keeps seeing normal decisions until it is
+            // written (the fast path above would otherwise skip it for good).
+            let pending = state == LimiterState::Normal && book.logged != LimiterState::Normal;
+            let shown = if pending { book.logged } else { state };
+            self.current.store(shown as u8, Ordering::Relaxed);
+            line
         };
-        if let Some(line) = line {
+        if let Some(line) = &line {
             let counts: Vec<String> = line
                 .since
                 .iter()
@@ -124,6 +140,7 @@ impl StateLog {
                 None => log::warn!("route {route}: {}{counts}", line.state.describe()),
             }
         }
+        line
     }
 }
 
@@ -225,6 +242,25 @@ mod tests {
         );
         // Normal again: silence.
         assert_eq!(b.note(LimiterState::Normal, t + 3 * MIN_INTERVAL), None);
+    }
+
+    #[test]
+    fn back_to_normal_soon_after_an_outage_is_still_said() {
+        let log = StateLog::default();
+        let t = Instant::now();
+        let at = |state, now| log.note_at("r", (state, None), now);
+        assert!(at(LimiterState::FailClosed, t).is_some());
+        // Back within the interval: no line yet, and not forgotten either.
+        assert_eq!(at(LimiterState::Normal, t + Duration::from_secs(3)), None);
+        assert_eq!(at(LimiterState::Normal, t + Duration::from_secs(5)), None);
+        let back = at(LimiterState::Normal, t + MIN_INTERVAL).expect("the recovery line");
+        assert_eq!(back.state, LimiterState::Normal);
+        // Then silence, on the fast path.
+        assert_eq!(at(LimiterState::Normal, t + 2 * MIN_INTERVAL), None);
+        assert_eq!(
+            log.current.load(Ordering::Relaxed),
+            LimiterState::Normal as u8
+        );
     }
 
     #[test]

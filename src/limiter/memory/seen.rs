@@ -106,9 +106,16 @@ impl Seen {
 
 /// The bit indexes of `key` (a keyed hash already): [`HASHES`] of them, by double hashing.
 fn indexes(key: u64, bits: usize) -> impl Iterator<Item = usize> {
-    let h1 = super::summary::mix(key ^ 0x5EE5_5EE5_5EE5_5EE5);
-    let h2 = super::summary::mix(h1) | 1;
+    let h1 = mix(key ^ 0x5EE5_5EE5_5EE5_5EE5);
+    let h2 = mix(h1) | 1;
     (0..HASHES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) as usize) & (bits - 1))
+}
+
+/// splitmix64's finaliser.
+pub(super) fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -135,13 +142,12 @@ mod tests {
         let mut seen = Seen::sized_for(1 << 14);
         let n = seen.bits as u64 / 5;
         for k in 0..n {
-            seen.insert(super::super::summary::mix(k), 10 * S, S);
+            seen.insert(super::mix(k), 10 * S, S);
         }
         for k in 0..n {
-            assert!(seen.contains(super::super::summary::mix(k), 2 * S));
+            assert!(seen.contains(super::mix(k), 2 * S));
         }
-        let others =
-            (n..n + 10_000).filter(|&k| seen.contains(super::super::summary::mix(k), 2 * S));
+        let others = (n..n + 10_000).filter(|&k| seen.contains(super::mix(k), 2 * S));
         let fp = others.count();
         assert!(fp < 1_300, "{fp} of 10,000 false positives");
     }
@@ -149,7 +155,7 @@ mod tests {
     #[test]
     fn folding_keeps_every_key() {
         let mut seen = Seen::sized_for(1 << 12);
-        let keys: Vec<u64> = (0..300).map(super::super::summary::mix).collect();
+        let keys: Vec<u64> = (0..300).map(super::mix).collect();
         for &k in &keys {
             seen.insert(k, 10 * S, S);
         }

@@ -15,7 +15,7 @@
 //! (`seen.rs`) may hold reads the cells at all: a client never evicted starts from nothing,
 //! however many made-up keys a flood pushed through the cells.
 
-use super::seen::Seen;
+use super::seen::{mix, Seen};
 use crate::limiter::{LimitId, LimitKind};
 
 /// Rows of the sketch: a reading is wrong only when all of them collide.
@@ -187,13 +187,6 @@ fn unpack(cell: u64, now: u64) -> Held {
         count: cell & MAX_COUNT,
         frees_us,
     }
-}
-
-/// splitmix64's finaliser.
-pub(super) fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -73,9 +73,13 @@ impl Server {
                             .map_or_else(TcpSettings::default, |s| s.tcp_settings().clone())
                             .set_nodelay(true),
                     )
-                    // Retries happen inside one call, so they must fit in `store.timeout`:
-                    // a couple of quick ones cover a MOVED/TRYAGAIN during resharding.
-                    .retries(2)
+                    // Retries happen inside one call, bounded by `store.timeout` (the store's
+                    // deadline fails the call whatever is left): quick ones cover a MOVED,
+                    // ASK or TRYAGAIN while a slot migrates. Four, since redis-rs 1.8 sends an
+                    // ASK's `ASKING` apart from its command on a shared connection, so another
+                    // call can slip between them and the redirect repeat (with two, 34 calls of
+                    // a source-first migration under load failed to `on_error` in an audit).
+                    .retries(4)
                     .min_retry_wait(1)
                     .max_retry_wait(timeout.as_millis().clamp(1, 100) as u64)
                     .connection_timeout(connect_timeout(timeout))
