@@ -164,6 +164,7 @@ pub fn apply(
             req.remove_header(name);
         }
     }
+    remove_underscore_spellings(req);
     // Room for what is set, so each of the head's two maps (names, their case) grows once.
     let setting = [
         xff.is_some(),
@@ -249,6 +250,27 @@ fn real_ip_value(hop: &Hop, own: Option<&OwnHop>, peer: &[u8]) -> Result<HeaderV
         _ if hop.client != hop.peer => value(IpText::new(hop.client).as_bytes().to_vec()),
         Some(o) => Ok(o.addr.clone()),
         None => value(peer.to_vec()),
+    }
+}
+
+/// A forwarding header spelled with `_` for `-` (`X_Forwarded_Host`, `X_Real_IP`): CGI-style
+/// servers (wsgiref, uWSGI, PHP's CGI) read it as the header itself, so from any peer it would
+/// be a forged forwarding header past the rules above; removed, as nginx drops every header
+/// with `_` by default (`underscores_in_headers off`).
+fn remove_underscore_spellings(req: &mut RequestHeader) {
+    let forged = |name: &HeaderName| {
+        let s = name.as_str();
+        s.contains('_') && {
+            let dashed = s.replace('_', "-");
+            [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_REAL_IP]
+                .into_iter()
+                .chain(&TRUSTED_ONLY)
+                .any(|h| h.as_str() == dashed)
+        }
+    };
+    let names: Vec<HeaderName> = req.headers.keys().filter(|n| forged(n)).cloned().collect();
+    for name in &names {
+        req.remove_header(name);
     }
 }
 

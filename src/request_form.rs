@@ -23,9 +23,16 @@
 //!   such a field malformed (RFC 9113 §8.2.1) but Pingora's h2 passes it on, so a key header
 //!   `" k1"` would be a bucket apart from `"k1"`: 400;
 //! - `Content-Length: 5, 5` (or two equal lines): forwarded as one `Content-Length: 5`, so a
-//!   lenient upstream cannot read the list differently (request smuggling).
+//!   lenient upstream cannot read the list differently (request smuggling);
+//! - `Connection` naming a header the request carries (`Connection: close, X-Api-Key`): Pingora
+//!   would strip that header from what the app gets (RFC 9110 §7.6.1), after the limiter keyed
+//!   the request by it, so the app would see another identity than the one counted (the key,
+//!   the `Cookie`, the `Authorization`); only connection options stay in `Connection`
+//!   ([`connection_options_only`]) and the named header is forwarded like any other (a token
+//!   naming one of Pingora's own headers, `X-Forwarded-For`, used to be a `400` and an ERROR
+//!   line per request: a client could fill the process log's budget).
 
-use http::header::{CONTENT_LENGTH, HOST};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST};
 use http::{Method, Version};
 use pingora::http::RequestHeader;
 
@@ -105,7 +112,38 @@ pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
         return Err(BadRequest::FieldWhitespace);
     }
     normalize_content_length(req)?;
+    connection_options_only(req);
     Ok(form)
+}
+
+/// The tokens `Connection` keeps: connection options.
+const CONNECTION_OPTIONS: [&str; 5] = ["close", "keep-alive", "upgrade", "te", "http2-settings"];
+
+/// Drop from `Connection` every token but a connection option: a header it named then goes to
+/// the app as the limiter read it.
+fn connection_options_only(req: &mut RequestHeader) {
+    let values = req.headers.get_all(CONNECTION);
+    let tokens = || {
+        (values.iter())
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|t| t.trim_ascii())
+            .filter(|t| !t.is_empty())
+    };
+    let option = |t: &[u8]| {
+        CONNECTION_OPTIONS
+            .iter()
+            .any(|o| t.eq_ignore_ascii_case(o.as_bytes()))
+    };
+    if tokens().all(option) {
+        return;
+    }
+    let kept: Vec<&[u8]> = tokens().filter(|t| option(t)).collect();
+    let value = kept.join(&b", "[..]);
+    let value = http::HeaderValue::from_bytes(&value).ok();
+    let _ = req.remove_header(&CONNECTION);
+    if let Some(v) = value.filter(|v| !v.is_empty()) {
+        let _ = req.insert_header(CONNECTION, v);
+    }
 }
 
 /// The host of an origin-form request: its `Host`, else its URI authority (HTTP/2's

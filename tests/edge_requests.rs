@@ -174,6 +174,78 @@ async fn url_headers_pass_only_from_trusted_proxies() {
     }
 }
 
+/// `Connection` naming a header the request carries (`Connection: close, X-Api-Key`) would
+/// have Pingora strip that header from what the app gets, after the limiter keyed the request by
+/// it: the app saw an anonymous request while the limiter counted a fresh key (8 x 200 past an
+/// anonymous 429 in the audit). Only connection options stay in `Connection` now, so the key,
+/// the cookie and the credentials reach the app as counted. And forwarding headers spelled with
+/// `_` (`X_Forwarded_Host`, `X_Real_IP`), which CGI-style servers read as the real ones, never
+/// reach the app, whoever sends them. HTTP/1.1 only: HTTP/2 refuses a `connection` field.
+#[tokio::test]
+async fn connection_cannot_hide_the_key_and_underscore_forwarding_headers_do_not_pass() {
+    let up = Upstream::start();
+    let route = "key = \"header:X-Api-Key\"\nlimits = [ { requests = 2, window = \"1m\" } ]";
+    let proxy = Proxy::start(
+        &ConfigBuilder::new()
+            .trusted_proxies(&["127.0.0.0/8"])
+            .upstream("app", up.addr())
+            .route("api", route)
+            .build(),
+    );
+    let mut statuses = Vec::new();
+    for connection in [
+        "close, X-Api-Key",
+        "X-Api-Key, Cookie",
+        "keep-alive, x-api-key",
+    ] {
+        let headers = [
+            ("X-Api-Key", "k1"),
+            ("Cookie", "sid=1"),
+            ("Connection", connection),
+        ];
+        let reply = send(proxy.addr(), "GET", "/x", &headers).await;
+        statuses.push(reply.status);
+        if reply.status == 200 {
+            let seen = up.last_request().expect("forwarded").headers;
+            assert_eq!(
+                seen.get("x-api-key").map(|v| v.to_str().unwrap()),
+                Some("k1")
+            );
+            assert_eq!(
+                seen.get("cookie").map(|v| v.to_str().unwrap()),
+                Some("sid=1")
+            );
+        }
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 429],
+        "one key, counted as the app saw it"
+    );
+    // A token naming a header Pingora protects, absent or not: no 400 (and no ERROR line).
+    let headers = [
+        ("X-Api-Key", "k3"),
+        ("Connection", "close, X-Forwarded-For"),
+    ];
+    assert_eq!(send(proxy.addr(), "GET", "/x", &headers).await.status, 200);
+
+    let forged = [
+        ("X-Api-Key", "k2"),
+        ("X_Forwarded_Host", "evil.example"),
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("X_Real_IP", "6.6.6.6"),
+        ("X_Forwarded_Proto", "https"),
+        ("X_Original_URL", "/admin"),
+        ("X-Forwarded_Prefix", "/evil"),
+    ];
+    // From a trusted proxy too: the real spellings are what a proxy sends.
+    assert_eq!(send(proxy.addr(), "GET", "/x", &forged).await.status, 200);
+    let seen = up.last_request().expect("forwarded").headers;
+    for (name, _) in &forged[1..] {
+        assert!(seen.get(*name).is_none(), "{name} reached the app");
+    }
+}
+
 /// An upstream that answers every request head `101` with `upgrade` as its `Upgrade` line (or
 /// none), then answers every later read with a `200 tunnel`: what an uncounted tunnel would
 /// show.

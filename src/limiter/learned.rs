@@ -21,6 +21,13 @@
 //! every admission the store makes fits with the local ones of the proxy that asked, and the sum
 //! stays at most `proxies × requests` (one proxy: `requests`), however late the calls arrive.
 //!
+//! Answers are kept in the order their decisions were asked, not the order they are read: with
+//! several calls in flight, the task holding an older answer ("4 of 50 used") may run after
+//! the one holding a newer one ("50 of 50"), and overwriting would forget most of what the
+//! store had admitted (an audit let 96 of 50 through in one window that way). A lane sends and
+//! Redis runs a bucket's decisions in the order they were asked, so the one asked last is the
+//! latest the store said.
+//!
 //! The memory is bounded: [`MAX_LEARNED`] buckets. A full shard first drops what has slid out
 //! of every window, then the buckets that had one entry (a flood of made-up keys); a bucket
 //! forgotten that way is counted from empty in an outage, as before this existed.
@@ -62,6 +69,9 @@ pub struct LearnedBucket {
     /// Until when this proxy's own log may hold admissions of the bucket (see
     /// [`Learned::mark_local`]).
     local_until: Option<Instant>,
+    /// When the decision this was learned from was asked: a later-read answer to an earlier
+    /// question does not replace it.
+    asked: Option<Instant>,
 }
 
 impl LearnedBucket {
@@ -80,6 +90,7 @@ impl LearnedBucket {
         LearnedBucket {
             limits,
             local_until: None,
+            asked: None,
         }
     }
 
@@ -159,13 +170,25 @@ impl Learned {
         xxhash_rust::xxh3::xxh3_64_with_seed(bucket.as_bytes(), self.seed)
     }
 
-    /// Remember what the store's `verdict` for `bucket` under `limits` said at `now`.
-    pub fn learn(&self, bucket: &str, limits: &[Limit], verdict: &Verdict, now: Instant) {
+    /// Remember what the store's `verdict` for `bucket` under `limits`, asked at `asked`, said
+    /// at `now`; unless an answer to a decision asked later is already remembered.
+    pub fn learn(
+        &self,
+        bucket: &str,
+        (limits, verdict): (&[Limit], &Verdict),
+        asked: Instant,
+        now: Instant,
+    ) {
         let hash = self.hash(bucket);
         let mut learned = LearnedBucket::from_verdict(limits, verdict, now);
         let mut shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
+        let known = shard.get(&hash);
+        if known.and_then(|b| b.asked).is_some_and(|a| a > asked) {
+            return;
+        }
         // What the local log holds is not the store's to forget.
-        learned.local_until = shard.get(&hash).and_then(|b| b.local_until);
+        learned.local_until = known.and_then(|b| b.local_until);
+        learned.asked = Some(asked);
         self.make_room(&mut shard, hash, now);
         shard.insert(hash, learned);
     }
@@ -273,19 +296,34 @@ mod tests {
     }
 
     #[test]
+    fn an_older_answer_read_later_does_not_replace_a_newer_one() {
+        let learned = Learned::with_capacity(64);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let limit = Limit::log(50, Duration::from_secs(10));
+        // Asked second, read first: the store was full.
+        let full = verdict(false, 0, Duration::from_secs(10));
+        learned.learn("k", (&[limit], &full), t0 + ms(2), t0 + ms(5));
+        // Asked first, read later: 4 of 50 at the time.
+        let early = verdict(true, 46, Duration::from_secs(10));
+        learned.learn("k", (&[limit], &early), t0 + ms(1), t0 + ms(6));
+        let b = learned.get("k").unwrap();
+        assert_eq!(b.held(0, &limit, t0 + ms(7)), 50);
+        // A decision asked later still replaces it.
+        learned.learn("k", (&[limit], &early), t0 + ms(8), t0 + ms(9));
+        assert_eq!(learned.get("k").unwrap().held(0, &limit, t0 + ms(10)), 4);
+    }
+
+    #[test]
     fn a_full_map_forgets_spent_and_single_entry_buckets_first() {
         let t0 = Instant::now();
         let limit = Limit::log(10, Duration::from_secs(60));
         let learned = Learned::with_capacity(SHARDS * 4);
-        learned.learn(
-            "victim",
-            &[limit],
-            &verdict(false, 0, Duration::from_secs(30)),
-            t0,
-        );
+        let full = verdict(false, 0, Duration::from_secs(30));
+        learned.learn("victim", (&[limit], &full), t0, t0);
         for i in 0..10_000 {
             let one = verdict(true, 9, Duration::from_secs(60));
-            learned.learn(&format!("flood-{i}"), &[limit], &one, t0);
+            learned.learn(&format!("flood-{i}"), (&[limit], &one), t0, t0);
         }
         assert!(learned.len() <= SHARDS * 4);
         let victim = learned.get("victim").expect("the victim is remembered");
@@ -302,7 +340,7 @@ mod tests {
         assert!(!learned.is_local("b", now), "another bucket");
         let limit = Limit::log(3, Duration::from_secs(60));
         let answer = verdict(true, 2, Duration::from_secs(60));
-        learned.learn("a", &[limit], &answer, now);
+        learned.learn("a", (&[limit], &answer), now, now);
         assert!(
             learned.is_local("a", now),
             "a store answer does not forget it"

@@ -157,7 +157,8 @@ impl Limiter {
         self.duration.observe((answered - started).as_secs_f64());
         let Err(e) = &result else {
             if let (Some(_), Ok(verdict)) = (fallback, &result) {
-                self.learned.learn(bucket, asked, verdict, answered);
+                self.learned
+                    .learn(bucket, (asked, verdict), started, answered);
             }
             return (result, DecidedBy::Store);
         };
