@@ -28,7 +28,7 @@
 //!   would strip that header from what the app gets (RFC 9110 §7.6.1), after the limiter keyed
 //!   the request by it, so the app would see another identity than the one counted (the key,
 //!   the `Cookie`, the `Authorization`); only connection options stay in `Connection`
-//!   ([`connection_options_only`]) and the named header is forwarded like any other (a token
+//!   (`connection_options_only`) and the named header is forwarded like any other (a token
 //!   naming one of Pingora's own headers, `X-Forwarded-For`, used to be a `400` and an ERROR
 //!   line per request: a client could fill the process log's budget).
 
