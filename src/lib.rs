@@ -46,6 +46,7 @@ pub mod edge;
 pub mod forwarding;
 pub mod grpc;
 pub mod healthcheck;
+pub mod hop_by_hop;
 pub mod keys;
 pub mod limiter;
 pub mod limits_os;

@@ -428,3 +428,64 @@ fn h1_host_route_still_counts() {
     let got: Vec<u16> = (0..3).map(|_| exchange(proxy.addr(), head).0).collect();
     assert_eq!(got, [200, 200, 429]);
 }
+
+/// An upstream's hop-by-hop response fields (its keep-alive terms, `Proxy-Connection`, `TE`,
+/// `Upgrade` on a `200`, and whatever its `Connection` names) stay behind, on every client
+/// protocol; the rest of its head goes on. Before, a client saw them all (the audit).
+#[tokio::test]
+async fn an_upstreams_hop_by_hop_fields_stay_behind() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                let mut head = Vec::new();
+                // One response per request head, on a kept connection.
+                while let Ok(n @ 1..) = conn.read(&mut buf) {
+                    head.extend_from_slice(&buf[..n]);
+                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        head.drain(..end + 4);
+                        let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
+                                     Connection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n\
+                                     Proxy-Connection: keep-alive\r\nTE: trailers\r\n\
+                                     Upgrade: h2c\r\nX-Secret: s\r\nX-Kept: k\r\n\r\nok";
+                        if conn.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let ca = common::tls::TestCa::new("ca");
+    let config = ConfigBuilder::new()
+        .upstream("app", addr)
+        .route("all", "")
+        .build();
+    let proxy = Proxy::start_with(&config, common::tls::tls_options(&ca, "h2c = true"));
+    for protocol in common::tls::Protocol::ALL {
+        let mut conn = common::kept::Kept::open(&proxy, protocol, &ca.ca_pem()).await;
+        let reply = conn.send("GET", "/x", &[], Default::default()).await;
+        let reply = reply.unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (200, "ok"),
+            "{protocol:?}"
+        );
+        for gone in [
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "upgrade",
+            "x-secret",
+        ] {
+            assert!(
+                reply.headers.get(gone).is_none(),
+                "{protocol:?}: {gone} passed"
+            );
+        }
+        assert_eq!(reply.headers.get("x-kept").unwrap(), "k", "{protocol:?}");
+    }
+}

@@ -281,6 +281,7 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         let status = upstream_response.status;
         crate::upgrade::check_switch(session.req_header(), upstream_response)?;
+        crate::hop_by_hop::strip(upstream_response);
         // Taken before the route is borrowed; put back when this status is not the final one.
         let ticket = ctx.ticket.take();
         let Some(route) = ctx.route() else {
