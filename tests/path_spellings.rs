@@ -126,3 +126,42 @@ async fn dot_segments_and_backslashes_are_refused_and_parameters_dropped() {
     assert_eq!(up.hits(), forwarded);
     assert!(proxy.counter("slidegate_bad_requests_total") >= 4 * REFUSED.len() as u64 + 2);
 }
+
+/// Under a burst of 300 h2c connections × 10 streams (4000 requests): a dot-segment path is
+/// refused every time and never forwarded, and a `;parameter` spelling of the limited route
+/// admits exactly its limit.
+#[test]
+fn the_path_rules_hold_under_an_h2_burst() {
+    use common::load::{h2load, Burst};
+    let up = Upstream::start();
+    let route = format!("{}\nkey = \"header:X-K\"", limited("/login", 5, "1h"));
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("login", &route)
+        .route("default", "path_prefix = \"/\"")
+        .build();
+    let opts = common::proxy::ProxyOptions {
+        server_extra: "h2c = true".into(),
+        ..Default::default()
+    };
+    let proxy = Proxy::start_with(&config, opts);
+    common::admin::wait_readyz(&proxy, 200, std::time::Duration::from_secs(10));
+    let burst = |path: &str| Burst {
+        path: path.into(),
+        ..Burst::keyed(300, "burst")
+    };
+    let dotted = h2load(proxy.addr(), &burst("/x/%2e%2e/login"));
+    assert_eq!(
+        (dotted.s4xx, dotted.s2xx, dotted.failed),
+        (4000, 0, 0),
+        "{dotted:?}"
+    );
+    assert_eq!(up.hits(), 0);
+    let params = h2load(proxy.addr(), &burst("/;a/login;v=1"));
+    assert_eq!(
+        (params.s2xx, params.s4xx, params.failed),
+        (5, 3995, 0),
+        "{params:?}"
+    );
+    assert_eq!(up.hits(), 5);
+}
