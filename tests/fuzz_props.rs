@@ -480,8 +480,9 @@ proptest! {
         prop_assert_eq!(resolver.resolve(peer, &headers), client);
     }
 
-    /// Bucket keys never panic, stay bounded (route + `:h:` + at most MAX_PLAIN_KEY_LEN bytes;
-    /// the hashed form is `:h:#` + 32 hex, an address `:ip:` + at most 39), are visible ASCII
+    /// Bucket keys never panic, stay bounded (route + `:h.x-api-key:` + at most
+    /// MAX_PLAIN_KEY_LEN bytes; the hashed form is `#` + 32 hex, an address `ip:` + at most 39,
+    /// and a missing header `h.x-api-key:ip:` + the address), are visible ASCII
     /// without `{` or `}` (Redis Cluster hash tags), and keep distinct values apart (values
     /// that differ only by surrounding whitespace are one: HTTP/1 parsing drops it).
     #[test]
@@ -512,7 +513,7 @@ proptest! {
         spec.write_request_key(&mut key, &route, &KeyInput::headers(&headers, client)).unwrap();
         prop_assert!(key.starts_with(&format!("{route}:")), "{}", key);
         prop_assert!(
-            key.len() <= route.len() + ":h:".len() + MAX_PLAIN_KEY_LEN,
+            key.len() <= route.len() + ":h.x-api-key:".len() + MAX_PLAIN_KEY_LEN,
             "{} bytes: {}", key.len(), key
         );
         prop_assert!(key.bytes().all(|b| b.is_ascii_graphic()), "{:?}", key);
@@ -523,8 +524,8 @@ proptest! {
             (KeySpec::Global, _) => prop_assert_eq!(rest, "global"),
             (KeySpec::One(Part::ClientIp), _) => prop_assert_eq!(rest, format!("ip:{client}")),
             (KeySpec::One(_), Some(v)) if !v.trim_ascii().is_empty() => {
-                prop_assert!(rest.starts_with("h:"), "{}", key);
-                prop_assert!(rest.len() <= 2 + MAX_PLAIN_KEY_LEN.max(33), "{}", key);
+                prop_assert!(rest.starts_with("h.x-api-key:"), "{}", key);
+                prop_assert!(rest.len() <= 12 + MAX_PLAIN_KEY_LEN.max(33), "{}", key);
                 // Distinct values, distinct buckets.
                 let ows = |b: &u8| *b == b' ' || *b == b'\t';
                 let trim = |v: &[u8]| -> Vec<u8> {
@@ -540,7 +541,10 @@ proptest! {
                     prop_assert_ne!(&key, &k2);
                 }
             }
-            (KeySpec::One(_), _) => prop_assert_eq!(rest, format!("ip:{client}")),
+            // Missing: the address, under the header's own tag.
+            (KeySpec::One(_), _) => {
+                prop_assert_eq!(rest, format!("h.x-api-key:ip:{client}"))
+            }
             // A composite: `k:` and its text or hash, within the same bound (checked above).
             (KeySpec::Composite(_), _) => prop_assert!(rest.starts_with("k:"), "{}", key),
         }

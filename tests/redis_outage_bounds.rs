@@ -184,3 +184,68 @@ async fn an_outage_mid_window_admits_at_most_proxies_times_the_limit() {
         assert!(p.decisions("log", "local_denied") > 0);
     }
 }
+
+/// Issue 52 row 2: a limit many clients share (`key = "global"`, or one per org) stays full in
+/// an outage for clients that arrive only then: what the proxy learned is kept per bucket, not
+/// per client (before: one proxy, 20 of 20 by Redis and then 20 more for new clients).
+#[tokio::test]
+async fn a_shared_bucket_seen_full_stays_full_for_new_clients_in_an_outage() {
+    let _heavy = HEAVY.lock().await;
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .store(&format!("{}\ntimeout = \"100ms\"", redis.store_toml()))
+        .upstream("app", upstream.addr())
+        .route(
+            "org",
+            "path_prefix = \"/org\"\nkey = \"header:X-User\"\non_error = \"local\"\n\
+             limits = [{ requests = 50, window = \"1m\" }, \
+                       { requests = 7, window = \"1m\", key = \"header:X-Org\" }]",
+        )
+        .route(
+            "all",
+            "path_prefix = \"/all\"\nkey = \"client_ip\"\non_error = \"local\"\n\
+             limits = [{ requests = 50, window = \"1m\" }, \
+                       { requests = 6, window = \"1m\", key = \"global\" }]",
+        )
+        .route(
+            "glob",
+            "path_prefix = \"/glob\"\nkey = \"global\"\non_error = \"local\"\n\
+             limits = [{ requests = 5, window = \"1m\" }]",
+        )
+        .build();
+    let proxy = start_ready(&toml, ProxyOptions::h2c_two_threads());
+    let cases = [("/org", 7usize), ("/all", 6), ("/glob", 5)];
+    for (path, limit) in cases {
+        // The shared limit, admitted by Redis, each request from another user of org "acme".
+        for i in 0..limit {
+            let user = format!("early-{i}");
+            let got = status(&proxy, path, &[("x-user", &user), ("x-org", "acme")]).await;
+            assert_eq!(got, 200, "{path} request {i}");
+        }
+    }
+    redis.kill();
+    for (path, limit) in cases {
+        let mut outage = 0;
+        for i in 0..3 * limit {
+            // Users the proxy has never seen, of the same org.
+            let user = format!("late-{i}");
+            let got = status(&proxy, path, &[("x-user", &user), ("x-org", "acme")]).await;
+            assert!([200, 429].contains(&got), "{path}: {got}");
+            outage += usize::from(got == 200);
+        }
+        println!("{path}: {limit} admitted by Redis, {outage} in the outage");
+        assert_eq!(
+            outage, 0,
+            "{path}: the shared bucket started empty for new clients"
+        );
+    }
+    // Another org's bucket was never learned: its local log admits it (one proxy: N).
+    let mut other = 0;
+    for i in 0..10 {
+        let user = format!("beta-{i}");
+        let got = status(&proxy, "/org", &[("x-user", &user), ("x-org", "beta")]).await;
+        other += usize::from(got == 200);
+    }
+    assert_eq!(other, 7, "another org in the outage");
+}

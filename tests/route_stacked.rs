@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::admin::{admin, wait_readyz};
 use common::config::assert_invalid;
 use common::fetch::{fetch, fetch_with, url, Seen};
-use common::proxy::{ConfigBuilder, Proxy};
+use common::proxy::{start_ready, ConfigBuilder, Proxy, ProxyOptions};
 use common::ratelimit::parse_ratelimit;
 use common::redis::{RedisCluster, RedisServer};
 use common::tls::{ready_on_every_protocol, tls_options, Protocol, TestCa};
@@ -303,4 +303,271 @@ async fn redis_cluster_refunds_every_limit_in_its_own_bucket() {
     let proxy = Proxy::start_with(&login_config(&up, &store), tls_options(&ca, "h2c = true"));
     wait_readyz(&proxy, 200, Duration::from_secs(20));
     refunds_in_every_bucket(&proxy, Protocol::H2c, &ca).await;
+}
+
+/// Issue 52 row 1: limits keyed by different fields never share a bucket, whatever their
+/// values. Each route keys its own limit (3) by a member field and a second limit (9) by a
+/// group field of the same kind (header, query, cookie, composite; and a header beside
+/// `client_ip`). A group's 9 requests leave a member whose id equals the group's id untouched
+/// (before: 0 of 3, the group's bucket was the member's), and a value given in both fields is
+/// counted once in each (before: twice in one). Memory and one Redis, over HTTP/1.1, h2c and
+/// HTTP/2 over TLS in turn.
+mod two_keys {
+    use super::*;
+
+    /// Route, its own key, the second limit's key.
+    const ROUTES: [(&str, &str, &str); 5] = [
+        ("hdr", r#""header:X-Member""#, r#""header:X-Group""#),
+        ("qry", r#""query:member""#, r#""query:group""#),
+        ("ck", r#""cookie:member""#, r#""cookie:group""#),
+        (
+            "mix",
+            r#"["header:X-Member", "method"]"#,
+            r#"["header:X-Group", "method"]"#,
+        ),
+        ("ipk", r#""header:X-Member""#, r#""client_ip""#),
+    ];
+    const PROTOCOLS: [Protocol; 3] = [Protocol::H1, Protocol::H2c, Protocol::H2Tls];
+
+    fn config(up: &Upstream, store: &str) -> String {
+        let mut config = ConfigBuilder::new().store(store).upstream("app", up.addr());
+        for (name, own, other) in ROUTES {
+            config = config.route(
+                name,
+                &format!(
+                    "path_prefix = \"/{name}\"\nkey = {own}\nlimits = [\n  \
+                     {{ requests = 3, window = \"10m\" }},\n  \
+                     {{ requests = 9, window = \"10m\", key = {other} }},\n]"
+                ),
+            );
+        }
+        config.build()
+    }
+
+    /// One request on `route` from member `member` (`None`: the field left out) of group
+    /// `group`, over the `i`th protocol in turn: its status.
+    async fn send(
+        proxy: &Proxy,
+        clients: &[reqwest::Client],
+        i: usize,
+        route: &str,
+        member: Option<&str>,
+        group: &str,
+    ) -> u16 {
+        let protocol = PROTOCOLS[i % PROTOCOLS.len()];
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        let mut path = format!("/{route}");
+        match route {
+            "qry" => {
+                path.push_str(&format!("?group={group}"));
+                if let Some(m) = member {
+                    path.push_str(&format!("&member={m}"));
+                }
+            }
+            "ck" => {
+                let mut cookie = format!("group={group}");
+                if let Some(m) = member {
+                    cookie.push_str(&format!("; member={m}"));
+                }
+                headers.push(("cookie", cookie));
+            }
+            _ => {
+                headers.push(("x-group", group.to_string()));
+                if let Some(m) = member {
+                    headers.push(("x-member", m.to_string()));
+                }
+            }
+        }
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let target = url(proxy, protocol, &path);
+        let client = &clients[i % PROTOCOLS.len()];
+        let seen = fetch_with(client, &target, &headers, protocol.version()).await;
+        assert!(matches!(seen.status, 200 | 429), "{route} {path}: {seen:?}");
+        seen.status
+    }
+
+    async fn check(proxy: &Proxy, ca: &TestCa) {
+        let clients: Vec<_> = PROTOCOLS.iter().map(|p| p.client(&ca.ca_pem())).collect();
+        let clients = &clients;
+        let mut i = 0;
+        let mut next = |route: &'static str, member: Option<&str>, group: &'static str| {
+            i += 1;
+            let (i, member) = (i, member.map(str::to_string));
+            async move { send(proxy, clients, i, route, member.as_deref(), group).await }
+        };
+        for (route, _, other) in ROUTES {
+            let by_ip = other.contains("client_ip");
+            if by_ip {
+                // The member field left out: its bucket is the address, under the member
+                // field's own name, not the `client_ip` limit's bucket of the same address.
+                let statuses = [
+                    next(route, None, "g").await,
+                    next(route, None, "g").await,
+                    next(route, None, "g").await,
+                    next(route, None, "g").await,
+                ];
+                assert_eq!(statuses, [200, 200, 200, 429], "{route}: {statuses:?}");
+                // The address has used 3 of its 9: six other members still pass.
+                for m in 0..6 {
+                    let s = next(route, Some(&format!("m{m}")), "g").await;
+                    assert_eq!(s, 200, "{route}: member m{m}");
+                }
+                assert_eq!(next(route, Some("m9"), "g").await, 429, "{route}");
+                continue;
+            }
+            // Group 31 fills its 9 with nine members.
+            for m in 0..9 {
+                let s = next(route, Some(&format!("u{m}")), "31").await;
+                assert_eq!(s, 200, "{route}: member u{m} of group 31");
+            }
+            assert_eq!(
+                next(route, Some("u9"), "31").await,
+                429,
+                "{route}: group 31 full"
+            );
+            // Member 31, of another group: its own 3, untouched by group 31's bucket.
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                statuses.push(next(route, Some("31"), "g-other").await);
+            }
+            assert_eq!(statuses, [200, 200, 200, 429], "{route}: member 31");
+            // The same value in both fields: counted once in each, so 3 of 3.
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                statuses.push(next(route, Some("x7"), "x7").await);
+            }
+            assert_eq!(
+                statuses,
+                [200, 200, 200, 429],
+                "{route}: member x7 of group x7"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_the_memory_store() {
+        let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+        let proxies = ready_on_every_protocol(&config(&up, "backend = \"memory\""), &ca, 1);
+        check(&proxies[0], &ca).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_redis() {
+        let (up, ca, redis) = (Upstream::start(), TestCa::new("ca"), RedisServer::start());
+        let store = format!(
+            "backend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"",
+            redis.url()
+        );
+        let proxies = ready_on_every_protocol(&config(&up, &store), &ca, 1);
+        check(&proxies[0], &ca).await;
+    }
+}
+
+/// Issue 52 rows 16 and 17 on the memory store, which reserves a stacked decision bucket by
+/// bucket: a client at its own limit, flooding, never refuses another client on the shared
+/// limit while it has room (before: 5-8 of 300 probes refused); and a refused cost-50 request
+/// gives back the 50 it reserved (before: its cost limit reported `r=51`).
+mod reservations {
+    use super::*;
+    use common::load::{h2load_for, Burst};
+
+    /// The shared limit is the route's own key (reserved first in key order) and has one place
+    /// per 40 ms, which each probe takes once the last one slid out: a probe is refused only if
+    /// the flooder holds that place, which it may do only for the microseconds of a
+    /// reservation its own full bucket then gives back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flooding_client_never_refuses_others_on_the_shared_limit() {
+        const PROBES: usize = 120;
+        let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+        let toml = ConfigBuilder::new()
+            .store("backend = \"memory\"")
+            .upstream("app", up.addr())
+            .route(
+                "shared",
+                "key = \"global\"\nlimits = [\n  { requests = 1, window = \"40ms\" },\n  \
+                 { requests = 2, window = \"10m\", key = \"header:X-Tenant\" },\n]",
+            )
+            .build();
+        // More workers than cores: a worker preempted between a reservation and its release
+        // holds it for a scheduler slice, as on a busy production host.
+        let options = ProxyOptions {
+            threads: 4,
+            server_extra: "h2c = true".into(),
+            ..ProxyOptions::default()
+        };
+        let proxy = start_ready(&toml, options);
+        let client = Protocol::H1.client(&ca.ca_pem());
+        let target = url(&proxy, Protocol::H1, "/");
+        let get = |who: String| {
+            let (client, target) = (client.clone(), target.clone());
+            async move {
+                let headers = [("x-tenant", who.as_str())];
+                fetch_with(&client, &target, &headers, Protocol::H1.version()).await
+            }
+        };
+        // The flooder uses its own 2, a window apart; from then on its own limit refuses it.
+        for _ in 0..2 {
+            assert_eq!(get("noisy".into()).await.status, 200);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let addr = proxy.addr();
+        let flood = Burst {
+            connections: 20,
+            streams: 10,
+            requests: 0,
+            headers: vec!["X-Tenant: noisy".into()],
+            path: "/".into(),
+        };
+        let flood = std::thread::spawn(move || h2load_for(addr, &flood, 10));
+        let mut refused = Vec::new();
+        for i in 0..PROBES {
+            // Each probe after the last one's admission slid out of the 40 ms window.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let seen = get(format!("probe-{i}")).await;
+            if seen.status != 200 {
+                refused.push((i, seen.status, seen.ratelimit));
+            }
+        }
+        let flood = flood.join().unwrap();
+        assert_eq!(
+            flood.s2xx, 0,
+            "the flooder stays at its own limit: {flood:?}"
+        );
+        assert!(flood.s4xx > 1000, "a flood: {flood:?}");
+        let n = refused.len();
+        assert!(refused.is_empty(), "{n} of {PROBES} refused: {refused:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_reservation_gives_back_its_cost() {
+        let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+        let toml = ConfigBuilder::new()
+            .store("backend = \"memory\"")
+            .upstream("app", up.addr())
+            .route(
+                "quota",
+                "key = \"header:X-Client\"\ncost = \"header:X-Cost\"\nmax_cost = 500\n\
+                 limits = [\n  { quota = 300, window = \"1m\", unit = \"cost\" },\n  \
+                 { requests = 1, window = \"1m\", key = \"global\" },\n]",
+            )
+            .build();
+        let proxy = ready_on_every_protocol(&toml, &ca, 1).remove(0);
+        for (i, protocol) in [Protocol::H1, Protocol::H2c, Protocol::H2Tls]
+            .into_iter()
+            .enumerate()
+        {
+            let client = protocol.client(&ca.ca_pem());
+            let target = url(&proxy, protocol, "/");
+            let who = format!("c{i}");
+            let headers = [("x-client", who.as_str()), ("x-cost", "70")];
+            let seen = fetch_with(&client, &target, &headers, protocol.version()).await;
+            // The first request takes the one global place; every later one is refused by it.
+            assert_eq!(seen.status, if i == 0 { 200 } else { 429 }, "{seen:?}");
+            let items = parse_ratelimit(seen.ratelimit.as_deref().unwrap_or_default());
+            let cost = items.iter().find(|it| it.name.ends_with("-cost"));
+            let cost = cost.unwrap_or_else(|| panic!("{seen:?}"));
+            let want = if i == 0 { 230 } else { 300 };
+            assert_eq!(cost.r, want, "{protocol:?}: {seen:?}");
+        }
+    }
 }

@@ -12,7 +12,7 @@
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-pub use bucket::{write_bucket_key, BucketClient, CompositeKey};
+pub use bucket::{write_bucket_key, write_tag, BucketClient, CompositeKey, MAX_TAG_LEN};
 pub use canonical::Ambiguous;
 pub use client_ip::{canonical_net, ClientIpResolver, KeyPrefixes};
 pub use ip_text::{push_ip, IpText};
@@ -134,12 +134,12 @@ impl KeySpec {
         match self {
             KeySpec::Global => write_bucket_key(out, route, &BucketClient::Global),
             KeySpec::One(part) => {
-                write_bucket_key(out, route, &BucketClient::One(part.value_of(req)?))
+                write_bucket_key(out, route, &BucketClient::One(part, part.value_of(req)?))
             }
             KeySpec::Composite(parts) => {
                 let mut key = CompositeKey::start(out, route);
                 for part in parts.iter() {
-                    key.push(&part.value_of(req)?);
+                    key.push(part, &part.value_of(req)?);
                 }
                 key.finish();
             }

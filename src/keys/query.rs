@@ -58,7 +58,7 @@ impl KeySpec {
             KeySpec::Global => return Err(ClientQueryError::NotEmpty),
             KeySpec::One(part) => {
                 let value = queried_value(part, client, &key_address)?;
-                write_bucket_key(out, route, &BucketClient::One(value));
+                write_bucket_key(out, route, &BucketClient::One(part, value));
             }
             KeySpec::Composite(parts) => {
                 let list = composite_entries(self, parts.len(), client)?;
@@ -90,7 +90,7 @@ impl KeySpec {
                         }
                         _ => return Err(failed("a string".into())),
                     };
-                    key.push(&value);
+                    key.push(part, &value);
                 }
                 key.finish();
             }

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, Method};
 
 use super::*;
 
@@ -71,7 +71,7 @@ fn long_values_are_hashed_and_bounded() {
     h.insert("x-api-key", "a".repeat(10_000).parse().unwrap());
     let out = key_of(&key, &KeyInput::headers(&h, ip("127.0.0.1")));
     assert!(
-        out.starts_with("api:h:#") && out.len() == "api:h:#".len() + 32,
+        out.starts_with("api:h.x-api-key:#") && out.len() == "api:h.x-api-key:#".len() + 32,
         "{out}"
     );
     h.insert("x-api-key", "{tag}".parse().unwrap());
@@ -163,30 +163,30 @@ fn each_part_reads_its_value() {
     };
     for (text, want) in [
         ("client_ip", "api:ip:192.0.2.7"),
-        ("header:x-api-key", "api:h:k1"),
-        ("query:who", "api:q:#"), // "ab c": a space is not plain
-        ("query:page", "api:q:2"),
-        ("cookie:sid", "api:c:s1"),
-        ("cookie:theme", "api:c:dark"),
+        ("header:x-api-key", "api:h.x-api-key:k1"),
+        ("query:who", "api:q.who:#"), // "ab c": a space is not plain
+        ("query:page", "api:q.page:2"),
+        ("cookie:sid", "api:c.sid:s1"),
+        ("cookie:theme", "api:c.theme:dark"),
         ("method", "api:m:POST"),
         ("path", "api:p:/login"),
         ("global", "api:global"),
         (
             r#"["header:x-api-key", "client_ip"]"#,
-            "api:k:h=k1,ip=192.0.2.7",
+            "api:k:h.x-api-key=k1,ip=192.0.2.7",
         ),
         (
             r#"["method", "path", "query:page"]"#,
-            "api:k:m=POST,p=/login,q=2",
+            "api:k:m=POST,p=/login,q.page=2",
         ),
         // Missing or empty: the client address, in its place.
-        ("query:empty", "api:ip:192.0.2.7"),
-        ("query:absent", "api:ip:192.0.2.7"),
-        ("cookie:absent", "api:ip:192.0.2.7"),
-        ("header:x-absent", "api:ip:192.0.2.7"),
+        ("query:empty", "api:q.empty:ip:192.0.2.7"),
+        ("query:absent", "api:q.absent:ip:192.0.2.7"),
+        ("cookie:absent", "api:c.absent:ip:192.0.2.7"),
+        ("header:x-absent", "api:h.x-absent:ip:192.0.2.7"),
         (
             r#"["header:x-absent", "method"]"#,
-            "api:k:ip=192.0.2.7,m=POST",
+            "api:k:h.x-absent=ip:192.0.2.7,m=POST",
         ),
     ] {
         let got = key_of(&spec(text), &req);
@@ -299,4 +299,66 @@ fn prefixes_apply_to_queried_addresses() {
         .write_query_key(&mut out, "r", r#"["GET", "192.0.2.77"]"#, net)
         .unwrap();
     assert_eq!(out, "r:k:m=GET,ip=192.0.2.0");
+}
+
+/// Issue 52 row 1: a bucket names which part it read, so two keys that differ only by the
+/// field they read never share a bucket, whatever the values; the same spec always does.
+#[test]
+fn different_fields_never_share_a_bucket() {
+    let mut h = HeaderMap::new();
+    for name in ["x-user", "x-org", "x-tenant", "authorization"] {
+        h.insert(HeaderName::from_static(name), "42".parse().unwrap());
+    }
+    h.insert("cookie", "uid=42; org=42".parse().unwrap());
+    let req = KeyInput {
+        headers: &h,
+        query: Some("user=42&org=42&a%3Db=42&x=ip:1.2.3.4"),
+        method: &Method::GET,
+        path: "/",
+        ip: ip("1.2.3.4"),
+    };
+    let long = format!("query:{}", "n".repeat(100));
+    let specs = [
+        "client_ip",
+        "header:x-user",
+        "header:x-org",
+        "header:x-tenant",
+        "header:x-absent",
+        "header:x-other-absent",
+        "query:user",
+        "query:org",
+        "query:absent",
+        "query:x",
+        "cookie:uid",
+        "cookie:org",
+        "cookie:absent",
+        long.as_str(),
+        r#"["header:x-user", "method"]"#,
+        r#"["header:x-org", "method"]"#,
+        r#"["header:x-absent", "method"]"#,
+        r#"["header:x-other-absent", "method"]"#,
+        r#"["client_ip", "method"]"#,
+        r#"["method", "header:x-user"]"#,
+    ];
+    let keys: Vec<String> = specs.iter().map(|s| key_of(&spec(s), &req)).collect();
+    for (i, a) in keys.iter().enumerate() {
+        for (j, b) in keys.iter().enumerate().skip(i + 1) {
+            assert_ne!(a, b, "{} and {} share a bucket", specs[i], specs[j]);
+        }
+        // The same spec, read again: the same bucket.
+        assert_eq!(a, &key_of(&spec(specs[i]), &req), "{}", specs[i]);
+        assert!(!a.contains(['{', '}']), "{a}");
+    }
+    // Hashed composites keep the parts apart too: long values force the hash.
+    let mut long_h = HeaderMap::new();
+    long_h.insert("x-user", "v".repeat(200).parse().unwrap());
+    long_h.insert("x-org", "v".repeat(200).parse().unwrap());
+    let req = KeyInput::headers(&long_h, ip("1.2.3.4"));
+    let user = key_of(&spec(r#"["header:x-user", "client_ip"]"#), &req);
+    let org = key_of(&spec(r#"["header:x-org", "client_ip"]"#), &req);
+    assert!(
+        user.starts_with("api:k:#") && org.starts_with("api:k:#"),
+        "{user}"
+    );
+    assert_ne!(user, org);
 }

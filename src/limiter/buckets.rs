@@ -164,7 +164,9 @@ where
         for &(p, _) in &reserved {
             for &i in &parts[p].members {
                 if let Some(s) = &mut states[i] {
-                    s.remaining = (s.remaining + 1).min(limits[i].requests);
+                    // What the reservation took: its weight (a cost limit's cost), not 1.
+                    let took = limits[i].weight;
+                    s.remaining = s.remaining.saturating_add(took).min(limits[i].requests);
                 }
             }
         }

@@ -28,9 +28,17 @@
 //! Redis runs a bucket's decisions in the order they were asked, so the one asked last is the
 //! latest the store said.
 //!
+//! What is learned is kept per bucket, not per client: a limit with a key of its own (a
+//! `global` one, or one per org) is learned under its own bucket from whichever client asked
+//! last, so a new client arriving in an outage meets the shared bucket as the store last
+//! showed it, full if it was full (issue 52 row 2: 40 of 20 before, with one proxy).
+//!
 //! The memory is bounded: [`MAX_LEARNED`] buckets. A full shard first drops what has slid out
-//! of every window, then the buckets that had one entry (a flood of made-up keys); a bucket
-//! forgotten that way is counted from empty in an outage, as before this existed.
+//! of every window, then the buckets that had one entry (a flood of made-up keys), then the
+//! emptiest half of the rest: a bucket at its limit is forgotten last, only when more than half
+//! of a shard is at its limit (issue 52 row 3: a flood of two-request keys used to clear the
+//! whole shard, and the victim got 10 of 5 in the outage). A bucket forgotten is counted from
+//! empty in an outage, as before this existed.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -40,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::{IdHasher, Limit, LimitId, Verdict};
+use super::{Buckets, IdHasher, Limit, LimitId, LimitState, Verdict};
 
 /// Buckets by the hash of their key (already a hash: not hashed again).
 type Shard = Mutex<HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>>;
@@ -56,6 +64,8 @@ struct LearnedLimit {
     id: LimitId,
     /// Entries in the window when learned.
     count: u32,
+    /// Room left when learned: with `count`, how full the limit was.
+    remaining: u32,
     /// When the oldest of them leaves the window.
     oldest_frees: Instant,
     /// When the last of them leaves the window, at the latest.
@@ -83,6 +93,7 @@ impl LearnedBucket {
             .map(|(limit, state)| LearnedLimit {
                 id: limit.id(),
                 count: limit.requests.saturating_sub(state.remaining),
+                remaining: state.remaining,
                 oldest_frees: now + state.reset.min(limit.window),
                 all_free: now + limit.window,
             })
@@ -129,6 +140,19 @@ impl LearnedBucket {
 
     fn single(&self) -> bool {
         self.local_until.is_none() && self.limits.iter().all(|l| l.count <= 1)
+    }
+
+    /// How full the fullest limit was when learned, in thousandths (1000: at its limit); a
+    /// bucket the local log may hold admissions of counts as full.
+    fn fill(&self) -> u32 {
+        if self.local_until.is_some() {
+            return 1000;
+        }
+        let of = |l: &LearnedLimit| {
+            let all = u64::from(l.count) + u64::from(l.remaining);
+            (u64::from(l.count) * 1000).checked_div(all).unwrap_or(0) as u32
+        };
+        self.limits.iter().map(of).max().unwrap_or(0)
     }
 }
 
@@ -194,18 +218,35 @@ impl Learned {
     }
 
     /// Room for `hash` in a full `shard`: first drop what has slid out of every window, then
-    /// the buckets that had one entry; if that is not enough, everything.
+    /// the buckets that had one entry, then the emptiest half of what is left (see the module
+    /// documentation).
     fn make_room(
         &self,
         shard: &mut HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>,
         hash: u64,
         now: Instant,
     ) {
-        if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
-            shard.retain(|_, b| !b.spent(now) && !b.single());
-            if shard.len() >= self.per_shard {
-                shard.clear();
-            }
+        if shard.len() < self.per_shard || shard.contains_key(&hash) {
+            return;
+        }
+        shard.retain(|_, b| !b.spent(now) && !b.single());
+        if shard.len() < self.per_shard {
+            return;
+        }
+        // Half the shard at once, so a flood pays this O(n) pass once per half-shard of keys.
+        let mut fills: Vec<u32> = shard.values().map(LearnedBucket::fill).collect();
+        let mid = fills.len() / 2;
+        let median = *fills.select_nth_unstable(mid).1;
+        let mut excess = shard.len() - self.per_shard / 2;
+        let passes: [fn(u32, u32) -> bool; 2] = [|f, m| f >= m, |f, m| f > m];
+        for keep in passes {
+            shard.retain(|_, b| {
+                if excess == 0 || keep(b.fill(), median) {
+                    return true;
+                }
+                excess -= 1;
+                false
+            });
         }
     }
 
@@ -241,6 +282,71 @@ impl Learned {
         let hash = self.hash(bucket);
         let shard = self.shard(hash).lock().unwrap_or_else(|e| e.into_inner());
         shard.get(&hash).cloned()
+    }
+
+    /// Remember the store's `verdict` over `buckets`: each bucket's limits under that bucket,
+    /// so a limit shared by many clients is learned once for all of them.
+    pub fn learn_each(
+        &self,
+        buckets: &Buckets<'_>,
+        (limits, verdict): (&[Limit], &Verdict),
+        asked: Instant,
+        now: Instant,
+    ) {
+        if buckets.is_one() {
+            return self.learn(buckets.first(), (limits, verdict), asked, now);
+        }
+        for (bucket, members) in buckets.groups(limits.len()) {
+            let sub: SmallVec<[Limit; 4]> = members.iter().map(|&i| limits[i]).collect();
+            let states: Vec<LimitState> = members.iter().map(|&i| verdict.states[i]).collect();
+            let part = Verdict {
+                admitted: verdict.admitted,
+                states,
+                recorded_at: None,
+                recorded_each: Vec::new(),
+            };
+            self.learn(bucket, (&sub, &part), asked, now);
+        }
+    }
+
+    /// Per limit of `limits` over `buckets`: how many learned entries its bucket still holds
+    /// at `now`, and when the next of them frees; `None` when nothing is learned of any.
+    pub fn room(
+        &self,
+        buckets: &Buckets<'_>,
+        limits: &[Limit],
+        now: Instant,
+    ) -> Option<Vec<(u32, Duration)>> {
+        let mut room = vec![(0, Duration::ZERO); limits.len()];
+        let mut any = false;
+        for (bucket, members) in buckets.groups(limits.len()) {
+            let Some(learned) = self.get(bucket) else {
+                continue;
+            };
+            any = true;
+            for (j, &i) in members.iter().enumerate() {
+                let held = learned.held(j, &limits[i], now).min(limits[i].requests);
+                room[i] = (held, learned.next_free(j, now));
+            }
+        }
+        any.then_some(room)
+    }
+
+    /// [`Learned::mark_local`] every bucket of `buckets`' first `limits` limits.
+    pub fn mark_local_each(&self, buckets: &Buckets<'_>, limits: usize, until: Instant) {
+        self.mark_local(buckets.first(), until);
+        for i in 0..limits {
+            if buckets.of(i) != buckets.first() {
+                self.mark_local(buckets.of(i), until);
+            }
+        }
+    }
+
+    /// True when this proxy's own log may still hold admissions of any bucket of `buckets`.
+    pub fn is_local_any(&self, buckets: &Buckets<'_>, limits: usize, now: Instant) -> bool {
+        self.is_local(buckets.first(), now)
+            || (0..limits)
+                .any(|i| buckets.of(i) != buckets.first() && self.is_local(buckets.of(i), now))
     }
 
     /// Buckets remembered.
@@ -328,6 +434,74 @@ mod tests {
         assert!(learned.len() <= SHARDS * 4);
         let victim = learned.get("victim").expect("the victim is remembered");
         assert_eq!(victim.held(0, &limit, t0), 10);
+    }
+
+    /// Issue 52 row 3: a flood of keys with two requests each (not single) used to clear the
+    /// whole shard; now the emptiest half goes and a bucket at its limit stays, while one
+    /// bucket at 4 of 5 outlives buckets at 2 of 5.
+    #[test]
+    fn a_full_map_keeps_buckets_at_their_limit_over_a_two_request_flood() {
+        let t0 = Instant::now();
+        let limit = Limit::log(5, Duration::from_secs(60));
+        let learned = Learned::with_capacity(SHARDS * 64);
+        let full = verdict(false, 0, Duration::from_secs(30));
+        learned.learn("victim", (&[limit], &full), t0, t0);
+        learned.learn(
+            "near",
+            (&[limit], &verdict(true, 1, Duration::from_secs(30))),
+            t0,
+            t0,
+        );
+        for i in 0..200_000 {
+            let two = verdict(true, 3, Duration::from_secs(60));
+            learned.learn(&format!("flood-{i}"), (&[limit], &two), t0, t0);
+            assert!(learned.len() <= SHARDS * 64);
+        }
+        let victim = learned.get("victim").expect("the victim is remembered");
+        assert_eq!(victim.held(0, &limit, t0), 5);
+        let near = learned.get("near").expect("4 of 5 outlives 2 of 5");
+        assert_eq!(near.held(0, &limit, t0), 4);
+        // A shard is halved, never cleared: at least half the capacity stays remembered.
+        assert!(learned.len() >= SHARDS * 32, "{}", learned.len());
+    }
+
+    /// Issue 52 row 2: a limit with a key of its own is learned under that key, so a client
+    /// that never asked meets it as the store last showed it to anyone.
+    #[test]
+    fn a_shared_bucket_is_learned_for_every_client() {
+        let t0 = Instant::now();
+        let own = Limit::log(100, Duration::from_secs(60));
+        let shared = Limit::log(20, Duration::from_secs(60));
+        let rest = vec!["r:global".to_string()];
+        let learned = Learned::with_capacity(64);
+        let answer = Verdict {
+            admitted: false,
+            recorded_at: None,
+            recorded_each: Vec::new(),
+            states: vec![
+                LimitState {
+                    remaining: 99,
+                    reset: Duration::from_secs(60),
+                },
+                LimitState {
+                    remaining: 0,
+                    reset: Duration::from_secs(40),
+                },
+            ],
+        };
+        let alice = Buckets::stacked("r:ip:1", &rest, &[0, 1]);
+        learned.learn_each(&alice, (&[own, shared], &answer), t0, t0);
+        let bob = Buckets::stacked("r:ip:2", &rest, &[0, 1]);
+        let room = learned.room(&bob, &[own, shared], t0).expect("learned");
+        assert_eq!(room[0].0, 0, "bob's own bucket: nothing learned");
+        assert_eq!(
+            room[1],
+            (20, Duration::from_secs(40)),
+            "the global bucket: full"
+        );
+        // A local admission in the shared bucket is seen from every client's request.
+        learned.mark_local_each(&alice, 2, t0 + Duration::from_secs(60));
+        assert!(learned.is_local_any(&bob, 2, t0));
     }
 
     #[test]

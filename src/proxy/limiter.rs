@@ -11,7 +11,7 @@ use prometheus::Histogram;
 use super::delay::{self, Queues};
 use super::outcome::{Checked, DecidedBy, Policy};
 use crate::config::OnError;
-use crate::limiter::learned::{Learned, LearnedBucket};
+use crate::limiter::learned::Learned;
 use crate::limiter::{Buckets, Limit, LimitState, Store, StoreError, Verdict};
 use crate::metrics::{StoreErrorMetrics, METRICS};
 use crate::routes::Route;
@@ -121,8 +121,8 @@ impl Limiter {
     }
 
     /// The verdict for `buckets` on `route`, and who gave it. What the shared store says is
-    /// learned under the client's own bucket (the route's key), every limit's state with it: a
-    /// limit of its own (a `global` one) is learned as this client last saw it.
+    /// learned per bucket: a limit with a key of its own (a `global` one) under that key, as
+    /// the last client to ask saw it, so every client meets it in an outage.
     async fn decide(
         &self,
         buckets: &Buckets<'_>,
@@ -131,7 +131,6 @@ impl Limiter {
         policy: Policy,
     ) -> (Result<Verdict, StoreError>, DecidedBy) {
         let name = &route.spec.name;
-        let bucket = buckets.first();
         let started = Instant::now();
         let fallback = self
             .local
@@ -139,7 +138,7 @@ impl Limiter {
             .filter(|_| policy.on_error == OnError::Local);
         // After this proxy admitted from its own log, the store decides in what that log left.
         let reduced = match fallback {
-            Some(local) if self.learned.is_local(bucket, started) => {
+            Some(local) if self.learned.is_local_any(buckets, limits.len(), started) => {
                 Some(local_reduced(local, buckets, limits).await)
             }
             _ => None,
@@ -158,7 +157,7 @@ impl Limiter {
         let Err(e) = &result else {
             if let (Some(_), Ok(verdict)) = (fallback, &result) {
                 self.learned
-                    .learn(bucket, (asked, verdict), started, answered);
+                    .learn_each(buckets, (asked, verdict), started, answered);
             }
             return (result, DecidedBy::Store);
         };
@@ -174,14 +173,15 @@ impl Limiter {
             // The shared store cannot decide: this proxy's own log does, for the same limits
             // less what the store had already admitted as far as this proxy learned.
             Some(local) => {
-                let learned = self.learned.get(bucket);
-                let verdict = match learned {
-                    Some(learned) => local_after(local, name, buckets, limits, &learned).await,
+                let room = self.learned.room(buckets, limits, Instant::now());
+                let verdict = match room {
+                    Some(room) => local_after(local, name, buckets, limits, &room).await,
                     None => local.check(name, buckets, limits).await,
                 };
                 if verdict.as_ref().is_ok_and(|v| v.admitted) {
                     let longest = limits.iter().map(|l| l.window).max().unwrap_or_default();
-                    self.learned.mark_local(bucket, answered + longest);
+                    let until = answered + longest;
+                    self.learned.mark_local_each(buckets, limits.len(), until);
                 }
                 (verdict, DecidedBy::Local)
             }
@@ -245,19 +245,17 @@ fn no_room(limits: &[Limit], frees: &[Duration]) -> Verdict {
     }
 }
 
-/// The local log's verdict for `buckets` with each limit reduced by what `learned` still holds
-/// of it: the local log admits only into the room the shared store had left.
+/// The local log's verdict for `buckets` with each limit reduced by what was learned of its
+/// bucket (`room`: per limit, the entries still held and when the next frees): the local log
+/// admits only into the room the shared store had left.
 async fn local_after(
     local: &Arc<dyn Store>,
     route: &str,
     buckets: &Buckets<'_>,
     limits: &[Limit],
-    learned: &LearnedBucket,
+    room: &[(u32, Duration)],
 ) -> Result<Verdict, StoreError> {
-    let now = Instant::now();
-    let held: Vec<u32> = (limits.iter().enumerate())
-        .map(|(i, l)| learned.held(i, l, now).min(l.requests))
-        .collect();
+    let held: Vec<u32> = room.iter().map(|&(held, _)| held).collect();
     let reduced: Vec<Limit> = (limits.iter().zip(&held))
         .map(|(l, h)| Limit {
             requests: l.requests - h,
@@ -270,7 +268,7 @@ async fn local_after(
             .map(|(i, l)| LimitState {
                 remaining: l.requests,
                 reset: match l.requests {
-                    0 => learned.next_free(i, now).max(Duration::from_millis(1)),
+                    0 => room[i].1.max(Duration::from_millis(1)),
                     _ => l.window,
                 },
             })
@@ -286,7 +284,7 @@ async fn local_after(
     for (i, state) in verdict.states.iter_mut().enumerate() {
         // A learned entry that frees first makes room first.
         if held[i] > 0 && state.remaining == 0 {
-            state.reset = state.reset.min(learned.next_free(i, now));
+            state.reset = state.reset.min(room[i].1);
         }
     }
     Ok(verdict)

@@ -46,9 +46,18 @@ pub struct BurstResult {
 /// Run `burst` over h2c (prior knowledge) against `addr` and parse the summary. Panics with
 /// h2load's output if it cannot run. Bounded: every request has a 10 s timeout.
 pub fn h2load(addr: SocketAddr, burst: &Burst) -> BurstResult {
+    run_h2load(addr, burst, &format!("-n{}", burst.requests))
+}
+
+/// [`h2load`] for `seconds` (h2load's `-D`) instead of `burst.requests` requests.
+pub fn h2load_for(addr: SocketAddr, burst: &Burst, seconds: u32) -> BurstResult {
+    run_h2load(addr, burst, &format!("-D{seconds}"))
+}
+
+fn run_h2load(addr: SocketAddr, burst: &Burst, amount: &str) -> BurstResult {
     super::require_tool("h2load", "nghttp2-client");
     let mut cmd = Command::new("h2load");
-    cmd.arg(format!("-n{}", burst.requests))
+    cmd.arg(amount)
         .arg(format!("-c{}", burst.connections))
         .arg(format!("-m{}", burst.streams))
         .args(["-t", "1", "-T", "10", "-N", "10"]);

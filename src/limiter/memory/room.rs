@@ -174,6 +174,26 @@ impl Room {
         (verdict, Placed::Own, evicted)
     }
 
+    /// Would one request of bucket `key` under `limits` be admitted at `now()`? Records
+    /// nothing and evicts no other client: a look before a stacked decision reserves anything
+    /// (see `MemoryStore::check_stacked`).
+    pub(super) fn has_room(&self, key: u64, limits: &[Limit], now: impl Fn() -> u64) -> bool {
+        let mut guard = self.lock(shard_of(key));
+        let shard = &mut *guard;
+        let now = now();
+        let Some(at) = shard.position(key) else {
+            let mut b = Bucket::new(key, now);
+            b.seed(&shard.summary, limits, now);
+            return b.admits(limits, now);
+        };
+        let b = &mut shard.buckets[at];
+        let now = now.max(b.newest());
+        let before = b.cost();
+        let room = b.admits(limits, now);
+        shard.bytes = shard.bytes - before + b.cost();
+        room
+    }
+
     /// Give back the admission of bucket `key` recorded at `at` (see [`Bucket::refund`]).
     pub(super) fn refund(&self, key: u64, limits: &[Limit], at: u64) {
         let mut shard = self.lock(shard_of(key));
