@@ -141,3 +141,41 @@ fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
     assert_eq!(at(&room, 1, &limits, 12), (true, Placed::Summary, 0));
     assert!(!at(&room, 1, &limits, 13).0);
 }
+
+/// Issue 52 row 13: a bucket holding leases is never evicted, whatever a flood of one-request
+/// keys pushes through its shard (the summary keeps counts, not leases: an evicted lease could
+/// not be renewed or given back, and lapsed while its request ran).
+#[test]
+fn a_bucket_holding_leases_is_never_evicted() {
+    let room = room(64);
+    let limits = [
+        Limit::lease(3, Duration::from_secs(30)),
+        Limit::log(1_000_000, Duration::from_secs(3600)),
+    ];
+    let mut times = Vec::new();
+    for i in 0..3 {
+        let (v, _, _) = room.decide(1, &limits, || 1 + i, Admit::IfRoom);
+        assert!(v.admitted);
+        times.push(v.recorded_at.unwrap());
+    }
+    // The oldest bucket of its shard, and a flood many times the shard's size (of requests
+    // whose leases were given back: only the request limit counts them).
+    assert!(flood(&room, 1000, 2000, &limits[1..], 10) > 0);
+    assert!(
+        room.lock(0).position(1).is_some(),
+        "evicted while holding leases"
+    );
+    // Its leases are renewed in place, and still count.
+    assert_eq!(room.renew(1, &limits[0], times[0], || 20), 20);
+    assert!(!at(&room, 1, &limits, 21).0, "a 4th lease");
+    // Given back, the bucket may go like any other.
+    for (i, t) in times.iter().enumerate() {
+        let t = if i == 0 { 20 } else { *t };
+        room.refund(1, &limits[..1], t);
+    }
+    assert!(flood(&room, 5000, 2000, &limits[1..], 30) > 0);
+    assert!(
+        room.lock(0).position(1).is_none(),
+        "a bucket without leases is evicted"
+    );
+}

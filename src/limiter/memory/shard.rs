@@ -11,7 +11,7 @@ use super::chunks::Chunks;
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{Limit, LimitId, LimitState, Verdict};
+use crate::limiter::{Limit, LimitId, LimitKind, LimitState, Verdict};
 
 /// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
 /// weight of 1: `counted < requests`).
@@ -184,14 +184,16 @@ impl Bucket {
     }
 
     /// After dropping expired entries: `None` if the bucket may not be evicted (a count too
-    /// large for the summary's cells), else whether it still counts anything (evicting it then
-    /// leaves a trace in the summary) and its newest activity.
+    /// large for the summary's cells, or leases held: the summary keeps counts, not the leases
+    /// a request's end gives back, so an evicted lease would lapse while its request is still
+    /// at the upstream), else whether it still counts anything (evicting it then leaves a
+    /// trace in the summary) and its newest activity.
     pub(super) fn eviction_rank(&mut self, now: u64) -> Option<(bool, u64)> {
         let mut counts = false;
         for log in &mut self.logs {
             log.evict(now);
             let n = log.count();
-            if n > MAX_COUNT {
+            if n > MAX_COUNT || (n > 0 && log.id.kind() == LimitKind::Lease) {
                 return None;
             }
             counts |= n > 0;
