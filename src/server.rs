@@ -367,7 +367,8 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
     let gate = SlideGate::new(rules.clone(), store.clone())
         .with_local_fallback(local.clone())
-        .with_send_timeout(config.server.send_timeout);
+        .with_send_timeout(config.server.send_timeout)
+        .with_body_timeout(config.server.client_body_timeout);
     let (proxy, listen) = proxy_service(&server.configuration, &config, gate, access_log, &tls);
     // The store connects in the background once the proxy runs; until then, and whenever Redis
     // is down, requests get the route's on_error.

@@ -4,7 +4,8 @@
 //!   until the block completes, so nothing is in flight and the connection's idle deadline
 //!   (`keepalive_timeout`, Pingora's `h2_idle_timeout`) closes it;
 //! - a request body that stops: Pingora 0.9 has no HTTP/2 read timeout, so what bounds it is the
-//!   upstream's `read_timeout` (504), and the stream's flow-control window bounds its memory.
+//!   upstream's `read_timeout` (504), and the stream's flow-control window bounds its memory;
+//! - a request body trickled inside that timeout: `client_body_timeout` on the whole body (408).
 //!
 //! Frames are written by hand where a client library cannot send them (an unfinished header
 //! block); the stalled body uses the `h2` client.
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
 use common::tls::{tls_options, Protocol, TestCa};
-use common::upstream::{Upstream, DELAY_HEADER};
+use common::upstream::{Upstream, DELAY_HEADER, READ_BODY_HEADER};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADERS: u8 = 0x1;
@@ -112,7 +113,7 @@ fn an_unfinished_h2_header_block_is_closed_at_the_idle_deadline() {
 
 /// A request body that stops after one byte, to an app that waits for it: the upstream's
 /// `read_timeout` answers 504 on that stream, and the connection stays usable for the next
-/// request (no HTTP/2 body deadline of our own exists; see the module doc).
+/// request (a body that stops altogether never reaches `client_body_timeout`'s check).
 #[tokio::test]
 async fn a_stalled_h2_body_is_bounded_by_the_upstream_read_timeout() {
     let up = Upstream::start();
@@ -215,6 +216,80 @@ async fn a_stream_granted_no_window_is_cut_at_send_timeout() {
         }
         let took = started.elapsed();
         assert!(took < Duration::from_secs(5), "{protocol:?}: {took:?}");
+        driver.abort();
+    }
+}
+
+/// Issue 52 row 7: a request body trickled one byte at a time, each just inside the upstream's
+/// `read_timeout`, is bounded by `client_body_timeout` on HTTP/2 as on HTTP/1.1: `408` (or the
+/// stream reset, if the answer cannot be written) once the whole body took longer, over h2c
+/// and HTTP/2 over TLS, and the connection still serves. Before: held with no total bound (the
+/// audit: 21 s, then 200; with default timeouts, enough such streams pinned every descriptor).
+#[tokio::test]
+async fn a_trickled_h2_body_is_bounded_by_client_body_timeout() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let config = ConfigBuilder::new()
+        .upstream_with("app", up.addr(), "read_timeout = \"2s\"")
+        .route("all", "")
+        .build();
+    let proxy = Proxy::start_with(
+        &config,
+        tls_options(&ca, "h2c = true\nclient_body_timeout = \"1s\""),
+    );
+    for protocol in [Protocol::H2c, Protocol::H2Tls] {
+        let io = common::kept::stream(&proxy, protocol, &ca.ca_pem()).await;
+        let (client, conn) = h2::client::handshake(io).await.expect("h2 handshake");
+        let driver = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let request = http::Request::post("http://localhost/upload")
+            .header(READ_BODY_HEADER, "1")
+            .body(())
+            .unwrap();
+        let started = Instant::now();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        // One byte every 300 ms (well inside read_timeout) for at most 6 s, or until answered.
+        let trickle = async {
+            for _ in 0..20 {
+                if body
+                    .send_data(bytes::Bytes::from_static(b"x"), false)
+                    .is_err()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        };
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(Duration::from_secs(10), response) => answer,
+            () = trickle => panic!("{protocol:?}: a 6 s body was not cut"),
+        };
+        let took = started.elapsed();
+        let status = answer
+            .expect("answered within 10 s")
+            .map(|r| r.status().as_u16());
+        // A 408, or the stream reset when the answer could not go out first.
+        assert!(
+            matches!(status, Ok(408) | Err(_)),
+            "{protocol:?}: {status:?} after {took:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(1000),
+            "{protocol:?}: {took:?}"
+        );
+        assert!(took < Duration::from_millis(3500), "{protocol:?}: {took:?}");
+        // The connection still serves.
+        let mut client = client.ready().await.unwrap();
+        let next = http::Request::get("http://localhost/next")
+            .body(())
+            .unwrap();
+        let (next, _) = client.send_request(next, true).unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), next).await;
+        assert_eq!(
+            next.expect("next in time").unwrap().status(),
+            200,
+            "{protocol:?}"
+        );
+        println!("{protocol:?}: trickled body cut after {took:?}: {status:?}");
         driver.abort();
     }
 }

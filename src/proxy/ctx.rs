@@ -21,6 +21,8 @@ pub struct Timing {
     pub upstream_start: Option<Instant>,
     /// The upstream's final response header arrived (`1xx` do not count).
     pub upstream_head: Option<Instant>,
+    /// The first bytes of an HTTP/2 request body arrived (its `client_body_timeout` starts).
+    pub body_start: Option<Instant>,
 }
 
 impl Default for Timing {
@@ -29,6 +31,7 @@ impl Default for Timing {
             start: Instant::now(),
             upstream_start: None,
             upstream_head: None,
+            body_start: None,
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct SlideGate {
     access_log: Option<AccessLog>,
     /// `server.send_timeout`, for HTTP/2 streams (see `early_request_filter`).
     send_timeout: Option<std::time::Duration>,
+    /// `server.client_body_timeout`, for HTTP/2 streams (see `request_body_filter`).
+    body_timeout: Option<std::time::Duration>,
 }
 
 impl SlideGate {
@@ -37,12 +39,20 @@ impl SlideGate {
             limiter: Limiter::new(store),
             access_log: None,
             send_timeout: None,
+            body_timeout: None,
         }
     }
 
     /// Bound each write of an HTTP/2 response body to `timeout` (`server.send_timeout`).
     pub fn with_send_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.send_timeout = Some(timeout);
+        self
+    }
+
+    /// Bound a whole HTTP/2 request body to `timeout` (`server.client_body_timeout`; on
+    /// HTTP/1 the edge stream bounds it).
+    pub fn with_body_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.body_timeout = Some(timeout);
         self
     }
 
@@ -121,10 +131,24 @@ impl ProxyHttp for SlideGate {
         session: &mut Session,
         _body: &mut Option<bytes::Bytes>,
         end_of_stream: bool,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
         if end_of_stream {
             crate::edge::body_done(session);
+        } else if let Some(limit) = self.body_timeout.filter(|_| session.is_http2()) {
+            // HTTP/2 streams share one socket, which the edge's body deadline cannot watch: a
+            // body trickled just inside `read_timeout` would hold its stream and an upstream
+            // connection for ever (issue 52 row 7). Timed from the first body bytes, so a
+            // delayed (`max_delay`) admission does not count; a body that stops altogether is
+            // the upstream's `read_timeout`'s to end.
+            let started = *ctx.timing.body_start.get_or_insert_with(Instant::now);
+            if started.elapsed() > limit {
+                crate::metrics::METRICS.client_body_timeouts.inc();
+                return Error::e_explain(
+                    ErrorType::HTTPStatus(408),
+                    "client_body_timeout: HTTP/2 request body not received in time",
+                );
+            }
         }
         Ok(())
     }

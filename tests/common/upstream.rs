@@ -47,6 +47,10 @@ pub const SIZE_HEADER: &str = "x-upstream-size";
 /// request body in the background, keeping the connection, as nginx's `return` does.
 pub const DISCARD_HEADER: &str = "x-upstream-discard-body";
 
+/// Request header asking the upstream to read the whole request body before it answers, as
+/// most apps do (by default it answers at once).
+pub const READ_BODY_HEADER: &str = "x-upstream-read-body";
+
 /// Request header asking for this status (200..=599; default 200), e.g. `401` for a failed
 /// login.
 pub const STATUS_HEADER: &str = "x-upstream-status";
@@ -292,6 +296,9 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    if req.headers().contains_key(READ_BODY_HEADER) {
+        while let Some(Ok(_)) = req.body_mut().frame().await {}
     }
     if req.headers().contains_key(DISCARD_HEADER) {
         let mut body = req.into_body();
