@@ -18,6 +18,7 @@ use crate::limiter::{Buckets, Verdict};
 use crate::partition_key::PartitionKey;
 use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
+use crate::request_form::BadRequest;
 use crate::routes::{Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]),
@@ -130,9 +131,15 @@ pub(super) async fn write_early(
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
-        Outcome::BadRequest(crate::request_form::BadRequest::Cost(why)) => {
+        Outcome::BadRequest(BadRequest::Cost(why)) => {
             // A well-formed request whose cost is refused: the detail names `cost`, and the
             // connection stays open (the client's next request may be fine).
+            let detail = why.to_string();
+            reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
+        }
+        Outcome::BadRequest(why @ BadRequest::MethodOverride(_)) => {
+            // Says why, like a cost's; closes like any other 400 before routing.
+            session.set_keepalive(None);
             let detail = why.to_string();
             reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
         }
