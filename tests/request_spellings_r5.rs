@@ -125,3 +125,94 @@ async fn method_overrides_are_read_as_frameworks_read_them() {
     }
     assert_eq!(up.hits(), forwarded);
 }
+
+#[tokio::test]
+async fn the_cost_field_is_read_under_every_spelling_and_a_refusal_says_why() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let route = "path_prefix = \"/v1/\"\nkey = \"header:X-Client\"\n\
+                 cost = \"header:X-Token-Estimate\"\nmax_cost = 80\n\
+                 limits = [{ quota = 100, window = \"1h\", unit = \"cost\" }]";
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("llm", route)
+        .route("default", "path_prefix = \"/\"");
+    let proxy = start(&config, &ca);
+    let remaining = |r: &Reply| {
+        let field = r.header("ratelimit").unwrap_or_else(|| panic!("{r:?}"));
+        let r_param = field.split(';').find_map(|p| p.strip_prefix("r="));
+        r_param.and_then(|v| v.parse::<u32>().ok()).unwrap()
+    };
+    let mut forwarded = 0;
+    for protocol in Protocol::ALL {
+        let via = (protocol, &ca);
+        let who = format!("{protocol:?}");
+        let client = ("x-client", who.as_str());
+        let ask = |fields: &'static [(&'static str, &'static str)]| {
+            let mut headers = vec![client];
+            headers.extend_from_slice(fields);
+            headers
+        };
+        // Charged what the app reads (`HTTP_X_TOKEN_ESTIMATE`), not 1.
+        let first = sent(
+            &proxy,
+            via,
+            "POST",
+            "/v1/chat",
+            &ask(&[("X_Token_Estimate", "50")]),
+        )
+        .await;
+        assert_eq!((first.status, remaining(&first)), (200, 50), "{who}");
+        let next = sent(
+            &proxy,
+            via,
+            "POST",
+            "/v1/chat",
+            &ask(&[("x_token-estimate", "30")]),
+        )
+        .await;
+        assert_eq!((next.status, remaining(&next)), (200, 20), "{who}");
+        forwarded += 2;
+        // Refused, saying which field and why, in problem+json; nothing counted.
+        for (fields, says) in [
+            (
+                &[("X-Token-Estimate", "1"), ("X_Token_Estimate", "50")][..],
+                "the x-token-estimate header is given more than once",
+            ),
+            (
+                &[("X_TOKEN_ESTIMATE", "5"), ("X-Token_Estimate", "5")],
+                "the x-token-estimate header is given more than once",
+            ),
+            (
+                &[("X-Token-Estimate", "abc")],
+                "the x-token-estimate header must be one non-negative decimal integer",
+            ),
+            (
+                &[("X_Token_Estimate", "90")],
+                "90, from the x-token-estimate header, is over the route's max_cost 80",
+            ),
+        ] {
+            let got = sent(&proxy, via, "POST", "/v1/chat", &ask(fields)).await;
+            assert_eq!(got.status, 400, "{who} {fields:?}");
+            assert_eq!(got.header("content-type"), Some("application/problem+json"));
+            let body: serde_json::Value = serde_json::from_str(&got.body)
+                .unwrap_or_else(|e| panic!("{who} {fields:?}: {e}: {:?}", got.body));
+            let detail = body["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.starts_with("cost: ") && detail.contains(says),
+                "{detail}"
+            );
+            assert_eq!(body["status"], 400);
+        }
+        let after = sent(
+            &proxy,
+            via,
+            "POST",
+            "/v1/chat",
+            &ask(&[("X-Token-Estimate", "20")]),
+        )
+        .await;
+        assert_eq!((after.status, remaining(&after)), (200, 0), "{who}");
+        forwarded += 1;
+    }
+    assert_eq!(up.hits(), forwarded);
+}

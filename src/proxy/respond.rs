@@ -132,9 +132,12 @@ pub(super) async fn write_early(
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
         Outcome::BadRequest(BadRequest::Cost(why)) => {
-            // A well-formed request whose cost is refused: the detail names `cost`, and the
-            // connection stays open (the client's next request may be fine).
-            let detail = why.to_string();
+            // A well-formed request whose cost is refused: the detail names `cost`, the field
+            // and why, and the connection stays open (the client's next request may be fine).
+            let detail = match route {
+                Some(route) => why.detail(&route.spec.cost.source),
+                None => why.to_string(),
+            };
             reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
         }
         Outcome::BadRequest(why @ BadRequest::MethodOverride(_)) => {
