@@ -216,3 +216,48 @@ async fn the_cost_field_is_read_under_every_spelling_and_a_refusal_says_why() {
     }
     assert_eq!(up.hits(), forwarded);
 }
+
+#[tokio::test]
+async fn a_prefix_ending_in_a_slash_takes_its_bare_form() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let keyed = |path: &str, n| format!("{}\nkey = \"header:X-Client\"", limited(path, n, "1h"));
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("api", &keyed("/api/", 2))
+        .route(
+            "docs",
+            &format!("{}\npath_case_insensitive = true", keyed("/v2/Docs/", 1)),
+        )
+        .route("default", "path_prefix = \"/\"");
+    let proxy = start(&config, &ca);
+    let mut forwarded = 0;
+    for protocol in Protocol::ALL {
+        let via = (protocol, &ca);
+        let who = format!("{protocol:?}");
+        let client = [("x-client", who.as_str())];
+        for path in ["/api/users", "/api/"] {
+            assert_eq!(sent(&proxy, via, "GET", path, &client).await.status, 200);
+            forwarded += 1;
+        }
+        for path in ["/api", "/api?page=2", "/api;v=1", "/api?"] {
+            let got = sent(&proxy, via, "GET", path, &client).await;
+            assert_eq!(got.status, 429, "{who} {path} is the /api/ route's");
+        }
+        assert_eq!(
+            sent(&proxy, via, "GET", "/V2/docs/x?y=1", &client)
+                .await
+                .status,
+            200
+        );
+        forwarded += 1;
+        let bare = sent(&proxy, via, "GET", "/v2/DOCS", &client).await;
+        assert_eq!(bare.status, 429, "{who}: case-insensitive bare form");
+        // Other paths are not its bare form.
+        for path in ["/apix", "/ap", "/v2/docsx", "/v2"] {
+            let got = sent(&proxy, via, "GET", path, &client).await;
+            assert_eq!(got.status, 200, "{who} {path}");
+            forwarded += 1;
+        }
+    }
+    assert_eq!(up.hits(), forwarded);
+}
