@@ -261,3 +261,39 @@ async fn a_prefix_ending_in_a_slash_takes_its_bare_form() {
     }
     assert_eq!(up.hits(), forwarded);
 }
+
+#[tokio::test]
+async fn a_cost_limit_names_its_unit_and_its_reset_stays_within_a_slot_of_its_window() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let route = "path_prefix = \"/v1/\"\nkey = \"header:X-Client\"\ncost = \"header:X-Cost\"\n\
+                 limits = [{ requests = 9, window = \"1h\" }, \
+                 { quota = 777, window = \"1h\", unit = \"cost\" }, \
+                 { quota = 50, window = \"2m\", unit = \"cost\", resolution = \"30s\" }]";
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("llm", route);
+    let proxy = start(&config, &ca);
+    for protocol in Protocol::ALL {
+        let who = format!("{protocol:?}");
+        let headers = [("x-client", who.as_str()), ("x-cost", "7")];
+        let got = sent(&proxy, (protocol, &ca), "POST", "/v1/x", &headers).await;
+        assert_eq!(got.status, 200, "{who}");
+        let policy = got.header("ratelimit-policy").unwrap();
+        assert_eq!(
+            policy,
+            "\"llm-3600s\";q=9;w=3600, \
+             \"llm-3600s@60s-cost\";q=777;slidegate-unit=\"cost\";w=3600, \
+             \"llm-120s@30s-cost\";q=50;slidegate-unit=\"cost\";w=120",
+            "{who}"
+        );
+        // `t`: until the charge leaves, which for a slotted limit is the end of its slot plus
+        // the window: within (w, w + resolution], never the exact log's w.
+        let t: Vec<u64> = (got.header("ratelimit").unwrap().split(';'))
+            .filter_map(|p| p.strip_prefix("t=")?.parse().ok())
+            .collect();
+        assert_eq!(t.len(), 3, "{who}");
+        assert!(t[0] <= 3600, "{who}: the log's t {t:?}");
+        assert!((3601..=3660).contains(&t[1]), "{who}: {t:?}");
+        assert!((121..=150).contains(&t[2]), "{who}: {t:?}");
+    }
+}
