@@ -297,3 +297,37 @@ async fn a_cost_limit_names_its_unit_and_its_reset_stays_within_a_slot_of_its_wi
         assert!((121..=150).contains(&t[2]), "{who}: {t:?}");
     }
 }
+
+#[test]
+fn minus_t_prints_the_database_of_a_one_redis_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slidegate.toml");
+    for (url, env, shown) in [
+        ("redis://127.0.0.1:6379", None, "redis://127.0.0.1:6379/0"),
+        ("redis://127.0.0.1:6379/4", None, "redis://127.0.0.1:6379/4"),
+        (
+            "${R5_REDIS_URL}",
+            Some("rediss://app:pw@cache.internal:6380"),
+            "rediss://app:REDACTED@cache.internal:6380/0",
+        ),
+    ] {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:18080\"\nadmin_listen = \"127.0.0.1:19090\"\n\
+             {}",
+            ConfigBuilder::new()
+                .store(&format!("backend = \"redis\"\nurl = \"{url}\""))
+                .upstream("app", "127.0.0.1:9")
+                .route("all", "")
+                .build()
+        );
+        std::fs::write(&file, text).unwrap();
+        let env: Vec<(&str, &str)> = env.map(|v| ("R5_REDIS_URL", v)).into_iter().collect();
+        let doc = common::cli::effective_config(&file, &env);
+        assert_eq!(doc["store"]["url"].as_str(), Some(shown), "{url}");
+        // What -T prints, -t accepts.
+        let printed = dir.path().join("printed.toml");
+        std::fs::write(&printed, toml::to_string(&doc).unwrap()).unwrap();
+        let checked = common::cli::check_config(&printed, &[]);
+        assert!(checked.ok, "{}", checked.output());
+    }
+}
