@@ -52,8 +52,8 @@ pub fn ceil_secs(d: Duration) -> u64 {
 }
 
 /// The unit a limit counts in, the draft's quota unit (`qu`), by the names its RateLimit Quota
-/// Units registry gives them (`requests`, `content-bytes`, `concurrent-requests` in the
-/// working group's text of November 2026), or slidegate's own for a unit it does not register.
+/// Units registry gives them (`requests`, `content-bytes`, `concurrent-requests` in -11
+/// §3.1.2 and §10.3, as in -10), or slidegate's own for a unit it does not register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaUnit {
     /// `requests`, the draft's default: sent as no `qu` at all.
