@@ -113,7 +113,14 @@ fn is_override_parameter(raw: &str) -> bool {
     if raw.len() > MAX_PARAMETER_NAME {
         return false;
     }
-    let name = canonical(raw.as_bytes()).to_ascii_lowercase();
+    let name = canonical(raw.as_bytes());
+    // PHP's fold keeps the length but for leading spaces: most names are ruled out here,
+    // without lower-casing a copy of each.
+    let len = name.iter().skip_while(|b| **b == b' ').count();
+    if !OVERRIDE_PARAMETERS.iter().any(|p| p.len() == len) {
+        return false;
+    }
+    let name = name.to_ascii_lowercase();
     (OVERRIDE_PARAMETERS.iter()).any(|p| php_same(&name, p.as_bytes()))
 }
 
