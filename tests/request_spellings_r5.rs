@@ -82,11 +82,37 @@ async fn method_overrides_are_read_as_frameworks_read_them() {
     let config = ConfigBuilder::new()
         .upstream("app", up.addr())
         .route("del", &route)
+        .route(
+            "edit",
+            &format!(
+                "{}\nkey = \"header:X-Client\"\nmethods = [\"PATCH\", \"PUT\"]",
+                limited("/notes/", 1, "1h")
+            ),
+        )
         .route("default", "path_prefix = \"/\"");
     let proxy = start(&config, &ca);
     let mut forwarded = 0;
     for protocol in Protocol::ALL {
         let via = (protocol, &ca);
+        // Another route, other methods, another limit.
+        let who = format!("{protocol:?}-edit");
+        let client = ("x-client", who.as_str());
+        let real = sent(&proxy, via, "PATCH", "/notes/1", &[client]).await;
+        assert_eq!(real.status, 200, "{who}");
+        forwarded += 1;
+        for (method, field, path) in [
+            ("POST", None, "/notes/1?_method=p%41tch"),
+            ("GET", Some(("x_method_override", "put")), "/notes/1"),
+            (
+                "DELETE",
+                Some(("X-HTTP-Method", "PATCH, patch")),
+                "/notes/1",
+            ),
+        ] {
+            let headers: Vec<_> = [client].into_iter().chain(field).collect();
+            let got = sent(&proxy, via, method, path, &headers).await;
+            assert_eq!(got.status, 429, "{who}: {method} {path} {field:?}");
+        }
         for (i, (method, fields, query)) in OVERRIDDEN.iter().enumerate() {
             let who = format!("{protocol:?}-{i}");
             let client = ("x-client", who.as_str());
