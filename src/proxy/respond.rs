@@ -131,19 +131,13 @@ pub(super) async fn write_early(
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
-        Outcome::BadRequest(BadRequest::Cost(why)) => {
-            // A well-formed request whose cost is refused: the detail names `cost`, the field
-            // and why, and the connection stays open (the client's next request may be fine).
-            let detail = match route {
-                Some(route) => why.detail(&route.spec.cost.source),
-                None => why.to_string(),
+        Outcome::BadRequest(why @ (BadRequest::Cost(_) | BadRequest::MethodOverride(_))) => {
+            // Well-formed, refused for what it asks: the detail says which field and why, and
+            // the connection stays open (the client's next request may be fine).
+            let detail = match (why, route) {
+                (BadRequest::Cost(cost), Some(route)) => cost.detail(&route.spec.cost.source),
+                _ => why.to_string(),
             };
-            reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
-        }
-        Outcome::BadRequest(why @ BadRequest::MethodOverride(_)) => {
-            // Says why, like a cost's; closes like any other 400 before routing.
-            session.set_keepalive(None);
-            let detail = why.to_string();
             reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
         }
         Outcome::BadRequest(_) => {
