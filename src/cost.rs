@@ -4,7 +4,9 @@
 //! response header or trailer, and what that does to the charge. Pure: the proxy reads the
 //! fields, this decides.
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::keys::canonical::cgi_same;
 
 /// Where a route's requests get their cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,21 +60,60 @@ impl Settlement {
     }
 }
 
-/// Why a request's cost was refused: a `400` naming `cost`.
+/// Why a request's cost was refused: a `400` naming `cost`. The problem's `detail` names the
+/// field and the figures ([`CostError::detail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CostError {
     /// Not a non-negative decimal integer (below 2^32).
     #[error("cost: the cost header is not a non-negative decimal integer")]
     Malformed,
-    /// The header on more than one line, or a list (`1,2`): which one would count?
+    /// The header on more than one line, under two spellings (`X-Cost`, `X_Cost`), or a list
+    /// (`1,2`): which one would count?
     #[error("cost: the cost header is given more than once")]
     Twice,
     /// More than `max_cost`.
-    #[error("cost: the request's cost is over max_cost")]
-    OverMax,
+    #[error("cost: the request's cost {cost} is over max_cost {max}")]
+    OverMax {
+        /// The request's cost.
+        cost: u32,
+        /// The route's `max_cost`.
+        max: u32,
+    },
     /// More than the smallest cost quota: no window could ever admit it.
-    #[error("cost: the request's cost is over the route's quota")]
-    OverQuota,
+    #[error("cost: the request's cost {cost} is over the route's quota {quota}")]
+    OverQuota {
+        /// The request's cost.
+        cost: u32,
+        /// The smallest `quota` of the route's cost limits.
+        quota: u32,
+    },
+}
+
+impl CostError {
+    /// What the `400` says, for people: which field (or the route's fixed cost) and why.
+    pub fn detail(&self, source: &CostSource) -> String {
+        let field = match source {
+            CostSource::Header(name) => format!("the {name} header"),
+            CostSource::Fixed(n) => format!("the route's fixed cost {n}"),
+        };
+        match self {
+            CostError::Malformed => format!(
+                "cost: {field} must be one non-negative decimal integer below 4294967296 \
+                 (digits only: no sign, fraction, inner space or list)"
+            ),
+            CostError::Twice => format!(
+                "cost: {field} is given more than once (on two lines, as a list, or also \
+                 spelled with '_' for '-'), so which one counts is unclear"
+            ),
+            CostError::OverMax { cost, max } => {
+                format!("cost: {cost}, from {field}, is over the route's max_cost {max}")
+            }
+            CostError::OverQuota { cost, quota } => format!(
+                "cost: {cost}, from {field}, is over {quota}, the route's smallest cost \
+                 quota: no window could ever admit it"
+            ),
+        }
+    }
 }
 
 impl Cost {
@@ -87,17 +128,17 @@ impl Cost {
     pub fn of(&self, headers: &HeaderMap) -> Result<u32, CostError> {
         let cost = match &self.source {
             CostSource::Fixed(n) => *n,
-            CostSource::Header(name) => parse(headers, name)?.unwrap_or(1),
+            CostSource::Header(name) => parse(spellings(headers, name))?.unwrap_or(1),
         };
         let cost = match self.settle {
             Some(_) => cost.max(1),
             None => cost,
         };
-        if self.max.is_some_and(|max| cost > max) {
-            return Err(CostError::OverMax);
+        if let Some(max) = self.max.filter(|max| cost > *max) {
+            return Err(CostError::OverMax { cost, max });
         }
-        if self.fits.is_some_and(|quota| cost > quota) {
-            return Err(CostError::OverQuota);
+        if let Some(quota) = self.fits.filter(|quota| cost > *quota) {
+            return Err(CostError::OverQuota { cost, quota });
         }
         Ok(cost)
     }
@@ -106,16 +147,28 @@ impl Cost {
     /// `None` when the route does not settle or the field is absent; an error when it is not
     /// one non-negative decimal integer (the charge then stands).
     pub fn settled(&self, fields: &HeaderMap) -> Option<Result<u32, CostError>> {
-        parse(fields, self.settle.as_ref()?).transpose()
+        parse(fields.get_all(self.settle.as_ref()?).iter()).transpose()
     }
 }
 
-/// The field's one value as a decimal integer; `None` when missing. HTTP/1 parsers have
+/// Every value of request header `name`, under every spelling a CGI server reads as it
+/// (`X_Cost` for `X-Cost`: WSGI and PHP join them into one `HTTP_X_COST`), as the key headers
+/// are read ([`crate::keys::canonical`]). A response's `settle` field is read as named: the
+/// upstream is not the party that would spell it twice.
+fn spellings<'a>(
+    headers: &'a HeaderMap,
+    name: &'a HeaderName,
+) -> impl Iterator<Item = &'a HeaderValue> {
+    let aliases =
+        (headers.keys()).filter(move |k| *k != name && cgi_same(k.as_str(), name.as_str()));
+    (headers.get_all(name).iter()).chain(aliases.flat_map(|k| headers.get_all(k)))
+}
+
+/// The one value of `values` as a decimal integer; `None` when there is none. HTTP/1 parsers have
 /// already trimmed the value's surrounding whitespace, which an HTTP/2 peer may still send
 /// (trimmed here too); what is left must be digits only: no sign, no fraction, no inner
 /// space, no list.
-fn parse(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u32>, CostError> {
-    let mut values = headers.get_all(name).iter();
+fn parse<'a>(mut values: impl Iterator<Item = &'a HeaderValue>) -> Result<Option<u32>, CostError> {
     let Some(value) = values.next() else {
         return Ok(None);
     };
@@ -166,7 +219,58 @@ mod tests {
         }
         assert_eq!(c.of(&with(&["1", "2"])), Err(CostError::Twice));
         assert_eq!(c.of(&with(&["1,2"])), Err(CostError::Twice));
-        assert_eq!(c.of(&with(&["501"])), Err(CostError::OverMax));
+        assert_eq!(
+            c.of(&with(&["501"])),
+            Err(CostError::OverMax {
+                cost: 501,
+                max: 500
+            })
+        );
+    }
+
+    #[test]
+    fn the_cost_header_is_read_under_every_spelling_a_cgi_server_joins() {
+        let c = cost();
+        let spelled = |fields: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in fields {
+                h.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            h
+        };
+        assert_eq!(c.of(&spelled(&[("x_cost", "50")])), Ok(50));
+        assert_eq!(c.of(&spelled(&[("x_Cost", "7")])), Ok(7));
+        for twice in [
+            &[("x-cost", "1"), ("x_cost", "50")][..],
+            &[("x_cost", "5"), ("x_cost", "5")],
+            &[("x_cost", "5"), ("x-cost", "5")],
+        ] {
+            assert_eq!(c.of(&spelled(twice)), Err(CostError::Twice), "{twice:?}");
+        }
+        assert_eq!(c.of(&spelled(&[("x-costs", "50"), ("xcost", "9")])), Ok(1));
+        // The upstream's settle field is read as named.
+        let settling = Cost {
+            settle: Some(HeaderName::from_static("x-cost")),
+            ..cost()
+        };
+        assert_eq!(settling.settled(&spelled(&[("x_cost", "9")])), None);
+    }
+
+    #[test]
+    fn a_refusal_names_the_field_and_the_figures() {
+        let header = CostSource::Header(HeaderName::from_static("x-token-estimate"));
+        let said = |e: CostError| e.detail(&header);
+        assert!(said(CostError::Malformed).contains("the x-token-estimate header must be"));
+        assert!(said(CostError::Twice).contains("x-token-estimate header is given more"));
+        let over = said(CostError::OverMax { cost: 9, max: 5 });
+        assert!(
+            over.contains("9, from the x-token-estimate header") && over.contains("max_cost 5")
+        );
+        let fixed = CostError::OverQuota { cost: 3, quota: 2 }.detail(&CostSource::Fixed(3));
+        assert!(fixed.contains("the route's fixed cost 3") && fixed.contains("quota: no window"));
     }
 
     #[test]
@@ -176,14 +280,23 @@ mod tests {
             ..cost()
         };
         assert_eq!(c.of(&with(&["1000"])), Ok(1000));
-        assert_eq!(c.of(&with(&["1001"])), Err(CostError::OverQuota));
+        assert_eq!(
+            c.of(&with(&["1001"])),
+            Err(CostError::OverQuota {
+                cost: 1001,
+                quota: 1000
+            })
+        );
         let fixed = Cost {
             source: CostSource::Fixed(3),
             max: None,
             fits: Some(2),
             settle: None,
         };
-        assert_eq!(fixed.of(&HeaderMap::new()), Err(CostError::OverQuota));
+        assert_eq!(
+            fixed.of(&HeaderMap::new()),
+            Err(CostError::OverQuota { cost: 3, quota: 2 })
+        );
     }
 
     #[test]

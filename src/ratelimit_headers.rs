@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::keys::KeySpec;
-use crate::limiter::{Limit, Verdict};
+use crate::limiter::{Limit, Unit, Verdict};
 use crate::partition_key::PartitionKey;
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`;
@@ -51,9 +51,9 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The unit a limit counts in, the draft's quota unit (`qu`, §3.1.2), by the names its RateLimit
-/// Quota Units registry gives them. Every kind of limit today counts requests; a limit that
-/// counts something else names its unit in [`quota_unit`].
+/// The unit a limit counts in, the draft's quota unit (`qu`), by the names its RateLimit Quota
+/// Units registry gives them (`requests`, `content-bytes`, `concurrent-requests` in -11
+/// §3.1.2 and §10.3, as in -10), or slidegate's own for a unit it does not register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaUnit {
     /// `requests`, the draft's default: sent as no `qu` at all.
@@ -62,31 +62,48 @@ pub enum QuotaUnit {
     ContentBytes,
     /// `concurrent-requests`: requests in flight at once.
     ConcurrentRequests,
+    /// A cost limit's cost units (tokens, credits: what the route's `cost` header counts).
+    /// The registry has no such unit and `qu` takes only registered values, so it goes out
+    /// as the vendor parameter [`COST_UNIT_PARAM`] (the draft asks service-specific
+    /// parameters to carry a vendor prefix), with no `qu`.
+    Cost,
 }
 
+/// The vendor parameter that names a quota unit the registry lacks: `slidegate-unit="cost"`.
+pub const COST_UNIT_PARAM: &str = "slidegate-unit";
+
 impl QuotaUnit {
-    /// The registered name.
-    pub fn name(self) -> &'static str {
+    /// The registered name, `None` for a unit the registry lacks.
+    pub fn name(self) -> Option<&'static str> {
         match self {
-            QuotaUnit::Requests => "requests",
-            QuotaUnit::ContentBytes => "content-bytes",
-            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+            QuotaUnit::Requests => Some("requests"),
+            QuotaUnit::ContentBytes => Some("content-bytes"),
+            QuotaUnit::ConcurrentRequests => Some("concurrent-requests"),
+            QuotaUnit::Cost => None,
         }
     }
 
-    /// The `qu` value to send: none for the default unit, which the draft lets go unsaid (a
-    /// few bytes less on every response of every limited route).
-    pub fn param(self) -> Option<&'static str> {
-        (self != QuotaUnit::Requests).then(|| self.name())
+    /// The parameter to send and its value: none for the default unit, which the draft lets
+    /// go unsaid (a few bytes less on every response of every limited route); `qu` for a
+    /// registered unit, the vendor parameter for cost.
+    pub fn param(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            QuotaUnit::Requests => None,
+            QuotaUnit::ContentBytes | QuotaUnit::ConcurrentRequests => {
+                self.name().map(|name| ("qu", name))
+            }
+            QuotaUnit::Cost => Some((COST_UNIT_PARAM, "cost")),
+        }
     }
 }
 
 /// The unit `limit` counts in: the one place a kind of limit that does not count requests
 /// (cost, concurrency) says so.
 pub fn quota_unit(limit: &Limit) -> QuotaUnit {
-    match limit.is_lease() {
-        true => QuotaUnit::ConcurrentRequests,
-        false => QuotaUnit::Requests,
+    match (limit.unit, limit.is_lease()) {
+        (Unit::Cost, _) => QuotaUnit::Cost,
+        (Unit::Requests, true) => QuotaUnit::ConcurrentRequests,
+        (Unit::Requests, false) => QuotaUnit::Requests,
     }
 }
 
@@ -111,15 +128,18 @@ fn push_param(out: &mut String, param: &str, value: u64) {
 }
 
 /// The `RateLimit-Policy` value for a route's limits (computed once per route at load):
-/// `"name";q=<quota>;qu="<unit>";w=<secs>` per limit, `qu` only for a unit other than requests.
+/// `"name";q=<quota>;qu="<unit>";w=<secs>` per limit, `qu` only for a unit other than requests
+/// (a cost limit: `slidegate-unit="cost"` instead, see [`QuotaUnit::Cost`]).
 /// It carries no `pk`: the field is the same for every client of the route (the draft asks that
 /// it stay consistent over a sequence of responses), and the `RateLimit` items carry the `pk`.
 pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
     let mut out = String::new();
     for (name, limit) in names.iter().zip(limits) {
         push_item(&mut out, name, "q", u64::from(limit.requests));
-        if let Some(unit) = quota_unit(limit).param() {
-            out.push_str(";qu=\"");
+        if let Some((param, unit)) = quota_unit(limit).param() {
+            out.push(';');
+            out.push_str(param);
+            out.push_str("=\"");
             out.push_str(unit);
             out.push('"');
         }
@@ -237,14 +257,25 @@ mod tests {
     #[test]
     fn units_other_than_requests_are_named() {
         assert_eq!(QuotaUnit::Requests.param(), None);
-        assert_eq!(QuotaUnit::ContentBytes.param(), Some("content-bytes"));
+        assert_eq!(
+            QuotaUnit::ContentBytes.param(),
+            Some(("qu", "content-bytes"))
+        );
         assert_eq!(
             QuotaUnit::ConcurrentRequests.param(),
-            Some("concurrent-requests")
+            Some(("qu", "concurrent-requests"))
         );
-        assert_eq!(QuotaUnit::Requests.name(), "requests");
+        assert_eq!(QuotaUnit::Cost.param(), Some(("slidegate-unit", "cost")));
+        assert_eq!(QuotaUnit::Requests.name(), Some("requests"));
+        assert_eq!(QuotaUnit::Cost.name(), None);
         let limit = Limit::log(5, Duration::from_secs(1));
         assert_eq!(quota_unit(&limit), QuotaUnit::Requests);
+        let cost = Limit::cost(777, Duration::from_secs(3600), Duration::from_secs(60));
+        assert_eq!(quota_unit(&cost), QuotaUnit::Cost);
+        assert_eq!(
+            policy_field(&["chat-3600s@60s-cost".into()], &[cost]),
+            "\"chat-3600s@60s-cost\";q=777;slidegate-unit=\"cost\";w=3600"
+        );
     }
 
     #[test]

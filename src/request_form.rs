@@ -69,6 +69,10 @@ pub enum BadRequest {
     /// `"k1"` would be two identities of one client.
     #[error("a field value has leading or trailing whitespace")]
     FieldWhitespace,
+    /// Method overrides naming two different methods (`DELETE, GET`): apps differ on which
+    /// they serve, so no one route is right (see [`crate::method_override`]).
+    #[error("{0}")]
+    MethodOverride(#[from] crate::method_override::AmbiguousOverride),
     /// The request's `cost` is malformed, given twice, over `max_cost` or over every window.
     #[error("{0}")]
     Cost(#[from] crate::cost::CostError),

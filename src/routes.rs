@@ -72,12 +72,19 @@ impl Route {
         let spec = &self.spec;
         let prefix = spec.matching.path_prefix.as_bytes();
         let path = path.as_bytes();
-        let prefixed = if spec.matching.path_case_insensitive {
-            path.len() >= prefix.len() && path[..prefix.len()].eq_ignore_ascii_case(prefix)
-        } else {
-            path.starts_with(prefix)
+        let same = |a: &[u8], b: &[u8]| match spec.matching.path_case_insensitive {
+            true => a.eq_ignore_ascii_case(b),
+            false => a == b,
         };
-        if !prefixed {
+        let prefixed = path.len() >= prefix.len() && same(&path[..prefix.len()], prefix);
+        // A prefix ending in `/` also takes its bare form: Express serves `/api` (and
+        // `/api?page=2`) with the `/api/` mount's root handler, Flask and Rails redirect or
+        // serve it too, so left to the next route it would pass the limit.
+        let bare = match prefix {
+            [stem @ .., b'/'] if !stem.is_empty() => same(path, stem),
+            _ => false,
+        };
+        if !prefixed && !bare {
             return false;
         }
         if !spec.matching.methods.is_empty() && !methods.any_in(&spec.matching.methods) {

@@ -5,7 +5,8 @@
 //! from it; what the validator derives (the pid file and upgrade socket paths,
 //! `tls_min_version` with a TLS listener, each route's inherited `on_error` and `deny_status`,
 //! and the `[store]` and `[client_ip]` defaults the schema leaves unset: `on_error`,
-//! `deny_status`, `max_queue`, a Sentinel `db`, the key prefixes) is added from the model. A
+//! `deny_status`, `max_queue`, a Sentinel `db`, the key prefixes) is added from the model; a
+//! one-Redis `url` is printed with its database written out (`/0` when it names none). A
 //! `[[tls.certs]]` entry without `names` is printed without them: they are read from its
 //! certificate. Secrets are replaced by [`REDACTED`]: `server.admin_token`,
 //! `store.master_password` and the password of every `store.url`/`store.urls` entry, whether
@@ -175,14 +176,36 @@ fn redact(doc: &mut Table) {
     let urls = store
         .iter_mut()
         .flat_map(|(key, value)| match (key.as_str(), value) {
-            ("url", url) => vec![url],
-            ("urls", Value::Array(urls)) => urls.iter_mut().collect(),
+            ("url", url) => vec![(url, true)],
+            ("urls", Value::Array(urls)) => urls.iter_mut().map(|u| (u, false)).collect(),
             _ => Vec::new(),
         });
-    for url in urls {
+    for (url, one_redis) in urls {
         if let Value::String(text) = url {
-            *text = redacted_url_text(text);
+            *text = match one_redis {
+                true => with_db_text(&redacted_url_text(text)),
+                false => redacted_url_text(text),
+            };
         }
+    }
+}
+
+/// A one-Redis URL with its database written out (`redis://h:6379` as `redis://h:6379/0`):
+/// there the URL is where `[store].db` lives (the `db` key is the Sentinel's), so `-T` shows
+/// which database the limits are kept in. Left as written when it carries more than the
+/// address and credentials (a query, a Unix socket), which rewriting could lose.
+fn with_db_text(url: &str) -> String {
+    let Ok(info) = url.into_connection_info() else {
+        return url.to_owned();
+    };
+    let canonical = super::redacted_url(&info).replace(":***@", &format!(":{REDACTED}@"));
+    let db = info.redis_settings().db();
+    let Some(bare) = canonical.strip_suffix(&format!("/{db}")) else {
+        return url.to_owned();
+    };
+    match url == bare || url.strip_suffix('/') == Some(bare) || url == canonical {
+        true => canonical,
+        false => url.to_owned(),
     }
 }
 
@@ -215,6 +238,28 @@ mod tests {
             redacted_url_text("redis://127.0.0.1:6379"),
             "redis://127.0.0.1:6379"
         );
+    }
+
+    #[test]
+    fn a_one_redis_url_shows_its_database() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/0"),
+            ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/0"),
+            ("redis://127.0.0.1:6379/3", "redis://127.0.0.1:6379/3"),
+            ("rediss://app@h:6380", "rediss://app@h:6380/0"),
+            ("redis://:REDACTED@h:1/2", "redis://:REDACTED@h:1/2"),
+            (
+                "redis://h:1/0?protocol=resp3",
+                "redis://h:1/0?protocol=resp3",
+            ),
+        ] {
+            assert_eq!(with_db_text(url), shown, "{url}");
+        }
+        let mut doc: Table =
+            toml::from_str("[store]\nurl = \"redis://h:1\"\nurls = [\"redis://h:2\"]\n").unwrap();
+        redact(&mut doc);
+        let text = toml::to_string(&doc).unwrap();
+        assert!(text.contains("\"redis://h:1/0\"") && text.contains("\"redis://h:2\""));
     }
 
     #[test]

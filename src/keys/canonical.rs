@@ -115,14 +115,14 @@ pub fn cookie_value<'a>(
 }
 
 /// Two header names (lower-case) a CGI server reads as one: equal with `_` for `-`.
-fn cgi_same(a: &str, b: &str) -> bool {
+pub(crate) fn cgi_same(a: &str, b: &str) -> bool {
     let fold = |c: u8| if c == b'_' { b'-' } else { c };
     a.len() == b.len() && a.bytes().map(fold).eq(b.bytes().map(fold))
 }
 
 /// Two parameter or cookie names PHP registers as one: leading spaces dropped, ` `, `.` and
 /// `[` read as `_`.
-fn php_same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn php_same(a: &[u8], b: &[u8]) -> bool {
     fn fold(n: &[u8]) -> impl Iterator<Item = u8> + '_ {
         let start = n.iter().position(|c| *c != b' ').unwrap_or(n.len());
         (n[start..].iter()).map(|&c| {

@@ -39,7 +39,10 @@ impl SlideGate {
         let req = session.req_header();
         let host = ctx.form.host.as_deref();
         let path = normalize_path(request_form::match_path(req));
-        let methods = Methods::of(&req.method, &req.headers, req.uri.query());
+        let methods = match Methods::of(&req.method, &req.headers, req.uri.query()) {
+            Ok(methods) => methods,
+            Err(why) => return Checked::BadForm(why.into()),
+        };
         let Some((idx, route)) = rules.find(host, &path, &methods) else {
             return Checked::NoRoute;
         };

@@ -18,6 +18,7 @@ use crate::limiter::{Buckets, Verdict};
 use crate::partition_key::PartitionKey;
 use crate::problem::{self, Problem};
 use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
+use crate::request_form::BadRequest;
 use crate::routes::{Route, Rules};
 
 /// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]),
@@ -130,10 +131,13 @@ pub(super) async fn write_early(
 ) -> Result<bool> {
     let reader = Reader::of(session);
     let (mut header, body) = match outcome {
-        Outcome::BadRequest(crate::request_form::BadRequest::Cost(why)) => {
-            // A well-formed request whose cost is refused: the detail names `cost`, and the
-            // connection stays open (the client's next request may be fine).
-            let detail = why.to_string();
+        Outcome::BadRequest(why @ (BadRequest::Cost(_) | BadRequest::MethodOverride(_))) => {
+            // Well-formed, refused for what it asks: the detail says which field and why, and
+            // the connection stays open (the client's next request may be fine).
+            let detail = match (why, route) {
+                (BadRequest::Cost(cost), Some(route)) => cost.detail(&route.spec.cost.source),
+                _ => why.to_string(),
+            };
             reader.fixed(400, &detail, &fixed(StatusCode::BAD_REQUEST, &detail))?
         }
         Outcome::BadRequest(_) => {
