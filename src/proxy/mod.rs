@@ -75,6 +75,7 @@ mod respond;
 mod stamp;
 #[cfg(test)]
 mod tests;
+mod upstream_fields;
 
 pub use ctx::{RequestCtx, Timing};
 use gather::peer_ip;
@@ -113,6 +114,12 @@ impl ProxyHttp for SlideGate {
         // and counted. Pingora's default drops every request after the first of a write and
         // closes; the opt-in is carried over to the connection's next requests.
         session.set_pipelining_enabled(true);
+        // RFC 9110 §15.2: HTTP/1.0 defined no 1xx, so a server must not send one to an HTTP/1.0
+        // client. Pingora forwards an upstream's 1xx unless told (its `100 Continue` exception
+        // asks for `Expect` on HTTP/1.1, which such a request cannot be).
+        if session.req_header().version < http::Version::HTTP_11 {
+            session.as_downstream_mut().set_ignore_info_resp(true);
+        }
         Ok(())
     }
 
@@ -287,6 +294,10 @@ impl ProxyHttp for SlideGate {
         let Some(route) = ctx.route() else {
             return Ok(());
         };
+        // Interim heads too: a hostile `103` must not carry forged fields either.
+        if upstream_fields::owns_ratelimit_fields(route, ctx.decision) {
+            upstream_fields::drop_ratelimit_fields(upstream_response);
+        }
         let metrics = on(Layer::Metrics);
         if metrics {
             route.metrics.upstream_status(status.as_u16());
@@ -295,8 +306,7 @@ impl ProxyHttp for SlideGate {
         // that leaves before it keeps its admission counted.
         let held = ticket.and_then(|t| t.answered(route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
-        let final_head =
-            !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
+        let final_head = !upstream_fields::is_interim(status);
         if final_head && ctx.timing.upstream_head.is_none() {
             let now = Instant::now();
             if let (Some(start), true) = (ctx.timing.upstream_start, metrics) {
@@ -328,6 +338,15 @@ impl ProxyHttp for SlideGate {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        // An interim head (`100 Continue`, `103 Early Hints`) is not the answer: the decision's
+        // fields, the route's fields and the request id wait for the final one (taken here, the
+        // final head would go without them). Only the upstream's `Server` is hidden as ever.
+        if upstream_fields::is_interim(resp.status) {
+            return match (&ctx.rules, on(Layer::AnswerHeaders)) {
+                (Some(rules), true) => stamp::stamp(resp, rules.server_header.as_ref(), None),
+                _ => Ok(()),
+            };
+        }
         if let (Some(r), Some(route), true) = (
             ctx.ratelimit.take(),
             ctx.route(),

@@ -1,0 +1,240 @@
+//! Issue 52, the upstream-response rows, through the real binary against hostile upstreams
+//! (a scripted HTTP/1.1 upstream, `common::raw_upstream`):
+//! - row 9: an interim `1xx` (`100 Continue` on `Expect`, `102`, `103`) never takes the
+//!   decision's fields, which go on the final response; none of the upstream's forged fields
+//!   survive; an HTTP/1.0 client gets no `1xx` (HTTP/1.1, h2c, HTTP/1.1 and HTTP/2 over TLS);
+//! - row 10: on a route slidegate limits the upstream's rate-limit fields are dropped; shadow
+//!   routes, exempt clients and unlimited routes pass them (docs/configuration.md, Responses, says why);
+//! - row 11: a malformed upstream head is `502` and only its summary reaches the process log;
+//! - row 15: `settle` reads the cost of a `101`, an upgrade's final head, and a client leaving
+//!   the session is charged up to `max_cost` when the `101` reported none;
+//! - row 19: an HTTP/1.0 client behind an HTTP/2 upstream gets a close-delimited body.
+
+mod common;
+
+use bytes::Bytes;
+use common::http::exchange_to_close;
+use common::kept::Kept;
+use common::proxy::{ConfigBuilder, Proxy};
+use common::raw_upstream::RawUpstream;
+use common::tls::{tls_options, Protocol, TestCa};
+
+/// The fields a hostile upstream forges, under every rate-limit name family.
+const FORGED: &str =
+    "RateLimit: \"forged\";r=999;t=1\r\nRateLimit-Policy: \"forged\";q=1000;w=1\r\n\
+                      RateLimit-Remaining: 999\r\nX-RateLimit-Limit: 1000\r\n\
+                      X-RateLimit-Remaining: 999\r\nX-RateLimit-Used: 1\r\n\
+                      X-Rate-Limit-Reset: 1\r\n";
+
+/// Names of the forged fields (lower case), none of which slidegate itself sends but
+/// `RateLimit`, `RateLimit-Policy` and, with `legacy_headers`, `X-RateLimit-Limit`/`-Remaining`.
+const FORGED_ONLY: [&str; 3] = [
+    "ratelimit-remaining",
+    "x-ratelimit-used",
+    "x-rate-limit-reset",
+];
+
+/// An upstream answering every head with the interim heads its `X-Interim` asks for (codes,
+/// comma-separated; `100` first when the request expects it), each with forged fields, then a
+/// `200` of body `ok` with forged fields and `Retry-After: 7`.
+fn forging_upstream() -> RawUpstream {
+    RawUpstream::start(|head| {
+        let lower = head.to_ascii_lowercase();
+        let mut out = String::new();
+        if lower.contains("expect: 100-continue") {
+            out.push_str(&format!("HTTP/1.1 100 Continue\r\n{FORGED}\r\n"));
+        }
+        let asked = (lower.lines()).find_map(|l| l.strip_prefix("x-interim:"));
+        for code in asked.unwrap_or("").split(',').map(str::trim) {
+            if !code.is_empty() {
+                out.push_str(&format!(
+                    "HTTP/1.1 {code} Interim\r\nLink: </a.css>\r\n{FORGED}\r\n"
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nRetry-After: 7\r\n{FORGED}\r\nok"
+        ));
+        out.into_bytes()
+    })
+}
+
+/// Routes: `lim` (100 per minute, `legacy_headers`), `tight` (2 per minute), `dry` (shadow),
+/// `trusted` (loopback exempt), `open` (no limits).
+fn config(up: &RawUpstream) -> String {
+    let limit = "limits = [{ requests = 100, window = \"1m\" }]";
+    ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route(
+            "lim",
+            &format!("path_prefix = \"/lim/\"\nlegacy_headers = true\n{limit}"),
+        )
+        .route(
+            "tight",
+            "path_prefix = \"/tight/\"\nkey = \"header:X-Client\"\n\
+                         limits = [{ requests = 2, window = \"1m\" }]",
+        )
+        .route(
+            "dry",
+            &format!("path_prefix = \"/dry/\"\nshadow = true\n{limit}"),
+        )
+        .route(
+            "trusted",
+            &format!("path_prefix = \"/trusted/\"\nexempt = [\"127.0.0.0/8\"]\n{limit}"),
+        )
+        .route("open", "path_prefix = \"/open/\"")
+        .build()
+}
+
+fn values<'a>(headers: &'a http::HeaderMap, name: &str) -> Vec<&'a str> {
+    (headers.get_all(name).iter())
+        .map(|v| v.to_str().unwrap())
+        .collect()
+}
+
+/// Whatever the client protocol, the final response of `/lim/` carries slidegate's fields
+/// once each and none of the upstream's, after any interim heads.
+#[tokio::test]
+async fn interim_heads_never_take_the_decisions_fields() {
+    let up = forging_upstream();
+    let ca = TestCa::new("ca");
+    let proxy = Proxy::start_with(&config(&up), tls_options(&ca, "h2c = true"));
+    for protocol in Protocol::ALL {
+        for interim in ["103", "102,103", "100,103,199"] {
+            let mut conn = Kept::open(&proxy, protocol, &ca.ca_pem()).await;
+            let fields = [("x-interim", interim), ("expect", "100-continue")];
+            let body = Bytes::from_static(b"body");
+            let reply = conn.send("POST", "/lim/x", &fields, body).await;
+            let reply = reply.unwrap_or_else(|e| panic!("{protocol:?} {interim}: {e}"));
+            let h = &reply.headers;
+            let at = format!("{protocol:?} after {interim}: {h:?}");
+            assert_eq!((reply.status, reply.body.as_str()), (200, "ok"), "{at}");
+            let ratelimit = values(h, "ratelimit");
+            assert_eq!(ratelimit.len(), 1, "{at}");
+            assert!(ratelimit[0].starts_with("\"lim-60s\";r="), "{at}");
+            assert_eq!(
+                values(h, "ratelimit-policy"),
+                ["\"lim-60s\";q=100;w=60"],
+                "{at}"
+            );
+            assert_eq!(values(h, "x-ratelimit-limit"), ["100"], "{at}");
+            assert_eq!(values(h, "x-ratelimit-remaining").len(), 1, "{at}");
+            for name in FORGED_ONLY {
+                assert!(h.get(name).is_none(), "{at}: {name}");
+            }
+        }
+    }
+}
+
+/// Over HTTP/1.1 the interim heads reach the client (a client waiting on `100 Continue` needs
+/// it) with no rate-limit field of anyone's; an HTTP/1.0 client gets only the final head.
+#[test]
+fn interim_heads_carry_no_fields_and_skip_http10_clients() {
+    let up = forging_upstream();
+    let proxy = Proxy::start(&config(&up));
+    let request = |version: &str, extra: &str| {
+        format!(
+            "POST /lim/x {version}\r\nHost: x\r\nConnection: close\r\nX-Interim: 102,103\r\n\
+             {extra}Content-Length: 4\r\n\r\nbody"
+        )
+    };
+    let text = exchange_to_close(
+        proxy.addr(),
+        request("HTTP/1.1", "Expect: 100-continue\r\n").as_bytes(),
+    );
+    let heads: Vec<&str> = text
+        .split("\r\n\r\n")
+        .filter(|h| h.starts_with("HTTP/1."))
+        .collect();
+    let statuses: Vec<&str> = heads.iter().map(|h| &h[9..12]).collect();
+    assert_eq!(statuses, ["100", "102", "103", "200"], "{text}");
+    for (i, interim) in heads[..3].iter().enumerate() {
+        let lower = interim.to_ascii_lowercase();
+        assert!(
+            !lower.contains("ratelimit") && !lower.contains("rate-limit"),
+            "{interim}"
+        );
+        // Otherwise as the upstream sent it (the 100 had no `Link`).
+        assert_eq!(lower.contains("link: </a.css>"), i > 0, "{interim}");
+    }
+    let last = heads[3].to_ascii_lowercase();
+    assert!(last.contains("\r\nratelimit: \"lim-60s\";r="), "{last}");
+    assert!(!last.contains("forged") && !last.contains("999"), "{last}");
+
+    // HTTP/1.0 (RFC 9110 §15.2), with or without an `Expect` it must ignore.
+    for extra in ["", "Expect: 100-continue\r\n"] {
+        let text = exchange_to_close(proxy.addr(), request("HTTP/1.0", extra).as_bytes());
+        let heads = text.matches("HTTP/1.").count();
+        assert_eq!(heads, 1, "{text}");
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("ok"),
+            "{text}"
+        );
+        assert!(
+            text.to_ascii_lowercase()
+                .contains("\r\nratelimit: \"lim-60s\""),
+            "{text}"
+        );
+    }
+}
+
+/// On a limited route slidegate's rate-limit fields are the only ones; the upstream's own
+/// `Retry-After` on its response stays (its statement about itself), and a slidegate denial
+/// carries slidegate's alone. Shadow routes, exempt clients and unlimited routes change nothing
+/// a client sees: the upstream's fields pass as sent.
+#[tokio::test]
+async fn a_limited_route_owns_the_rate_limit_fields() {
+    let up = forging_upstream();
+    let ca = TestCa::new("ca");
+    let proxy = Proxy::start_with(&config(&up), tls_options(&ca, "h2c = true"));
+    for protocol in Protocol::ALL {
+        let mut conn = Kept::open(&proxy, protocol, &ca.ca_pem()).await;
+        let (reply, at) = get(&mut conn, protocol, "/tight/a").await;
+        let h = &reply.headers;
+        assert_eq!(reply.status, 200, "{at}");
+        assert!(
+            values(h, "ratelimit")[0].starts_with("\"tight-60s\";r="),
+            "{at}: {h:?}"
+        );
+        assert_eq!(
+            values(h, "ratelimit-policy"),
+            ["\"tight-60s\";q=2;w=60"],
+            "{at}"
+        );
+        for name in FORGED_ONLY
+            .iter()
+            .chain(&["x-ratelimit-limit", "x-ratelimit-remaining"])
+        {
+            assert!(h.get(*name).is_none(), "{at}: {name} passed: {h:?}");
+        }
+        assert_eq!(values(h, "retry-after"), ["7"], "{at}");
+        let (_, _) = get(&mut conn, protocol, "/tight/a").await;
+        let (denied, at) = get(&mut conn, protocol, "/tight/a").await;
+        assert_eq!(denied.status, 429, "{at}");
+        let retry = values(&denied.headers, "retry-after");
+        assert!(retry.len() == 1 && retry[0] != "7", "{at}: {retry:?}");
+        assert!(denied.headers.get("x-ratelimit-used").is_none(), "{at}");
+
+        for path in ["/dry/a", "/trusted/a", "/open/a"] {
+            let (reply, at) = get(&mut conn, protocol, path).await;
+            let h = &reply.headers;
+            assert_eq!(
+                values(h, "ratelimit"),
+                ["\"forged\";r=999;t=1"],
+                "{at}: {h:?}"
+            );
+            assert_eq!(values(h, "x-ratelimit-used"), ["1"], "{at}");
+            assert_eq!(values(h, "x-rate-limit-reset"), ["1"], "{at}");
+        }
+    }
+}
+
+/// `GET path` on `conn`, and what names the exchange in a failure message.
+async fn get(conn: &mut Kept, protocol: Protocol, path: &str) -> (common::http::Reply, String) {
+    let at = format!("{protocol:?} {path}");
+    let who = format!("{protocol:?}");
+    let reply = conn
+        .send("GET", path, &[("x-client", &who)], Bytes::new())
+        .await;
+    (reply.unwrap_or_else(|e| panic!("{at}: {e}")), at)
+}
