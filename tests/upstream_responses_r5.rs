@@ -238,3 +238,52 @@ async fn get(conn: &mut Kept, protocol: Protocol, path: &str) -> (common::http::
         .await;
     (reply.unwrap_or_else(|e| panic!("{at}: {e}")), at)
 }
+
+/// A malformed upstream head is a `502`, and the process log holds its summary (status, field
+/// count, the rule) but none of its values: before, Pingora's ERROR line held the whole head.
+#[tokio::test]
+async fn a_malformed_upstream_head_is_summarised_never_logged() {
+    let up = RawUpstream::start(|head| {
+        let path = head.split(' ').nth(1).unwrap_or("");
+        let cookie = format!("Set-Cookie: sid=SECRET{path}\r\nAuthorization: Bearer SECRET\r\n");
+        match path {
+            "/del" => format!("HTTP/1.1 200 OK\r\n{cookie}X-Bad: a\x7fSECRET\r\n\r\n"),
+            "/status" => format!("HTTP/1.1 2000 OK\r\n{cookie}Content-Length: 0\r\n\r\n"),
+            "/name" => format!("HTTP/1.1 200 OK\r\n{cookie}X Bad SECRET: v\r\n\r\n"),
+            _ => {
+                let many: String = (0..300).map(|i| format!("X-F{i}: SECRET{i}\r\n")).collect();
+                format!("HTTP/1.1 200 OK\r\n{cookie}{many}\r\n")
+            }
+        }
+        .into_bytes()
+    });
+    let ca = TestCa::new("ca");
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("all", "")
+        .build();
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
+    let cases = [
+        ("/del", "status 200, 3 field lines, invalid header value"),
+        (
+            "/status",
+            "status 2000, 3 field lines, invalid response status",
+        ),
+        ("/name", "status 200, 3 field lines, invalid header name"),
+        ("/many", "status 200, 302 field lines, too many headers"),
+    ];
+    for protocol in [Protocol::H1, Protocol::H2c, Protocol::H2Tls] {
+        for (path, summary) in cases {
+            let mut conn = Kept::open(&proxy, protocol, &ca.ca_pem()).await;
+            let reply = conn.send("GET", path, &[], Bytes::new()).await.unwrap();
+            assert_eq!(reply.status, 502, "{protocol:?} {path}");
+            let line = format!(
+                "upstream app: response head refused ({summary}); answered 502, GET {path}"
+            );
+            common::log_file::wait_line_containing(proxy.log_path(), &line);
+        }
+    }
+    let log = proxy.log();
+    assert!(!log.contains("SECRET"), "{log}");
+    assert!(!log.contains("buf:"), "{log}");
+}

@@ -464,7 +464,10 @@ impl ProxyHttp for SlideGate {
 
     fn suppress_error_log(&self, session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
         let connect_logged = !ctx.failed_servers.is_empty();
-        crate::log_hygiene::suppress(session, connect_logged, error)
+        let upstream = (ctx.route().zip(ctx.rules.as_ref())).map_or("", |(route, rules)| {
+            &rules.upstreams[route.spec.upstream].name
+        });
+        crate::log_hygiene::suppress(session, connect_logged, upstream, error)
     }
 
     fn suppress_proxy_warn_log(
@@ -474,8 +477,10 @@ impl ProxyHttp for SlideGate {
         error: &Error,
         _context: ProxyWarnLogContext,
     ) -> bool {
-        // A retry after a failed connect: `fail_to_connect` counted and logged it.
-        !ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error)
+        // A retry after a failed connect: `fail_to_connect` counted and logged it. An error
+        // that may hold an upstream's head is logged only as `suppress_error_log` summarises it.
+        (!ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error))
+            || crate::log_hygiene::head::may_carry_head(error)
     }
 
     fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
