@@ -287,3 +287,70 @@ async fn a_malformed_upstream_head_is_summarised_never_logged() {
     assert!(!log.contains("SECRET"), "{log}");
     assert!(!log.contains("buf:"), "{log}");
 }
+
+/// Row 15: `settle` on an upgrade. The `101` is the upgrade's final (and only) head: its cost
+/// is charged whatever the claim, and a session whose `101` reported none is charged up to
+/// `max_cost` when its client leaves, as a response whose cost never came. Before, a `101` was
+/// read as interim: the claim (1) stood.
+#[tokio::test]
+async fn settle_reads_the_cost_of_a_101() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = RawUpstream::start(|head| {
+        let lower = head.to_ascii_lowercase();
+        let report = (lower.lines()).find_map(|l| l.strip_prefix("x-report:"));
+        let field = report.map_or(String::new(), |r| {
+            format!("X-Tokens-Used: {}\r\n", r.trim())
+        });
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             {field}\r\n"
+        )
+        .into_bytes()
+    });
+    let limits = "max_cost = 5000\nlimits = [{ quota = 100000, window = \"1m\", \
+                  resolution = \"100ms\", unit = \"cost\" }]";
+    let config = ConfigBuilder::new()
+        .upstream("app", up.addr())
+        .route("ws", &common::config::settle_route("/", "app", limits))
+        .build();
+    let proxy = Proxy::start(&config);
+    for (who, report, charged) in [
+        ("a", Some(5000), 5000),
+        ("b", Some(777), 777),
+        ("c", None, 5000),
+    ] {
+        let report = report.map_or(String::new(), |r| format!("X-Report: {r}\r\n"));
+        let head = format!(
+            "GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             X-Client: {who}\r\nX-Cost: 1\r\n{report}\r\n"
+        );
+        let mut s = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"ping") {
+            if !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+                if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    assert!(
+                        got.starts_with(b"HTTP/1.1 101"),
+                        "{}",
+                        String::from_utf8_lossy(&got)
+                    );
+                    s.write_all(b"ping").await.unwrap();
+                }
+                continue;
+            }
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "tunnel closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        // The client leaves the session.
+        drop(s);
+        let count = proxy.count_when("ws", who, |c| c == charged);
+        assert_eq!(count, charged, "client {who}: claimed 1");
+    }
+}

@@ -77,6 +77,7 @@ mod stamp;
 mod tests;
 mod upstream_fields;
 
+use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
 use gather::peer_ip;
 use limiter::Limiter;
@@ -128,12 +129,28 @@ impl ProxyHttp for SlideGate {
         session: &mut Session,
         _body: &mut Option<bytes::Bytes>,
         end_of_stream: bool,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
         if end_of_stream {
             crate::edge::body_done(session);
+            if ctx.tunnel == Tunnel::Open {
+                ctx.tunnel = Tunnel::ClientLeft;
+            }
         }
         Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if end_of_stream && ctx.tunnel == Tunnel::Open {
+            ctx.tunnel = Tunnel::UpstreamEnded;
+        }
+        Ok(None)
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
@@ -291,6 +308,9 @@ impl ProxyHttp for SlideGate {
         crate::hop_by_hop::strip(upstream_response);
         // Taken before the route is borrowed; put back when this status is not the final one.
         let ticket = ctx.ticket.take();
+        if status == http::StatusCode::SWITCHING_PROTOCOLS {
+            ctx.tunnel = Tunnel::Open;
+        }
         let Some(route) = ctx.route() else {
             return Ok(());
         };
@@ -385,6 +405,9 @@ impl ProxyHttp for SlideGate {
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
+                // A session its client closed while the upstream's side was open: the client
+                // left (for `settle`'s `max_cost`), though the tunnel ended cleanly.
+                None if ctx.tunnel == Tunnel::ClientLeft => refund::Ended::ClientLeft,
                 None => refund::Ended::Whole,
                 Some(e) if crate::log_hygiene::is_client_abort(e) => refund::Ended::ClientLeft,
                 Some(_) => refund::Ended::Failed,
