@@ -288,6 +288,43 @@ async fn a_malformed_upstream_head_is_summarised_never_logged() {
     assert!(!log.contains("buf:"), "{log}");
 }
 
+/// Row 19: a body an HTTP/2 upstream sends without a length reaches an HTTP/1.0 client
+/// close-delimited (no `Transfer-Encoding`, the connection closed after it), whether or not it
+/// asked for keep-alive; an HTTP/1.1 client still gets it chunked.
+#[test]
+fn http10_clients_behind_an_h2_upstream_get_close_delimited_bodies() {
+    use common::upstream::{Upstream, CHUNKED_HEADER};
+    let ca = TestCa::new("ca");
+    let up = Upstream::start_tls(common::tls::server_config(&ca.issue("up", &["localhost"])));
+    let h2 = common::config::h2_tls_upstream(&ca.ca_file());
+    let config = ConfigBuilder::new()
+        .upstream_with("h2app", up.addr(), &h2)
+        .route(
+            "all",
+            "upstream = \"h2app\"\nlimits = [{ requests = 100, window = \"1m\" }]",
+        )
+        .build();
+    let proxy = common::tls::ready_on_every_protocol(&config, &ca, 1).remove(0);
+    for keep in ["", "Connection: keep-alive\r\n"] {
+        let request = format!("GET /s HTTP/1.0\r\nHost: x\r\n{keep}{CHUNKED_HEADER}: 1\r\n\r\n");
+        let text = exchange_to_close(proxy.addr(), request.as_bytes());
+        let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+        let head = head.to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(!head.contains("transfer-encoding"), "{head}");
+        assert!(!head.contains("content-length"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert_eq!(body, "hello world", "{keep:?}");
+    }
+    let request =
+        format!("GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{CHUNKED_HEADER}: 1\r\n\r\n");
+    let text = exchange_to_close(proxy.addr(), request.as_bytes()).to_ascii_lowercase();
+    assert!(
+        text.contains("transfer-encoding: chunked") && text.ends_with("0\r\n\r\n"),
+        "{text}"
+    );
+}
+
 /// Row 15: `settle` on an upgrade. The `101` is the upgrade's final (and only) head: its cost
 /// is charged whatever the claim, and a session whose `101` reported none is charged up to
 /// `max_cost` when its client leaves, as a response whose cost never came. Before, a `101` was
