@@ -229,6 +229,35 @@ async fn a_limited_route_owns_the_rate_limit_fields() {
     }
 }
 
+/// A limited route whose store is down and that fails open (`on_error = "allow"`) forwards
+/// without a decision, so without slidegate's fields, and still drops the upstream's: they
+/// would otherwise show only during an outage.
+#[tokio::test]
+async fn a_route_failing_open_still_drops_the_upstreams_fields() {
+    let up = forging_upstream();
+    let redis = format!("redis://{}", common::proxy::closed_addr());
+    let config = ConfigBuilder::new()
+        .store(&format!(
+            "backend = \"redis\"\nurl = \"{redis}\"\ntimeout = \"50ms\""
+        ))
+        .upstream("app", up.addr())
+        .route(
+            "lim",
+            "on_error = \"allow\"\nlimits = [{ requests = 100, window = \"1m\" }]",
+        )
+        .build();
+    let proxy = Proxy::start(&config);
+    let ca = TestCa::new("ca");
+    let mut conn = Kept::open(&proxy, Protocol::H1, &ca.ca_pem()).await;
+    let (reply, at) = get(&mut conn, Protocol::H1, "/x").await;
+    assert_eq!(reply.status, 200, "{at}");
+    assert_eq!(proxy.decisions("lim", "error_allowed"), 1);
+    let left: Vec<&str> = (reply.headers.keys().map(|n| n.as_str()))
+        .filter(|n| n.contains("ratelimit") || n.contains("rate-limit"))
+        .collect();
+    assert!(left.is_empty(), "{at}: {left:?}");
+}
+
 /// `GET path` on `conn`, and what names the exchange in a failure message.
 async fn get(conn: &mut Kept, protocol: Protocol, path: &str) -> (common::http::Reply, String) {
     let at = format!("{protocol:?} {path}");
