@@ -5,7 +5,8 @@
 //! level, never an ERROR line per request; an upstream refusing connections is one WARN line
 //! per upstream per 10 s with the count since the last (`slidegate_upstream_connect_failures_total`
 //! counts them all); and no line written at the default level carries a
-//! query string or a header value, so tokens in URLs and credentials stay out of the log.
+//! query string or a header value, so tokens in URLs and credentials stay out of the log (an
+//! upstream head Pingora could not parse is summarised by [`head`], never written out).
 
 use pingora::{Error, ErrorSource, ErrorType};
 use prometheus::{register_int_counter, IntCounter};
@@ -16,6 +17,8 @@ use std::fmt::Display;
 
 use crate::log_limit::EVENT_INTERVAL;
 use crate::routes::UpstreamPool;
+
+pub mod head;
 
 /// `slidegate_client_aborts_total`.
 pub static CLIENT_ABORTS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -85,9 +88,14 @@ pub fn connect_failed(pool: &UpstreamPool, server: &impl Display, error: &Error,
 }
 
 /// Pingora's `suppress_error_log`: count a client abort and log it at debug level instead;
-/// leave out a failed connect `connect_failed` already logged (`connect_logged`).
-pub fn suppress(session: &Session, connect_logged: bool, error: &Error) -> bool {
+/// leave out a failed connect `connect_failed` already logged (`connect_logged`); write a
+/// refused upstream head (from `upstream`) as its summary (Pingora's line would hold the head).
+pub fn suppress(session: &Session, connect_logged: bool, upstream: &str, error: &Error) -> bool {
     if connect_logged && is_connect_failure(error) {
+        return true;
+    }
+    if head::may_carry_head(error) {
+        refused_head(session, upstream, error);
         return true;
     }
     if !is_client_abort(error) {
@@ -103,4 +111,22 @@ pub fn suppress(session: &Session, connect_logged: bool, error: &Error) -> bool 
 pub fn summary(session: &Session) -> String {
     let req = session.req_header();
     format!("{} {}", req.method, req.uri.path())
+}
+
+/// One WARN line for an upstream response head Pingora refused: its summary ([`head`]), or
+/// for a refusal that carries no head its own fixed wording (`Response header larger than
+/// ...`), never a causes' text.
+fn refused_head(session: &Session, upstream: &str, error: &Error) {
+    let what = match head::refused_head(error) {
+        Some(summary) => summary.to_string(),
+        None => (error.context.as_ref())
+            .map(|c| c.as_str())
+            .filter(|c| !c.starts_with("buf"))
+            .unwrap_or("unparsable")
+            .to_owned(),
+    };
+    log::warn!(
+        "upstream {upstream}: response head refused ({what}); answered 502, {}",
+        summary(session)
+    );
 }

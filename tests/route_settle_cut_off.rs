@@ -10,10 +10,7 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::config::{h2_tls_upstream, settle_route};
-use common::control::poll_until;
 use common::fetch::url;
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::RedisServer;
@@ -46,21 +43,6 @@ fn config(up: &Upstream, h2_up: &Upstream, ca: &TestCa, store: &str) -> String {
         .route("chat", &route("/v1/", "app", "1m"))
         .route("stream", &route("/s/", "h2app", "1m"))
         .build()
-}
-
-/// The inspector's count of `who`'s cost limit on `route`, once `done` holds for it (a
-/// settlement lands just after its response); the last count read if it never does.
-fn count_when(proxy: &Proxy, route: &str, who: &str, done: impl Fn(u64) -> bool) -> u64 {
-    let path = format!("/api/v1/window?route={route}&client={who}");
-    let mut last = 0;
-    poll_until(Duration::from_secs(5), || {
-        let (status, body) = proxy.admin_get(&path);
-        assert_eq!(status, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        last = v["limits"][0]["count"].as_u64().unwrap_or(0);
-        done(last)
-    });
-    last
 }
 
 /// Send `path` as `who` with `fields`, read the body until `keep` bytes came (all of it:
@@ -102,7 +84,7 @@ async fn settles_whatever_the_client_does(proxy: &Proxy, ca: &TestCa, store: &st
         assert_eq!(send(&http, &target, &fields, usize::MAX).await, 200);
         // The estimate has left with its slot; the rest of the real cost is counted from now.
         let rest = REAL - ESTIMATE;
-        let got = count_when(proxy, "slow", &who, |c| c == rest);
+        let got = proxy.count_when("slow", &who, |c| c == rest);
         assert_eq!(got, rest, "{protocol:?}: outlasting the window");
 
         // The cost in the head, a 16 MiB body, the client gone after its first bytes.
@@ -110,7 +92,7 @@ async fn settles_whatever_the_client_does(proxy: &Proxy, ca: &TestCa, store: &st
         fields.push((SIZE_HEADER, (16 << 20).to_string()));
         let target = url(proxy, protocol, "/v1/");
         assert_eq!(send(&http, &target, &fields, 1).await, 200);
-        let got = count_when(proxy, "chat", &who, |c| c == REAL);
+        let got = proxy.count_when("chat", &who, |c| c == REAL);
         assert_eq!(got, REAL, "{protocol:?}: left mid-body");
 
         // The whole body, then gone 2 s before the trailer that carries the cost.
@@ -119,7 +101,7 @@ async fn settles_whatever_the_client_does(proxy: &Proxy, ca: &TestCa, store: &st
         let target = url(proxy, protocol, "/s/");
         let body = common::upstream::UPSTREAM_BODY.len();
         assert_eq!(send(&http, &target, &fields, body).await, 200);
-        let got = count_when(proxy, "stream", &who, |c| c == REAL || c == MAX_COST);
+        let got = proxy.count_when("stream", &who, |c| c == REAL || c == MAX_COST);
         assert!(
             got == REAL || got == MAX_COST,
             "{protocol:?}: left before the trailer, charged {got} (estimate {ESTIMATE})"

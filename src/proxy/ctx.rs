@@ -90,6 +90,23 @@ pub struct RequestCtx {
     /// The leases of the route's concurrency limits this request holds, given back when it
     /// ends (`logging`), however it ends.
     pub(super) lease: Option<super::lease::Lease>,
+    /// Who ended an upgraded request's tunnel first, for `settle` (see [`Tunnel`]).
+    pub(super) tunnel: Tunnel,
+}
+
+/// An upgraded request (`101`): its tunnel ends cleanly whichever side closes, so a client
+/// leaving the session is told apart by its side ending while the upstream's was still open.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tunnel {
+    /// No `101` (yet).
+    #[default]
+    None,
+    /// Switched; neither side has ended.
+    Open,
+    /// The client ended its side first: it left the session.
+    ClientLeft,
+    /// The upstream ended its side first (or alone).
+    UpstreamEnded,
 }
 
 impl RequestCtx {

@@ -85,7 +85,9 @@ mod respond;
 mod stamp;
 #[cfg(test)]
 mod tests;
+mod upstream_fields;
 
+use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
 use gather::peer_ip;
 use limiter::Limiter;
@@ -123,6 +125,12 @@ impl ProxyHttp for SlideGate {
         // and counted. Pingora's default drops every request after the first of a write and
         // closes; the opt-in is carried over to the connection's next requests.
         session.set_pipelining_enabled(true);
+        // RFC 9110 §15.2: HTTP/1.0 defined no 1xx, so a server must not send one to an HTTP/1.0
+        // client. Pingora forwards an upstream's 1xx unless told (its `100 Continue` exception
+        // asks for `Expect` on HTTP/1.1, which such a request cannot be).
+        if session.req_header().version < http::Version::HTTP_11 {
+            session.as_downstream_mut().set_ignore_info_resp(true);
+        }
         Ok(())
     }
 
@@ -135,6 +143,9 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         if end_of_stream {
             crate::edge::body_done(session);
+            if ctx.tunnel == Tunnel::Open {
+                ctx.tunnel = Tunnel::ClientLeft;
+            }
         } else if let Some(limit) = self.body_timeout.filter(|_| session.is_http2()) {
             // HTTP/2 streams share one socket, which the edge's body deadline cannot watch: a
             // body trickled just inside `read_timeout` would hold its stream and an upstream
@@ -151,6 +162,19 @@ impl ProxyHttp for SlideGate {
             }
         }
         Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if end_of_stream && ctx.tunnel == Tunnel::Open {
+            ctx.tunnel = Tunnel::UpstreamEnded;
+        }
+        Ok(None)
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
@@ -308,9 +332,16 @@ impl ProxyHttp for SlideGate {
         crate::hop_by_hop::strip(upstream_response);
         // Taken before the route is borrowed; put back when this status is not the final one.
         let ticket = ctx.ticket.take();
+        if status == http::StatusCode::SWITCHING_PROTOCOLS {
+            ctx.tunnel = Tunnel::Open;
+        }
         let Some(route) = ctx.route() else {
             return Ok(());
         };
+        // Interim heads too: a hostile `103` must not carry forged fields either.
+        if upstream_fields::owns_ratelimit_fields(route, ctx.decision) {
+            upstream_fields::drop_ratelimit_fields(upstream_response);
+        }
         let metrics = on(Layer::Metrics);
         if metrics {
             route.metrics.upstream_status(status.as_u16());
@@ -319,8 +350,7 @@ impl ProxyHttp for SlideGate {
         // that leaves before it keeps its admission counted.
         let held = ticket.and_then(|t| t.answered(route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
-        let final_head =
-            !status.is_informational() || status == http::StatusCode::SWITCHING_PROTOCOLS;
+        let final_head = !upstream_fields::is_interim(status);
         if final_head && ctx.timing.upstream_head.is_none() {
             let now = Instant::now();
             if let (Some(start), true) = (ctx.timing.upstream_start, metrics) {
@@ -352,6 +382,15 @@ impl ProxyHttp for SlideGate {
         resp: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        // An interim head (`100 Continue`, `103 Early Hints`) is not the answer: the decision's
+        // fields, the route's fields and the request id wait for the final one (taken here, the
+        // final head would go without them). Only the upstream's `Server` is hidden as ever.
+        if upstream_fields::is_interim(resp.status) {
+            return match (&ctx.rules, on(Layer::AnswerHeaders)) {
+                (Some(rules), true) => stamp::stamp(resp, rules.server_header.as_ref(), None),
+                _ => Ok(()),
+            };
+        }
         if let (Some(r), Some(route), true) = (
             ctx.ratelimit.take(),
             ctx.route(),
@@ -390,6 +429,9 @@ impl ProxyHttp for SlideGate {
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
+                // A session its client closed while the upstream's side was open: the client
+                // left (for `settle`'s `max_cost`), though the tunnel ended cleanly.
+                None if ctx.tunnel == Tunnel::ClientLeft => refund::Ended::ClientLeft,
                 None => refund::Ended::Whole,
                 Some(e) if crate::log_hygiene::is_client_abort(e) => refund::Ended::ClientLeft,
                 Some(_) => refund::Ended::Failed,
@@ -469,7 +511,10 @@ impl ProxyHttp for SlideGate {
 
     fn suppress_error_log(&self, session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
         let connect_logged = !ctx.failed_servers.is_empty();
-        crate::log_hygiene::suppress(session, connect_logged, error)
+        let upstream = (ctx.route().zip(ctx.rules.as_ref())).map_or("", |(route, rules)| {
+            &rules.upstreams[route.spec.upstream].name
+        });
+        crate::log_hygiene::suppress(session, connect_logged, upstream, error)
     }
 
     fn suppress_proxy_warn_log(
@@ -479,8 +524,10 @@ impl ProxyHttp for SlideGate {
         error: &Error,
         _context: ProxyWarnLogContext,
     ) -> bool {
-        // A retry after a failed connect: `fail_to_connect` counted and logged it.
-        !ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error)
+        // A retry after a failed connect: `fail_to_connect` counted and logged it. An error
+        // that may hold an upstream's head is logged only as `suppress_error_log` summarises it.
+        (!ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error))
+            || crate::log_hygiene::head::may_carry_head(error)
     }
 
     fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {

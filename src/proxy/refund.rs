@@ -60,7 +60,8 @@ impl Ticket {
 
     /// This ticket after the upstream's response head (`None`: nothing left to correct):
     /// `count_status` decides whether the admission counts, `settle` reads the real cost in a
-    /// final head. An interim `1xx` (e.g. `100 Continue`) is followed by the real head.
+    /// final head (a `101` is one). An interim `1xx` (e.g. `100 Continue`) is followed by the
+    /// real head.
     ///
     /// A gRPC answer (`200`, `content-type: application/grpc`) says how the call went in
     /// `grpc-status`: in its head when it is trailers-only, else in its trailers; `count_status`
@@ -93,7 +94,9 @@ impl Ticket {
                 Settle::Wait => return Some(self),
             },
         };
-        if !head.status.is_informational() {
+        // A `101` is final: an upgrade's only head, so its settle value is read here (a
+        // tunnel has no trailer) and a client leaving the session is one that left early.
+        if !super::upstream_fields::is_interim(head.status) {
             held.answered = true;
             if settles {
                 held.settled = route.spec.cost.settled(&head.headers);

@@ -270,12 +270,17 @@ pub(super) fn insert_legacy_fields(header: &mut ResponseHeader, legacy: Legacy) 
 }
 
 /// An HTTP/1.0 client cannot read chunked framing: send it the body close-delimited (no
-/// `Transfer-Encoding`, connection closed at the end), as nginx does.
+/// `Transfer-Encoding`, connection closed at the end), as nginx does. A head without a length
+/// from an HTTP/2 upstream is close-delimited already (Pingora would add chunked after this
+/// hook; `vendor/pingora-proxy.patch` stops it): its connection closes too.
 pub(super) fn close_delimit_for_http10(session: &mut Session, resp: &mut ResponseHeader) {
-    if session.req_header().version == http::Version::HTTP_10
-        && resp.headers.contains_key(http::header::TRANSFER_ENCODING)
-    {
+    if session.req_header().version >= http::Version::HTTP_11 {
+        return;
+    }
+    if resp.headers.contains_key(http::header::TRANSFER_ENCODING) {
         resp.remove_header(&http::header::TRANSFER_ENCODING);
+        session.set_keepalive(None);
+    } else if !resp.headers.contains_key(http::header::CONTENT_LENGTH) {
         session.set_keepalive(None);
     }
 }

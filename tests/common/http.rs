@@ -215,3 +215,14 @@ pub fn status_of(text: &str) -> u16 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
+
+/// Send `bytes` on a new connection and read everything until the proxy closes it (10 s
+/// bound): every head of the exchange, interim `1xx` ones included, as text.
+pub fn exchange_to_close(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).into_owned()
+}

@@ -23,6 +23,7 @@ pub mod ports;
 pub mod process_group;
 pub mod proxy;
 pub mod ratelimit;
+pub mod raw_upstream;
 pub mod redis;
 pub mod redis_tls;
 pub mod script;

@@ -3,6 +3,22 @@
 use super::{http_get_blocking, Proxy};
 
 impl Proxy {
+    /// The inspector's count of `who`'s first limit on `route`, once `done` holds for it (a
+    /// `settle` correction lands just after its response); the last count read if it never
+    /// does within 5 s.
+    pub fn count_when(&self, route: &str, who: &str, done: impl Fn(u64) -> bool) -> u64 {
+        let path = format!("/api/v1/window?route={route}&client={who}");
+        let mut last = 0;
+        super::super::control::poll_until(std::time::Duration::from_secs(5), || {
+            let (status, body) = self.admin_get(&path);
+            assert_eq!(status, 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            last = v["limits"][0]["count"].as_u64().unwrap_or(0);
+            done(last)
+        });
+        last
+    }
+
     /// Status and body of `GET <path>` on the admin listener.
     pub fn admin_get(&self, path: &str) -> (u16, String) {
         http_get_blocking(self.admin, path)

@@ -960,7 +960,12 @@ where
 
                 /* Add chunked header to tell downstream to use chunked encoding
                  * during the absent of content-length in h2 */
+                // slidegate patch (vendor/README.md): not to an HTTP/1.0 client, which cannot
+                // read chunked framing; without a length its body is close-delimited, as the
+                // HTTP/1 path's `response_filter` can arrange (the header is added after it here).
+                let http10_client = session.req_header().version < Version::HTTP_11;
                 if !no_body
+                    && !http10_client
                     && !header.status.is_informational()
                     && header.headers.get(http::header::CONTENT_LENGTH).is_none()
                 {
