@@ -218,9 +218,9 @@ fn proxy_service(
     let mut app = pingora::proxy::http_proxy(conf, gate.with_access_log(access_log));
     let s = &config.server;
     // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
-    // now and then (Pingora's default is no limit).
+    // now and then (Pingora's default is no limit); HTTP/2 connections: `edge::h2_conn`.
     let mut http_options = HttpServerOptions::default();
-    http_options.keepalive_request_limit = Some(1000);
+    http_options.keepalive_request_limit = Some(crate::edge::h2_conn::REQUESTS_PER_CONNECTION);
     http_options.h2c = s.h2c;
     // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
     // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
@@ -355,6 +355,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let access_log =
         AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
     crate::log_hygiene::init();
+    crate::edge::h2_conn::register_metrics();
 
     let opt = Opt {
         upgrade: options.upgrade,
