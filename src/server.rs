@@ -356,6 +356,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
     crate::log_hygiene::init();
     crate::edge::h2_conn::register_metrics();
+    crate::admin::throttle::register_metrics();
 
     let opt = Opt {
         upgrade: options.upgrade,

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::admin::{admin, enc, reset, wait_readyz, window};
+use common::admin::{admin, admin_from, enc, reset, wait_readyz, window};
 use common::proxy::{send, ConfigBuilder, Proxy, ProxyOptions};
 use common::redis::{RedisCluster, RedisServer};
 use common::upstream::Upstream;
@@ -333,7 +333,7 @@ async fn admin_token_guards_the_inspector_but_not_the_probes() {
     let proxy = Proxy::start_with(
         &config(&up, "backend = \"memory\""),
         ProxyOptions {
-            server_extra: "admin_token = \"s3cret-token\"".into(),
+            server_extra: "admin_token = \"s3cret-token-0123456789\"".into(),
             ..ProxyOptions::default()
         },
     );
@@ -341,13 +341,14 @@ async fn admin_token_guards_the_inspector_but_not_the_probes() {
         "Basic {}",
         base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
-            "ops:s3cret-token"
+            "ops:s3cret-token-0123456789"
         )
     );
     let wrong_basic = format!(
         "Basic {}",
         base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "ops:guess")
     );
+    let mut failures = 0u8;
     for path in [
         "/api/v1/routes",
         "/api/v1/window?route=login&client=1.2.3.4",
@@ -361,7 +362,11 @@ async fn admin_token_guards_the_inspector_but_not_the_probes() {
             Some(wrong_basic.as_str()),
         ] {
             let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
-            let r = admin(&proxy, "GET", path, &headers).await;
+            // Each wrong try from an address of its own: one address is slowed after 5
+            // (tests/admin_guard.rs).
+            failures += 1;
+            let from = std::net::IpAddr::from([127, 0, 1, failures]);
+            let r = admin_from(&proxy, from, "GET", path, &headers).await;
             assert_eq!(r.status, 401, "{path} with {auth:?}");
             assert!(
                 r.headers
@@ -371,7 +376,7 @@ async fn admin_token_guards_the_inspector_but_not_the_probes() {
                 "a browser is asked for the token"
             );
         }
-        for auth in ["Bearer s3cret-token", basic.as_str()] {
+        for auth in ["Bearer s3cret-token-0123456789", basic.as_str()] {
             let r = admin(&proxy, "GET", path, &[("authorization", auth)]).await;
             assert_eq!(r.status, 200, "{path} with {auth}: {}", r.body);
         }
@@ -414,6 +419,64 @@ fn an_empty_admin_token_is_a_config_error() {
         stderr.contains("bad.toml:4: `server.admin_token`"),
         "names file, line and key: {stderr}"
     );
+}
+
+/// A token short enough to guess is refused by `-t` (and at start and reload, which load the
+/// same way), naming file, line and key, whether written in the file, taken from `${ENV}` or
+/// read from `admin_token_file`; 16 bytes pass. Before: `admin_token = "a"` passed `-t`.
+#[test]
+fn a_short_admin_token_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.toml");
+    let file = dir.path().join("token");
+    let head = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n";
+    let check = |line: &str, env: &str| {
+        std::fs::write(&path, format!("{head}{line}\n")).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["-t", "-c"])
+            .arg(&path)
+            .env("SG_ADMIN_TOKEN", env)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stderr)
+    };
+    let in_file = format!("admin_token_file = {:?}", file.display().to_string());
+    for (line, env, token, key) in [
+        ("admin_token = \"a\"", "", "", "server.admin_token"),
+        (
+            "admin_token = \"0123456789abcde\"",
+            "",
+            "",
+            "server.admin_token",
+        ),
+        (
+            "admin_token = \"${SG_ADMIN_TOKEN}\"",
+            "short",
+            "",
+            "server.admin_token",
+        ),
+        (
+            in_file.as_str(),
+            "",
+            "fifteen-bytes-x\n",
+            "server.admin_token_file",
+        ),
+    ] {
+        std::fs::write(&file, token).unwrap();
+        let (ok, stderr) = check(line, env);
+        assert!(!ok, "{line} passed -t");
+        assert!(
+            stderr.contains(&format!("short.toml:4: `{key}`"))
+                && stderr.contains("at least 16 bytes"),
+            "{line}: names file, line, key and the bound: {stderr}"
+        );
+    }
+    std::fs::write(&file, "sixteen-bytes-xx\n").unwrap();
+    for line in ["admin_token = \"0123456789abcdef\"", in_file.as_str()] {
+        let (ok, stderr) = check(line, "");
+        assert!(ok, "{line}: {stderr}");
+    }
 }
 
 /// Run `scripts/boundary-test` against `proxy`; exit success and its output.

@@ -40,12 +40,12 @@ fn env_variables_fill_urls_and_a_missing_one_names_file_line_and_key() {
     let path = write(dir.path(), &text);
     let env = [
         ("SG_T_PW", "pw-from-env-1"),
-        ("SG_T_TOKEN", "tok-from-env-1"),
+        ("SG_T_TOKEN", "tok-from-env-1-of-24-bytes"),
     ];
     let (ok, out) = check(&path, &env);
     assert!(ok, "{out}");
     assert!(
-        !out.contains("pw-from-env-1") && !out.contains("tok-from-env-1"),
+        !out.contains("pw-from-env-1") && !out.contains("tok-from-env-1-of-24-bytes"),
         "{out}"
     );
     let (ok, out) = check(&path, &env[1..]);
@@ -61,10 +61,10 @@ fn env_variables_fill_urls_and_a_missing_one_names_file_line_and_key() {
 
 #[test]
 fn a_double_dollar_is_a_literal_and_a_bad_name_is_an_error() {
-    let text = format!("{SERVER}admin_token = \"a$${{B}}c$d\"\n");
+    let text = format!("{SERVER}admin_token = \"a$${{B}}c$d-long-enough\"\n");
     let config = Config::from_toml(Path::new("t.toml"), &text).unwrap();
     let token = config.server.admin_token.as_ref().unwrap();
-    assert_eq!(token.expose(), "a${B}c$d");
+    assert_eq!(token.expose(), "a${B}c$d-long-enough");
     let text = format!("{SERVER}admin_token = \"${{9X}}\"\n");
     let err = Config::from_toml(Path::new("t.toml"), &text).unwrap_err();
     assert!(
@@ -79,7 +79,7 @@ fn password_and_token_files_are_read_without_their_newline() {
     let dir = tempfile::tempdir().unwrap();
     let (pw, tok) = (dir.path().join("pw"), dir.path().join("tok"));
     std::fs::write(&pw, "file-pw-2\n").unwrap();
-    std::fs::write(&tok, "file-tok-2\r\n").unwrap();
+    std::fs::write(&tok, "file-tok-2-of-22-bytes\r\n").unwrap();
     let text = format!(
         "{SERVER}admin_token_file = {tok:?}\n[store]\nbackend = \"redis_cluster\"\n\
          urls = [\"redis://a:1/\", \"redis://user@b:2/\"]\npassword_file = {pw:?}\n"
@@ -87,7 +87,7 @@ fn password_and_token_files_are_read_without_their_newline() {
     let config = Config::from_toml(Path::new("t.toml"), &text).unwrap();
     assert_eq!(
         config.server.admin_token.as_ref().unwrap().expose(),
-        "file-tok-2"
+        "file-tok-2-of-22-bytes"
     );
     let Backend::RedisCluster { urls } = &config.store.backend else {
         panic!("cluster")
@@ -120,7 +120,7 @@ fn secrets_stay_out_of_the_serialized_settings_and_the_debug_form_and_the_diff()
     let config = |password: &str| {
         std::fs::write(&pw, password).unwrap();
         let text = format!(
-            "{SERVER}admin_token = \"tok-secret-3\"\n[store]\nbackend = \"redis\"\n\
+            "{SERVER}admin_token = \"tok-secret-3-of-22-byte\"\n[store]\nbackend = \"redis\"\n\
              url = \"rediss://app:url-secret-3@h:1/\"\npassword_file = {pw:?}\n"
         );
         Config::from_toml(Path::new("t.toml"), &text).unwrap()
@@ -133,7 +133,7 @@ fn secrets_stay_out_of_the_serialized_settings_and_the_debug_form_and_the_diff()
         old.restart_only_changes(&new).join(" "),
     ] {
         for secret in [
-            "tok-secret-3",
+            "tok-secret-3-of-22-byte",
             "url-secret-3",
             "file-secret-3",
             "file-secret-4",
