@@ -357,6 +357,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     crate::log_hygiene::init();
     crate::edge::h2_conn::register_metrics();
     crate::admin::throttle::register_metrics();
+    crate::limiter::redis::eviction::register_metrics();
 
     let opt = Opt {
         upgrade: options.upgrade,
