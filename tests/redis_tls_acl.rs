@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::admin::{reset, wait_readyz, window};
 use common::cli::check_config;
 use common::proxy::{get, ConfigBuilder, Proxy};
-use common::redis::RedisServer;
+use common::redis::{RedisCluster, RedisServer};
 use common::redis_tls::TlsRedis;
 use common::tls::TestCa;
 use common::upstream::Upstream;
@@ -268,6 +268,31 @@ async fn a_redis_that_may_evict_limit_keys_is_warned_about_at_start_and_by_dash_
             && checked
                 .stderr
                 .contains("cannot read Redis maxmemory-policy"),
+        "{}",
+        checked.output()
+    );
+}
+
+/// A Cluster is read on every master: one master of three that may evict is enough for the
+/// warning (and the gauge), naming its policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_master_that_may_evict_is_warned_about() {
+    let cluster = RedisCluster::start(3);
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("volatile-ttl")
+        .query(&mut cluster.nodes()[1].connection())
+        .expect("CONFIG SET");
+    let up = Upstream::start();
+    let store = format!("backend = \"redis_cluster\"\nurls = {:?}", cluster.urls());
+    let proxy = proxy(&up, &store);
+    assert_eq!(eviction_gauge(&proxy), 1.0);
+    let line = wait_log(&proxy, &["maxmemory-policy is volatile-ttl"], READY_WITHIN);
+    assert!(line.contains("WARN"), "{line}");
+    let checked = check_config(proxy.config_path(), &[]);
+    assert!(
+        checked.ok && checked.stderr.contains("volatile-ttl"),
         "{}",
         checked.output()
     );

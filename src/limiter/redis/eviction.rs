@@ -67,8 +67,10 @@ impl Eviction {
                 policies.join(", ")
             )),
             Eviction::Unknown(why) => Some(format!(
+                // One line, whatever the error's text holds.
                 "cannot read Redis maxmemory-policy ({why}); make sure it is noeviction, or \
-                 Redis may evict rate-limit keys under memory pressure (docs/redis.md, \"Memory\")"
+                 Redis may evict rate-limit keys under memory pressure (docs/redis.md, \"Memory\")",
+                why = why.split_whitespace().collect::<Vec<_>>().join(" ")
             )),
         }
     }
