@@ -314,6 +314,35 @@ async fn an_h2_connection_is_capped_at_1000_requests() {
     }
 }
 
+/// `[server] keepalive_requests` sets the cap for every protocol: 50 requests one after the
+/// other on one kept connection get 50 answers, then the connection is gone (HTTP/1.1 closed
+/// after the 50th response, HTTP/2 after its GOAWAY), in the clear and over TLS.
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalive_requests_caps_every_protocol() {
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let config = ConfigBuilder::unlimited(up.addr());
+    let options = tls_options(&ca, "h2c = true\nkeepalive_requests = 50");
+    let proxy = Proxy::start_with(&config, options);
+    for protocol in [
+        Protocol::H1,
+        Protocol::H1Tls,
+        Protocol::H2c,
+        Protocol::H2Tls,
+    ] {
+        let mut kept = common::kept::Kept::open(&proxy, protocol, &ca.ca_pem()).await;
+        let mut answered = 0;
+        for i in 0..60 {
+            let path = format!("/k{i}");
+            match kept.send("GET", &path, &[], bytes::Bytes::new()).await {
+                Ok(r) if r.status == 200 => answered += 1,
+                Ok(r) => panic!("{protocol:?}: {}", r.status),
+                Err(_) => break,
+            }
+        }
+        assert_eq!(answered, 50, "{protocol:?}");
+    }
+}
+
 /// Resets count as requests: paced resets (HEADERS, then RST_STREAM once the upstream has the
 /// request) against an upstream that takes 3 s reach it at most 1000 times per connection, which
 /// then gets GOAWAY; and never more than the connection's 100 streams are at the upstream at once

@@ -93,7 +93,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         // Run any reuse here, not in Pingora's loop, so the permit is held until the end. Each
         // connection is served with its own HTTP/2 bounds (see `h2_conn`).
         while let Some(stream) = next {
-            next = PerConn::serve(self.inner.clone(), stream, shutdown).await;
+            let cap = self.limits.keepalive_requests;
+            next = PerConn::serve(self.inner.clone(), stream, shutdown, cap).await;
         }
         None
     }

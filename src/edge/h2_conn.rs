@@ -1,8 +1,8 @@
 //! Per-connection bounds on HTTP/2 that Pingora 0.9's h2 server does not have (issue 52 row 8):
 //!
-//! - **Requests per connection**: HTTP/1.1 connections end after
-//!   [`REQUESTS_PER_CONNECTION`] requests (Pingora's `keepalive_request_limit`, like nginx's
-//!   `keepalive_requests`), but Pingora's h2 accept loop has no such count. Here the stream that
+//! - **Requests per connection**: HTTP/1.1 connections end after `[server] keepalive_requests`
+//!   (1000) requests (Pingora's `keepalive_request_limit`, like nginx's `keepalive_requests`),
+//!   but Pingora's h2 accept loop has no such count. Here the stream that
 //!   reaches the cap starts a graceful shutdown (GOAWAY, the connection closes once its streams
 //!   have ended); a stream opened past the cap is refused with `RST_STREAM(REFUSED_STREAM)`
 //!   (not processed: the client may retry it elsewhere), and a client that keeps opening streams
@@ -32,10 +32,6 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use prometheus::{register_int_counter_vec, IntCounterVec};
 use tokio::sync::{watch, Notify, Semaphore};
-
-/// Requests one client connection may make, HTTP/1.1 and HTTP/2 alike (nginx's
-/// `keepalive_requests` default is 1000 too).
-pub const REQUESTS_PER_CONNECTION: u32 = 1000;
 
 /// Streams of one HTTP/2 connection whose requests may be in flight at once: Pingora's h2
 /// `max_concurrent_streams` (100), which a reset stream no longer counts against.
@@ -83,6 +79,8 @@ pub fn verdict(n: u32, cap: u32) -> Verdict {
 struct Conn {
     /// Streams accepted so far.
     streams: AtomicU32,
+    /// Requests this connection may make (`keepalive_requests`).
+    cap: u32,
     /// Streams waiting for a permit.
     waiting: AtomicU32,
     /// Streams whose requests are in flight.
@@ -101,14 +99,21 @@ pub struct PerConn<A> {
 }
 
 impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
-    /// Serve one accepted connection's `stream` with `inner`, until it ends: `shutdown` (the
-    /// server's) starts its graceful shutdown as it would Pingora's own.
-    pub async fn serve(inner: Arc<A>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+    /// Serve one accepted connection's `stream` with `inner`, until it ends, at most `cap`
+    /// HTTP/2 requests: `shutdown` (the server's) starts its graceful shutdown as it would
+    /// Pingora's own.
+    pub async fn serve(
+        inner: Arc<A>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+        cap: u32,
+    ) -> Option<Stream> {
         let (goaway, watch) = watch::channel(*shutdown.borrow());
         let app = Arc::new(PerConn {
             inner,
             conn: Conn {
                 streams: AtomicU32::new(0),
+                cap,
                 waiting: AtomicU32::new(0),
                 in_flight: Arc::new(Semaphore::new(MAX_STREAMS_IN_FLIGHT as usize)),
                 goaway,
@@ -137,7 +142,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
     /// Serve one HTTP/2 stream within the connection's bounds.
     async fn stream(self: &Arc<Self>, mut session: ServerSession, shutdown: &ShutdownWatch) {
         let n = self.conn.streams.fetch_add(1, Ordering::Relaxed) + 1;
-        match verdict(n, REQUESTS_PER_CONNECTION) {
+        match verdict(n, self.conn.cap) {
             Verdict::Serve => {}
             Verdict::ServeLast => {
                 self.conn.goaway.send_replace(true);
@@ -235,7 +240,7 @@ mod tests {
 
     #[test]
     fn the_cap_serves_n_then_refuses_then_closes() {
-        let cap = REQUESTS_PER_CONNECTION;
+        let cap = 1000;
         let verdicts: Vec<Verdict> = (1..=cap + MAX_STREAMS_IN_FLIGHT + 2)
             .map(|n| verdict(n, cap))
             .collect();

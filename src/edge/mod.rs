@@ -57,6 +57,9 @@ pub struct ConnLimits {
     pub send_timeout: Duration,
     /// Concurrent client connections.
     pub max_connections: u32,
+    /// Requests per client connection, HTTP/1.1 (Pingora's `keepalive_request_limit`) and
+    /// HTTP/2 ([`h2_conn`]) alike.
+    pub keepalive_requests: u32,
     /// The drain's bound ([`first_request::window`] is derived from it).
     pub grace_period: Duration,
 }
