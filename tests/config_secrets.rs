@@ -1,6 +1,7 @@
 //! Secrets out of the config file, and out of everything the config shows: `${NAME}` from the
 //! environment, `store.password_file`, `server.admin_token_file`, the `[store]` TLS files, and
-//! redaction in `-t` output, the serialized settings, the reload diff and the process log.
+//! redaction in `-t` output, the serialized settings, the reload diff and the process log; and an
+//! admin token too short to be out of a guesser's reach refused.
 
 mod common;
 
@@ -285,5 +286,56 @@ async fn the_binary_never_logs_the_password_it_connects_with() {
     for secret in [PW, "other-secret-7"] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
         assert!(!out.contains(secret), "{secret} in -t output: {out}");
+    }
+}
+
+/// A token short enough to guess is refused by `-t` (and at start and reload, which load the
+/// same way), naming file, line and key, whether written in the file, taken from `${ENV}` or
+/// read from `admin_token_file`; 16 bytes pass. Before: `admin_token = "a"` passed `-t`.
+#[test]
+fn a_short_admin_token_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.toml");
+    let file = dir.path().join("token");
+    let head = "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n";
+    let run = |line: &str, env: &str| {
+        std::fs::write(&path, format!("{head}{line}\n")).unwrap();
+        check(&path, &[("SG_ADMIN_TOKEN", env)])
+    };
+    let in_file = format!("admin_token_file = {:?}", file.display().to_string());
+    for (line, env, token, key) in [
+        ("admin_token = \"a\"", "", "", "server.admin_token"),
+        (
+            "admin_token = \"0123456789abcde\"",
+            "",
+            "",
+            "server.admin_token",
+        ),
+        (
+            "admin_token = \"${SG_ADMIN_TOKEN}\"",
+            "short",
+            "",
+            "server.admin_token",
+        ),
+        (
+            in_file.as_str(),
+            "",
+            "fifteen-bytes-x\n",
+            "server.admin_token_file",
+        ),
+    ] {
+        std::fs::write(&file, token).unwrap();
+        let (ok, stderr) = run(line, env);
+        assert!(!ok, "{line} passed -t");
+        assert!(
+            stderr.contains(&format!("short.toml:4: `{key}`"))
+                && stderr.contains("at least 16 bytes"),
+            "{line}: names file, line, key and the bound: {stderr}"
+        );
+    }
+    std::fs::write(&file, "sixteen-bytes-xx\n").unwrap();
+    for line in ["admin_token = \"0123456789abcdef\"", in_file.as_str()] {
+        let (ok, stderr) = run(line, "");
+        assert!(ok, "{line}: {stderr}");
     }
 }
