@@ -302,4 +302,10 @@ fn a_client_ignoring_goaway_is_refused_then_closed() {
         answers.len()
     );
     assert!(answers.len() <= 1102, "{} streams", answers.len());
+    let counted =
+        proxy.counter("slidegate_h2_streams_refused_total{reason=\"requests_per_connection\"}");
+    assert_eq!(
+        counted, 101,
+        "every refusal counted, the one closing the connection too"
+    );
 }
