@@ -309,3 +309,92 @@ fn a_client_ignoring_goaway_is_refused_then_closed() {
         "every refusal counted, the one closing the connection too"
     );
 }
+
+/// A listener whose accept queue is full and never drained: connects to it hang (the kernel
+/// drops their SYNs) until the connecting side gives up. Its address, and what keeps it so.
+fn blackhole() -> (
+    std::net::SocketAddr,
+    Vec<std::net::TcpStream>,
+    std::os::fd::OwnedFd,
+) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain socket calls on a descriptor this function owns.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    assert!(fd >= 0);
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let sa = &addr as *const libc::sockaddr_in as *const libc::sockaddr;
+    assert_eq!(unsafe { libc::bind(fd.as_raw_fd(), sa, len) }, 0);
+    assert_eq!(unsafe { libc::listen(fd.as_raw_fd(), 0) }, 0);
+    let mut bound: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut blen = len;
+    let out = &mut bound as *mut libc::sockaddr_in as *mut libc::sockaddr;
+    assert_eq!(
+        unsafe { libc::getsockname(fd.as_raw_fd(), out, &mut blen) },
+        0
+    );
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be(bound.sin_port)));
+    // Fill the queue (backlog 0 still takes one or two) until a connect no longer completes.
+    let mut held = Vec::new();
+    while let Ok(s) = std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)) {
+        held.push(s);
+        assert!(held.len() < 16, "the accept queue never filled");
+    }
+    (at, held, fd)
+}
+
+/// Descriptors the process `pid` holds now.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Streams reset while their request is still connecting to an upstream that never answers
+/// the SYN (paced: each reset once its attempt is open): Pingora keeps the attempt (a
+/// descriptor) until `connect_timeout`, and it still counts against its connection's 100
+/// streams, so one client connection resetting 300 streams holds at most 100 attempts (100
+/// more wait, the rest are refused). Before: the h2 slot was free at the reset, and all 300
+/// attempts were open at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn reset_streams_still_connecting_count_against_their_connection() {
+    let (hole, _held, _listener) = blackhole();
+    let config = ConfigBuilder::new()
+        .upstream_with("app", hole, "connect_timeout = \"3s\"")
+        .route("all", "")
+        .build();
+    let proxy = start("h2c = true", config);
+    let baseline = open_fds(proxy.pid());
+    let tcp = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2c handshake");
+    let driver = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let mut most = 0;
+    for i in 0..300 {
+        client = client.ready().await.expect("ready");
+        let request = http::Request::get(format!("http://localhost/hole-{i}"))
+            .body(())
+            .unwrap();
+        let before = open_fds(proxy.pid());
+        let (response, mut stream) = client.send_request(request, true).unwrap();
+        // Paced: once its connect attempt is open, or 20 ms (a stream held back never is).
+        let paced = Instant::now();
+        while open_fds(proxy.pid()) <= before && paced.elapsed() < Duration::from_millis(20) {
+            tokio::task::yield_now().await;
+        }
+        stream.send_reset(h2::Reason::CANCEL);
+        drop(response);
+        most = most.max(open_fds(proxy.pid()).saturating_sub(baseline));
+    }
+    let refused = proxy.metric("slidegate_h2_streams_refused_total{reason=\"in_flight\"}");
+    println!(
+        "300 streams reset while connecting to a black hole: at most {most} more descriptors \
+         open; refused (in_flight): {refused:?}"
+    );
+    driver.abort();
+    assert!(
+        most <= 100 + 10,
+        "{most} descriptors for one client connection's streams"
+    );
+}
