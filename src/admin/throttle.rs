@@ -9,7 +9,7 @@
 //! failure.
 //!
 //! IPv6 addresses are taken by their /64 (one host commonly holds a whole /64). The table is
-//! fixed: [`SETS`] × [`WAYS`] entries (about 160 KB), placed by a hash keyed at random per
+//! fixed: [`SETS`] × [`WAYS`] entries (128 KB), placed by a hash keyed at random per
 //! process, so a client cannot aim at one set. An address whose set holds only addresses still
 //! draining is charged to one shared entry instead, so a flood of addresses neither grows the
 //! table nor evicts an address being slowed; the cost falls on the flood's own overflow.
@@ -237,6 +237,11 @@ mod tests {
             table.failed(v4(0x5000_0000 + n), t);
         }
         assert_eq!(table.slots.len(), SETS * WAYS);
+        assert_eq!(
+            std::mem::size_of::<Option<Slot>>(),
+            32,
+            "4,096 entries in 128 KB"
+        );
         assert!(
             table.check(victim, t).is_err(),
             "the slowed address was forgotten"
