@@ -61,7 +61,26 @@ fn check(config: &Config) -> Result<(), String> {
     if let Some(tls) = &config.server.tls {
         slidegate::tls::load_listener(tls).map_err(|e| e.in_config(&config.source).to_string())?;
     }
+    warn_if_redis_may_evict(config);
     Ok(())
+}
+
+/// `-t` with a Redis store: warn (never fail) when Redis may evict limit keys, or when its
+/// `maxmemory-policy` cannot be read (see `limiter/redis/eviction.rs`).
+fn warn_if_redis_may_evict(config: &Config) {
+    let Some(target) = config.store.redis_target() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let Ok(rt) = rt else {
+        return;
+    };
+    let verdict = rt.block_on(slidegate::limiter::redis::eviction::check(&target));
+    if let Some(warning) = verdict.warning() {
+        eprintln!("slidegate: warning: {}: {warning}", config.source.display());
+    }
 }
 
 /// Everything but running the proxy; `None` to run it.

@@ -218,9 +218,10 @@ fn proxy_service(
     let mut app = pingora::proxy::http_proxy(conf, gate.with_access_log(access_log));
     let s = &config.server;
     // Like nginx's keepalive_requests: recycle a client connection's per-connection memory
-    // now and then (Pingora's default is no limit).
+    // now and then (Pingora's default is no limit); HTTP/2 connections: `edge::h2_conn`.
     let mut http_options = HttpServerOptions::default();
-    http_options.keepalive_request_limit = Some(1000);
+    // Pingora counts reuses: the first request is none.
+    http_options.keepalive_request_limit = Some(s.keepalive_requests - 1);
     http_options.h2c = s.h2c;
     // An HTTP/2 connection lives while it has a stream open; idle, it is closed after
     // keepalive_timeout (with keep-alive off, client_header_timeout: an h2 connection with no
@@ -237,6 +238,7 @@ fn proxy_service(
         client_body_timeout: s.client_body_timeout,
         send_timeout: s.send_timeout,
         max_connections: s.max_connections,
+        keepalive_requests: s.keepalive_requests,
         grace_period: s.grace_period,
     };
     let edge = (EdgeApp::new(app, limits).with_tls(tls.clone())).with_access_log(edge_log);
@@ -355,6 +357,9 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let access_log =
         AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
     crate::log_hygiene::init();
+    crate::edge::h2_conn::register_metrics();
+    crate::admin::throttle::register_metrics();
+    crate::limiter::redis::eviction::register_metrics();
 
     let opt = Opt {
         upgrade: options.upgrade,

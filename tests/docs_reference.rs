@@ -81,7 +81,7 @@ const RICH: &str = r#"
 [server]
 listen = "127.0.0.1:1"
 admin_listen = "127.0.0.1:2"
-admin_token = "t0ken"
+admin_token = "t0ken-of-16-bytes"
 
 [store]
 backend = "redis"

@@ -16,38 +16,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::h2frames::{frame, frame_types, END_STREAM, GOAWAY, HEADERS, PREFACE, SETTINGS};
 use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
 use common::tls::{tls_options, Protocol, TestCa};
 use common::upstream::{Upstream, DELAY_HEADER, READ_BODY_HEADER};
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
-const SETTINGS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-const END_STREAM: u8 = 0x1;
-
-/// One HTTP/2 frame: 9-byte header (RFC 9113 §4.1), then `payload`.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend(stream.to_be_bytes());
-    out.extend(payload);
-    out
-}
-
-/// The frame types in `bytes` (what the server sent), in order; a trailing partial frame is
-/// ignored.
-fn frame_types(bytes: &[u8]) -> Vec<u8> {
-    let mut types = Vec::new();
-    let mut rest = bytes;
-    while rest.len() >= 9 {
-        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
-        types.push(rest[3]);
-        rest = &rest[(9 + len).min(rest.len())..];
-    }
-    types
-}
 
 fn start(server_extra: &str, config: String) -> Proxy {
     let opts = ProxyOptions {

@@ -103,16 +103,16 @@ fn dash_t_upper_prints_defaults_without_secrets_and_round_trips() {
         free_port(),
     );
     std::fs::write(&config, toml).unwrap();
-    let env = [("TOKEN", "token-from-env-42"), ("PW", "env-pass-99")];
+    let env = [("TOKEN", "token-from-env-42-long"), ("PW", "env-pass-99")];
     let out = slidegate(&["-T"], &config, &env);
     assert!(out.ok, "{}", out.output());
     let printed = &out.stdout;
-    for secret in ["token-from-env-42", "env-pass-99", "file-pass-77"] {
+    for secret in ["token-from-env-42-long", "env-pass-99", "file-pass-77"] {
         assert!(!printed.contains(secret), "-T printed {secret}:\n{printed}");
     }
     let cores = std::thread::available_parallelism().unwrap().get();
     for want in [
-        "admin_token = \"REDACTED\"".to_string(),
+        "admin_token = \"REDACTED-admin-token\"".to_string(),
         "url = \"redis://app:REDACTED@127.0.0.1:6379/0\"".into(),
         "threads = \"auto\"".into(),
         format!("runs {cores} proxy thread(s)"),

@@ -1,15 +1,19 @@
 //! Redis as operators secure it, end to end through the real binary: TLS with a private CA
 //! (`store.ca_file`), client certificates (`--tls-auth-clients yes`), an ACL user with exactly
 //! the commands slidegate needs, and one that lacks a command (not ready, an ERROR naming it,
-//! ready again once granted, without a restart). Certificates are made at test time.
+//! ready again once granted, without a restart). Certificates are made at test time. And the
+//! eviction policy: a Redis that may evict limit keys is warned about at start and by `-t`
+//! (a log line, `slidegate_redis_eviction_policy_unsafe`); one whose policy cannot be read
+//! (`CONFIG` not granted) is said once and still used.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::admin::{reset, wait_readyz, window};
+use common::cli::check_config;
 use common::proxy::{get, ConfigBuilder, Proxy};
-use common::redis::RedisServer;
+use common::redis::{RedisCluster, RedisServer};
 use common::redis_tls::TlsRedis;
 use common::tls::TestCa;
 use common::upstream::Upstream;
@@ -173,6 +177,12 @@ async fn an_acl_user_with_exactly_the_listed_commands_decides_and_inspects() {
         .arg("LOG")
         .query(&mut redis.connection())
         .unwrap();
+    // CONFIG GET maxmemory-policy is asked, not needed (see the eviction test below).
+    let denied: Vec<String> = denied
+        .iter()
+        .map(|d| format!("{d:?}"))
+        .filter(|d| !d.contains("config|get"))
+        .collect();
     assert!(denied.is_empty(), "no command was denied: {denied:?}");
 }
 
@@ -195,4 +205,95 @@ async fn a_user_lacking_a_command_is_named_and_recovers_once_granted() {
     acl_user(&redis, REQUIRED_COMMANDS);
     wait_readyz(&proxy, 200, READY_WITHIN);
     assert_eq!(statuses(&proxy, 3).await, [200, 200, 429]);
+}
+
+/// The sample of `slidegate_redis_eviction_policy_unsafe` once the store has connected.
+fn eviction_gauge(proxy: &Proxy) -> f64 {
+    wait_readyz(proxy, 200, READY_WITHIN);
+    let sample = "slidegate_redis_eviction_policy_unsafe";
+    proxy.metric(sample).expect("the gauge is exported")
+}
+
+/// Issue 52 row 4: every policy but `noeviction` lets Redis delete a limit key (all have a
+/// TTL) under memory pressure, which opens the limit. At start the proxy reads
+/// `maxmemory-policy` and warns (WARN line, gauge 1), and so does `-t` (still valid: exit 0);
+/// `noeviction` gives no warning (gauge 0); an ACL user without `CONFIG` is said once (gauge
+/// -1) and the store is used all the same. Before: nothing read, nothing said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_evict_limit_keys_is_warned_about_at_start_and_by_dash_t() {
+    let up = Upstream::start();
+    let store = |r: &RedisServer| format!("backend = \"redis\"\nurl = \"{}\"", r.url());
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let redis = RedisServer::start_args(&["--maxmemory-policy", policy, "--maxmemory", "3mb"]);
+        let proxy = proxy(&up, &store(&redis));
+        assert_eq!(eviction_gauge(&proxy), 1.0, "{policy}");
+        let line = wait_log(&proxy, &["maxmemory-policy is", policy], READY_WITHIN);
+        assert!(
+            line.contains("WARN") && line.contains("noeviction"),
+            "{line}"
+        );
+        let checked = check_config(proxy.config_path(), &[]);
+        assert!(checked.ok, "-t warns, never fails: {}", checked.output());
+        assert!(
+            checked.stderr.contains("warning") && checked.stderr.contains(policy),
+            "-t: {}",
+            checked.output()
+        );
+        println!("{policy}: {line}\n-t: {}", checked.stderr.trim());
+    }
+    let redis = RedisServer::start_args(&["--maxmemory-policy", "noeviction"]);
+    let safe = proxy(&up, &store(&redis));
+    assert_eq!(eviction_gauge(&safe), 0.0);
+    wait_log(&safe, &["maxmemory-policy is noeviction"], READY_WITHIN);
+    assert!(!safe.log().contains("may evict"), "{}", safe.log());
+    let checked = check_config(safe.config_path(), &[]);
+    assert!(
+        checked.ok && !checked.stderr.contains("warning"),
+        "{}",
+        checked.output()
+    );
+    // CONFIG refused by the ACL: said once, never a reason to stay closed.
+    acl_user(&redis, REQUIRED_COMMANDS);
+    let acl = proxy(&up, &as_app(&redis));
+    assert_eq!(eviction_gauge(&acl), -1.0);
+    assert_eq!(statuses(&acl, 3).await, [200, 200, 429]);
+    let said = acl
+        .log()
+        .matches("cannot read Redis maxmemory-policy")
+        .count();
+    assert_eq!(said, 1, "{}", acl.log());
+    let checked = check_config(acl.config_path(), &[]);
+    assert!(
+        checked.ok
+            && checked
+                .stderr
+                .contains("cannot read Redis maxmemory-policy"),
+        "{}",
+        checked.output()
+    );
+}
+
+/// A Cluster is read on every master: one master of three that may evict is enough for the
+/// warning (and the gauge), naming its policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_master_that_may_evict_is_warned_about() {
+    let cluster = RedisCluster::start(3);
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("volatile-ttl")
+        .query(&mut cluster.nodes()[1].connection())
+        .expect("CONFIG SET");
+    let up = Upstream::start();
+    let store = format!("backend = \"redis_cluster\"\nurls = {:?}", cluster.urls());
+    let proxy = proxy(&up, &store);
+    assert_eq!(eviction_gauge(&proxy), 1.0);
+    let line = wait_log(&proxy, &["maxmemory-policy is volatile-ttl"], READY_WITHIN);
+    assert!(line.contains("WARN"), "{line}");
+    let checked = check_config(proxy.config_path(), &[]);
+    assert!(
+        checked.ok && checked.stderr.contains("volatile-ttl"),
+        "{}",
+        checked.output()
+    );
 }

@@ -5,14 +5,17 @@
 //! With `[server] admin_token` set, the inspector (API and page) requires
 //! `Authorization: Bearer <token>` (or HTTP Basic with the token as password, so a browser can
 //! log in by itself); `/metrics`, `/healthz` and `/readyz` stay open for scrapers and probes.
-//! Before the token, [`guard`] refuses foreign `Host`s and cross-site writes.
+//! Before the token, [`guard`] refuses foreign `Host`s and cross-site writes, and [`throttle`]
+//! slows an address that keeps presenting wrong credentials.
 
 pub mod api;
 pub mod guard;
 pub mod page;
+pub mod throttle;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -36,6 +39,20 @@ pub struct AdminApp {
     listen: SocketAddr,
     /// `[server] admin_hosts`.
     hosts: Vec<HostMatch>,
+    /// Failed authentications per client address.
+    throttle: throttle::Throttle,
+}
+
+/// What a request's credentials are worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credentials {
+    /// No token is set, or the request carries it.
+    Valid,
+    /// No `Authorization` field: a browser's first visit, before it asks for a login. Not a
+    /// failure.
+    Missing,
+    /// A wrong token, or a field that is none (an unknown scheme, bad Base64).
+    Wrong,
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Vec<u8>> {
@@ -72,19 +89,52 @@ impl AdminApp {
         guard::check(&req.method, req.uri.path(), &req.headers, allowed)
     }
 
-    /// Is this request allowed into the inspector?
-    fn authorized(&self, session: &ServerSession) -> bool {
+    /// Is this request allowed into the inspector? Failures are slowed per address
+    /// ([`throttle`]): an address over its budget is answered `429` before its token is looked at.
+    /// Returns the refusal to answer with, if any.
+    fn refusal(&self, session: &ServerSession) -> Option<Response<Vec<u8>>> {
+        self.token.as_ref()?;
+        let ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        let now = Instant::now();
+        if let Err(wait) = self.throttle.check(ip, now) {
+            return Some(throttled(wait));
+        }
+        match self.credentials(session) {
+            Credentials::Valid => None,
+            Credentials::Missing => Some(unauthorized()),
+            Credentials::Wrong => {
+                self.throttle.failed(ip, now);
+                Some(unauthorized())
+            }
+        }
+    }
+
+    /// The request's credentials against the token.
+    fn credentials(&self, session: &ServerSession) -> Credentials {
         let Some(token) = &self.token else {
-            return true;
+            return Credentials::Valid;
         };
         let Some(value) = session
             .req_header()
             .headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
         else {
-            return false;
+            return Credentials::Missing;
         };
+        let Ok(value) = value.to_str() else {
+            return Credentials::Wrong;
+        };
+        match Self::matches(value, token) {
+            true => Credentials::Valid,
+            false => Credentials::Wrong,
+        }
+    }
+
+    /// Does the `Authorization` value `value` carry `token`?
+    fn matches(value: &str, token: &str) -> bool {
         let (scheme, credentials) = value.trim().split_once(' ').unwrap_or((value, ""));
         let credentials = credentials.trim();
         if scheme.eq_ignore_ascii_case("bearer") {
@@ -103,6 +153,19 @@ impl AdminApp {
         }
         false
     }
+}
+
+/// 429 for an address that failed too often: try again after `wait` (whole seconds, rounded up).
+fn throttled(wait: std::time::Duration) -> Response<Vec<u8>> {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut resp = api::problem(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too Many Requests",
+        "too many failed authentications from this address; retry after Retry-After seconds",
+    );
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    resp
 }
 
 /// 401 for the inspector: the Basic challenge makes a browser ask for the token (as password)
@@ -141,8 +204,8 @@ impl ServeHttp for AdminApp {
             "/readyz" => return text(StatusCode::SERVICE_UNAVAILABLE, "store not ready\n"),
             _ => {}
         }
-        if !self.authorized(session) {
-            return unauthorized();
+        if let Some(refusal) = self.refusal(session) {
+            return refusal;
         }
         let method = session.req_header().method.clone();
         let query = session.req_header().uri.query().unwrap_or("").to_string();
@@ -187,6 +250,7 @@ pub fn admin_service(
             token: server.admin_token.as_ref().map(|t| t.expose().to_owned()),
             listen: server.admin_listen,
             hosts: server.admin_hosts.clone(),
+            throttle: throttle::Throttle::default(),
         }),
     );
     service.add_tcp(&server.admin_listen.to_string());

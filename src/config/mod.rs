@@ -98,6 +98,9 @@ pub struct ServerSettings {
     /// Most client connections the proxy listener holds at once; beyond it new ones are
     /// closed at once, so descriptors remain for upstreams, Redis and the admin listener.
     pub max_connections: u32,
+    /// Requests one client connection serves (nginx `keepalive_requests`): an HTTP/1.1 one is
+    /// then closed after its response, an HTTP/2 one gets GOAWAY.
+    pub keepalive_requests: u32,
     /// Bearer token the admin inspector (`/api/*` and the page) requires; `None`: open.
     #[serde(serialize_with = "redacted")]
     pub admin_token: Option<Secret>,

@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use pingora::apps::ServerApp;
+use pingora::apps::{HttpServerApp, ServerApp};
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::sync::Semaphore;
 
 use super::first_request::{self, Silent};
+use super::h2_conn::PerConn;
 use super::tls_accept::TlsPort;
 use super::{ConnLimits, EdgeStream};
 use crate::access_log::AccessLog;
@@ -55,7 +56,7 @@ impl<A> EdgeApp<A> {
 }
 
 #[async_trait]
-impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
+impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
     async fn process_new(
         self: &Arc<Self>,
         stream: Stream,
@@ -89,9 +90,11 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
                 stream
             },
         );
-        // Run any reuse here, not in Pingora's loop, so the permit is held until the end.
+        // Run any reuse here, not in Pingora's loop, so the permit is held until the end. Each
+        // connection is served with its own HTTP/2 bounds (see `h2_conn`).
         while let Some(stream) = next {
-            next = self.inner.process_new(stream, shutdown).await;
+            let cap = self.limits.keepalive_requests;
+            next = PerConn::serve(self.inner.clone(), stream, shutdown, cap).await;
         }
         None
     }
@@ -106,7 +109,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
                 "shutdown: closing {still} connection(s) that sent nothing within {window:?}"
             );
         }
-        self.inner.cleanup().await
+        ServerApp::cleanup(&*self.inner).await
     }
 }
 

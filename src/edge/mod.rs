@@ -18,6 +18,7 @@
 //! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
+//! | [`h2_conn`] | HTTP/2: the requests-per-connection cap and the streams in flight per connection |
 //! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
 //! | `refused` | access log lines for the heads Pingora answers itself (`400`, `405`) and our `408` |
 //! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
@@ -29,6 +30,7 @@ pub mod cap;
 mod coalesce;
 pub mod deadline;
 pub mod first_request;
+pub mod h2_conn;
 mod passthrough;
 mod peek;
 mod phase;
@@ -55,6 +57,9 @@ pub struct ConnLimits {
     pub send_timeout: Duration,
     /// Concurrent client connections.
     pub max_connections: u32,
+    /// Requests per client connection, HTTP/1.1 (Pingora's `keepalive_request_limit`) and
+    /// HTTP/2 ([`h2_conn`]) alike.
+    pub keepalive_requests: u32,
     /// The drain's bound ([`first_request::window`] is derived from it).
     pub grace_period: Duration,
 }

@@ -62,6 +62,19 @@ pub async fn admin(proxy: &Proxy, method: &str, path: &str, headers: &[(&str, &s
     send(proxy.admin_addr(), method, path, headers).await
 }
 
+/// [`admin`] from the client address `from` (a loopback address of its own).
+pub async fn admin_from(
+    proxy: &Proxy,
+    from: std::net::IpAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let conn = super::http::connect_from(proxy.admin_addr(), from).await;
+    let reply = conn.expect("connect").send(method, path, headers).await;
+    reply.unwrap_or_else(|e| panic!("{method} {path} from {from}: {e}"))
+}
+
 /// Percent-encode a query value.
 pub fn enc(v: &str) -> String {
     let mut out = String::new();

@@ -92,6 +92,24 @@ pub async fn connect(addr: SocketAddr) -> Result<Conn, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
+    handshake(stream).await
+}
+
+/// [`connect`] from the local address `from` (any of 127.0.0.0/8 on Linux): a test client
+/// with an address of its own.
+pub async fn connect_from(addr: SocketAddr, from: std::net::IpAddr) -> Result<Conn, String> {
+    let socket = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
+    socket
+        .bind(SocketAddr::new(from, 0))
+        .map_err(|e| format!("bind {from}: {e}"))?;
+    let stream = socket
+        .connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr} from {from}: {e}"))?;
+    handshake(stream).await
+}
+
+async fn handshake(stream: tokio::net::TcpStream) -> Result<Conn, String> {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("handshake: {e}"))?;

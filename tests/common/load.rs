@@ -18,12 +18,14 @@ pub struct Burst {
 }
 
 impl Burst {
-    /// `connections` × 10 streams, 4000 requests to `/` with header `X-K: <key>`.
+    /// `connections` × 10 streams, 4000 requests to `/` with header `X-K: <key>`, at most 1000
+    /// per connection: slidegate's `keepalive_requests`, after which h2load, which opens no new
+    /// connection on GOAWAY, would count the rest as failed.
     pub fn keyed(connections: usize, key: &str) -> Burst {
         Burst {
             connections,
             streams: 10,
-            requests: 4000.max(connections * 10),
+            requests: 4000.max(connections * 10).min(connections * 1000),
             headers: vec![format!("X-K: {key}")],
             path: "/".into(),
         }

@@ -14,6 +14,7 @@ pub mod control;
 pub mod delay_proxy;
 pub mod fetch;
 pub mod grpc;
+pub mod h2frames;
 pub mod http;
 pub mod kept;
 pub mod load;

@@ -75,6 +75,8 @@ pub(super) struct RawServer {
     pub send_timeout: ClientTimeout,
     #[serde(default = "default_max_connections")]
     pub max_connections: Spanned<u32>,
+    #[serde(default = "default_keepalive_requests")]
+    pub keepalive_requests: Spanned<u32>,
     pub tls_listen: Option<Spanned<SocketAddr>>,
     pub tls_cert: Option<Spanned<PathBuf>>,
     pub tls_key: Option<Spanned<PathBuf>>,
@@ -137,6 +139,10 @@ fn default_sixty_seconds() -> ClientTimeout {
 }
 fn default_max_connections() -> Spanned<u32> {
     Spanned::new(0..0, 10_000)
+}
+/// nginx's `keepalive_requests` default.
+fn default_keepalive_requests() -> Spanned<u32> {
+    Spanned::new(0..0, 1000)
 }
 
 /// `[store].backend`.

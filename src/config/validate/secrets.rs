@@ -14,6 +14,9 @@ use super::super::secrets::{read_secret_file, EnvPath, Secret};
 use super::super::{Backend, ConfigError, RedisTls};
 use super::Validator;
 
+/// Bytes `server.admin_token` must have at least (as `store.partition_key_secret_file`).
+pub const MIN_ADMIN_TOKEN: usize = 16;
+
 /// PEM of a client certificate chain and of its key, as [`RedisTls::client_pem`] holds them.
 type ClientPem = (Vec<u8>, Vec<u8>);
 
@@ -41,6 +44,18 @@ impl Validator<'_> {
                 Some(span),
                 key,
                 "the token must be non-empty visible ASCII without spaces",
+            );
+        }
+        // Guessing is slowed per address (admin/throttle.rs), not stopped: many addresses
+        // together still try thousands a minute, so the token itself must be out of reach.
+        if token.len() < MIN_ADMIN_TOKEN {
+            return self.err(
+                Some(span),
+                key,
+                format!(
+                    "the token must be at least {MIN_ADMIN_TOKEN} bytes: a short one can be \
+                     guessed (e.g. `openssl rand -hex 16` makes a 32-byte one)"
+                ),
             );
         }
         Ok(Some(Secret::new(token)))

@@ -33,6 +33,7 @@ impl Validator<'_> {
         tls: Option<RawTls>,
     ) -> Result<ServerSettings, ConfigError> {
         let (threads, max_connections) = self.server_counts(&raw)?;
+        let keepalive_requests = self.keepalive_requests(&raw)?;
         let (listen, admin) = self.listeners(&raw)?;
         let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
@@ -59,6 +60,7 @@ impl Validator<'_> {
             client_body_timeout: raw.client_body_timeout.0,
             send_timeout: raw.send_timeout.0,
             max_connections,
+            keepalive_requests,
             tls,
             h2c: raw.h2c,
         })
@@ -84,6 +86,18 @@ impl Validator<'_> {
             );
         }
         Ok((threads, max_connections))
+    }
+
+    /// `keepalive_requests`: at least 1.
+    fn keepalive_requests(&self, raw: &RawServer) -> Result<u32, ConfigError> {
+        match *raw.keepalive_requests.get_ref() {
+            0 => self.err(
+                Some(raw.keepalive_requests.span()),
+                "server.keepalive_requests",
+                "must be at least 1 (keepalive_timeout = \"0s\" turns keep-alive off)",
+            ),
+            n => Ok(n),
+        }
     }
 
     /// `listen` and `admin_listen`: two sockets that can both be bound.

@@ -101,6 +101,10 @@ impl Inner {
             {
                 result = Err(denied);
             }
+            // A policy that may evict limit keys opens limits under memory pressure: said at
+            // each (re)connect that finds it changed, never a reason to stay closed.
+            let verdict = conn.eviction(self.target.timeout * 4).await;
+            self.eviction.report(self.target.label(), &verdict);
         }
         result
     }

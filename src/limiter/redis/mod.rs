@@ -58,6 +58,7 @@ use gate::Gate;
 mod acl;
 mod call;
 mod conn;
+pub mod eviction;
 mod gate;
 mod inspect;
 mod io;
@@ -128,6 +129,8 @@ struct Inner {
     /// Whether `check` and the inspector may use `conn`, the generation of its state, and
     /// `maintain`'s bookkeeping.
     gate: Gate,
+    /// The last `maxmemory-policy` verdict reported (see `eviction.rs`).
+    eviction: eviction::Reported,
     /// Decisions waiting to be sent, calls in flight and denials found, per lane.
     coalescer: Coalescer,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
@@ -148,6 +151,7 @@ impl RedisStore {
                 target: client,
                 conn: ArcSwapOption::empty(),
                 gate,
+                eviction: eviction::Reported::default(),
                 coalescer,
                 io,
             }),
