@@ -31,7 +31,32 @@ fn kind_names() -> Vec<String> {
     names
 }
 
+/// `slidegate_build_info`'s commit: `git rev-parse` of the tree being built, when it is a git
+/// checkout (a source archive or a Docker context without `.git` says "unknown").
+fn commit() {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    // Watched when they exist (a ref may be packed): a new commit rebuilds with its name.
+    let watch = |path: Option<String>| {
+        if let Some(path) = path.filter(|p| std::path::Path::new(p).exists()) {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    };
+    watch(git(&["rev-parse", "--git-path", "HEAD"]));
+    if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watch(git(&["rev-parse", "--git-path", &reference]));
+    }
+    if let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) {
+        println!("cargo:rustc-env=SLIDEGATE_COMMIT={commit}");
+    }
+}
+
 fn main() {
+    commit();
     println!("cargo:rerun-if-changed=lua/kinds");
     let names = kind_names();
     let kinds: Vec<(&str, String)> = names

@@ -58,6 +58,14 @@ pub struct Metrics {
     pub cost_admitted: IntCounterVec,
     /// See [`Metrics::cost_admitted`].
     pub cost_denied: IntCounterVec,
+    /// `slidegate_limit_denials_total{route,limit}`: denials counted under each limit that had
+    /// no room (`limit`: its policy name, as in the RateLimit fields; a denial by two full
+    /// limits counts in both).
+    pub limit_denials: IntCounterVec,
+    /// `slidegate_limit_admissions_total{route,limit}`: admissions counted in each limit.
+    pub limit_admissions: IntCounterVec,
+    /// `slidegate_build_info{version,commit}`: 1, naming the running build.
+    pub build_info: IntGaugeVec,
     /// `slidegate_settlements_total{route,result}`: requests of a `settle` route whose real
     /// cost corrected the charge (`given_back`, `charged`, `unchanged`), or did not (`missing`,
     /// `invalid`, `error`: the charge stands).
@@ -296,6 +304,29 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route", "limit"]
     )
     .expect("register slidegate_cost_denied_total"),
+    limit_denials: register_int_counter_vec!(
+        "slidegate_limit_denials_total",
+        "Denials, under each limit that had no room (limit: its policy name)",
+        &["route", "limit"]
+    )
+    .expect("register slidegate_limit_denials_total"),
+    limit_admissions: register_int_counter_vec!(
+        "slidegate_limit_admissions_total",
+        "Admissions, counted in each limit of the route (limit: its policy name)",
+        &["route", "limit"]
+    )
+    .expect("register slidegate_limit_admissions_total"),
+    build_info: {
+        let info = register_int_gauge_vec!(
+            "slidegate_build_info",
+            "1, with the running build's version and commit as labels",
+            &["version", "commit"]
+        )
+        .expect("register slidegate_build_info");
+        let commit = option_env!("SLIDEGATE_COMMIT").unwrap_or("unknown");
+        info.with_label_values(&[env!("CARGO_PKG_VERSION"), commit]).set(1);
+        info
+    },
     settlements: register_int_counter_vec!(
         "slidegate_settlements_total",
         "Requests of a settle route, by what their real cost did to the charge",
@@ -381,11 +412,15 @@ pub struct RouteMetrics {
     pub delay: Histogram,
     /// `slidegate_leases_held{route}`.
     pub leases_held: IntGauge,
+    /// Per limit, in the route's order: `slidegate_limit_admissions_total` and
+    /// `slidegate_limit_denials_total` of its policy name.
+    pub limits: Vec<(IntCounter, IntCounter)>,
 }
 
 impl RouteMetrics {
-    /// Resolve (and so create, at zero) every series of a route.
-    pub fn new(route: &str) -> Self {
+    /// Resolve (and so create, at zero) every series of a route whose limits' policy names are
+    /// `policies`.
+    pub fn new(route: &str, policies: &[String]) -> Self {
         let m = &*METRICS;
         let d = |d: Decision| m.requests.with_label_values(&[route, d.as_str()]);
         let u = |c: &str| m.upstream_responses.with_label_values(&[route, c]);
@@ -396,6 +431,16 @@ impl RouteMetrics {
             upstream_duration: m.upstream_duration.with_label_values(&[route]),
             delay: m.delay.with_label_values(&[route]),
             leases_held: m.leases_held.with_label_values(&[route]),
+            limits: (policies.iter())
+                .map(|p| {
+                    let l = [route, p.as_str()];
+                    let counters = (&m.limit_admissions, &m.limit_denials);
+                    (
+                        counters.0.with_label_values(&l),
+                        counters.1.with_label_values(&l),
+                    )
+                })
+                .collect(),
         }
     }
 

@@ -50,11 +50,12 @@ impl Route {
             .is_limited()
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
+        let metrics = RouteMetrics::new(&spec.name, &policy_names);
         Ok(Route {
             spec: spec.clone(),
             policy_names,
             policy_header,
-            metrics: RouteMetrics::new(&spec.name),
+            metrics,
             state_log: StateLog::default(),
             deny_body,
             partition_keys: partition_keys.clone(),

@@ -105,11 +105,34 @@ fn partition_keys_follow_the_buckets(seen: &[(&str, Seen)]) {
     assert!(owns.is_disjoint(&global));
 }
 
+/// Issue 54: each denial is counted under the limit(s) it names with `r=0` in its RateLimit
+/// field, each admission in both limits; the series are the policy names.
+fn denials_are_counted_by_limit(proxy: &Proxy, seen: &[(&str, Seen)]) {
+    let mut want: HashMap<String, u64> = HashMap::new();
+    for (_, s) in seen.iter().filter(|(_, s)| s.status == 429) {
+        for item in parse_ratelimit(s.ratelimit.as_deref().unwrap_or_default()) {
+            if item.r == 0 {
+                *want.entry(item.name).or_default() += 1;
+            }
+        }
+    }
+    let admitted = seen.iter().filter(|(_, s)| s.status == 200).count() as u64;
+    for policy in ["chat-60s", "chat-60s-global"] {
+        let series = |m: &str| format!("{m}{{route=\"chat\",limit=\"{policy}\"}}");
+        let denials = proxy.counter(&series("slidegate_limit_denials_total"));
+        assert_eq!(denials, want.get(policy).copied().unwrap_or(0), "{policy}");
+        let admissions = proxy.counter(&series("slidegate_limit_admissions_total"));
+        assert_eq!(admissions, admitted, "{policy}");
+    }
+    assert!(want.values().sum::<u64>() > 0, "some denial: {want:?}");
+}
+
 /// The shared checks of every store: see the module documentation.
 async fn exactly_eight(proxies: &[Proxy], ca: &TestCa) {
     let seen = burst(proxies, ca).await;
     if proxies.len() == 1 {
         partition_keys_follow_the_buckets(&seen);
+        denials_are_counted_by_limit(&proxies[0], &seen);
     }
     let admitted = |who: &str| {
         (seen.iter())

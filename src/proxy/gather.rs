@@ -131,6 +131,9 @@ impl SlideGate {
             }
             _ => {}
         }
+        if let Some(route) = route {
+            count_limits(route, outcome, ctx.cost);
+        }
         if let Some(route) = route.filter(|r| r.spec.cost.is_weighted()) {
             count_cost(route, outcome, ctx.cost);
         }
@@ -142,6 +145,26 @@ impl SlideGate {
         if let (true, Some(recorded_at)) = (route.spec.has_leases(), verdict.recorded_times()) {
             let (key, own) = (&ctx.key, &ctx.limit_keys);
             ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
+        }
+    }
+}
+
+/// `slidegate_limit_admissions_total` / `_denials_total`: an admission in every limit of its
+/// route, a denial under each limit that had no room for it (its remaining below what the
+/// request weighs there: 1, or a cost limit's cost). Shadow verdicts are not counted: nothing
+/// was refused.
+fn count_limits(route: &Route, outcome: &Outcome<'_>, cost: u32) {
+    let (verdict, admitted) = match outcome {
+        Outcome::Allowed(v) | Outcome::Delayed(v) | Outcome::LocalAllowed(v) => (v, true),
+        Outcome::Denied(v) | Outcome::LocalDenied(v) => (v, false),
+        _ => return,
+    };
+    let limits = route.spec.limits.iter().zip(&verdict.states);
+    for ((limit, state), (admissions, denials)) in limits.zip(&route.metrics.limits) {
+        if admitted {
+            admissions.inc();
+        } else if state.remaining < limit.weighted(cost.max(1)).weight {
+            denials.inc();
         }
     }
 }
