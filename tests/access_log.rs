@@ -70,10 +70,8 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
         send(proxy.addr(), "POST", &path, &secrets).await.status,
         200
     );
-    assert_eq!(
-        send(proxy.addr(), "POST", &path, &secrets).await.status,
-        429
-    );
+    let refused = send(proxy.addr(), "POST", &path, &secrets).await;
+    assert_eq!(refused.status, 429);
     assert_eq!(
         send(proxy.addr(), "GET", "/nowhere?x=1", &[]).await.status,
         404
@@ -103,6 +101,10 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
             "status",
             "route",
             "decision",
+            "limits",
+            "pk",
+            "cost",
+            "settled_cost",
             "upstream",
             "upstream_ms",
             "duration_ms",
@@ -142,6 +144,24 @@ async fn json_lines_have_the_documented_keys_and_no_secrets() {
 
     assert_eq!(denied["status"], 429);
     assert_eq!(denied["decision"], "denied");
+    // Issue 54: the line names the limit that refused and the bucket's pk (the RateLimit
+    // field's, never the key); an admission names no limit; no cost limit, no cost.
+    assert_eq!(denied["limits"], "login-60s", "{denied}");
+    assert!(ok["limits"].is_null(), "{ok}");
+    let field = refused.header("ratelimit").unwrap_or_default();
+    let pk = &common::ratelimit::parse_ratelimit(field)[0].pk;
+    use base64::Engine as _;
+    let logged = denied["pk"].as_str().unwrap_or_else(|| panic!("{denied}"));
+    let logged = base64::engine::general_purpose::STANDARD
+        .decode(logged)
+        .unwrap();
+    assert_eq!(&logged, pk, "{denied} / {field}");
+    assert_eq!(ok["pk"], denied["pk"], "one client, one bucket");
+    assert!(
+        denied["cost"].is_null() && denied["settled_cost"].is_null(),
+        "{denied}"
+    );
+    assert!(none["pk"].is_null() && none["limits"].is_null(), "{none}");
     assert!(denied["upstream"].is_null() && denied["upstream_ms"].is_null());
     assert!(denied["bytes_sent"].as_u64().unwrap() > 0);
 

@@ -60,6 +60,15 @@ fn json_opt(out: &mut Vec<u8>, value: Option<impl std::fmt::Display>) {
 }
 
 /// Milliseconds with microsecond resolution (plenty, and keeps lines short).
+fn number_or_null(out: &mut Vec<u8>, n: Option<u32>) {
+    match n {
+        Some(n) => {
+            let _ = write!(out, "{n}");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 fn write_ms(out: &mut Vec<u8>, d: Duration) {
     let us = d.as_micros();
     let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
@@ -92,6 +101,14 @@ pub(super) fn json_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mut Se
     json_range(out, text, &e.route);
     out.extend_from_slice(b",\"decision\":");
     json_opt(out, e.decision.map(Decision::as_str));
+    out.extend_from_slice(b",\"limits\":");
+    json_range(out, text, &e.limits);
+    out.extend_from_slice(b",\"pk\":");
+    json_range(out, text, &e.pk);
+    out.extend_from_slice(b",\"cost\":");
+    number_or_null(out, e.cost);
+    out.extend_from_slice(b",\"settled_cost\":");
+    number_or_null(out, e.settled_cost);
     out.extend_from_slice(b",\"upstream\":");
     json_opt(out, e.upstream);
     out.extend_from_slice(b",\"upstream_ms\":");
@@ -204,6 +221,10 @@ mod tests {
             status: 200,
             route: Some("r.1"),
             decision: Some(Decision::ShadowDenied),
+            limits: None,
+            pk: None,
+            cost: None,
+            settled_cost: None,
             upstream: Some("127.0.0.1:3000".parse().unwrap()),
             upstream_time: Some(Duration::from_micros(1234)),
             duration: Duration::from_micros(5),
@@ -294,6 +315,10 @@ mod tests {
                 status: 400,
                 route: None,
                 decision: None,
+                limits: None,
+                pk: None,
+                cost: None,
+                settled_cost: None,
                 upstream: None,
                 upstream_time: None,
                 duration: Duration::ZERO,

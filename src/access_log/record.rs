@@ -43,6 +43,15 @@ pub struct Record<'a> {
     pub route: Option<&'a str>,
     /// The limiter decision.
     pub decision: Option<Decision>,
+    /// The policy names of the limits that had no room, comma-separated (a denial only).
+    pub limits: Option<&'a str>,
+    /// The partition key of the client's bucket on a limited route (the RateLimit fields'
+    /// `pk`, a keyed hash: never the key itself).
+    pub pk: Option<&'a str>,
+    /// The cost charged at admission, on a route with cost limits.
+    pub cost: Option<u32>,
+    /// The cost the upstream reported (`settle`), when it reported one.
+    pub settled_cost: Option<u32>,
     /// The upstream server used.
     pub upstream: Option<SocketAddr>,
     /// From choosing the upstream to its response header.
@@ -90,6 +99,10 @@ pub(super) struct Entry {
     pub(super) status: u16,
     pub(super) route: Option<Range<usize>>,
     pub(super) decision: Option<Decision>,
+    pub(super) limits: Option<Range<usize>>,
+    pub(super) pk: Option<Range<usize>>,
+    pub(super) cost: Option<u32>,
+    pub(super) settled_cost: Option<u32>,
     pub(super) upstream: Option<SocketAddr>,
     pub(super) upstream_time: Option<Duration>,
     pub(super) duration: Duration,
@@ -146,6 +159,10 @@ impl Batch {
             status: r.status,
             route: r.route.map(|n| self.push_str(n)),
             decision: r.decision,
+            limits: r.limits.map(|l| self.push_str(l)),
+            pk: r.pk.map(|p| self.push_str(p)),
+            cost: r.cost,
+            settled_cost: r.settled_cost,
             upstream: r.upstream,
             upstream_time: r.upstream_time,
             duration: r.duration,

@@ -58,6 +58,9 @@ pub struct RequestCtx {
     /// Why slidegate refused the request (400) before it was counted: the access log's
     /// `error`.
     pub(super) refused: Option<crate::request_form::BadRequest>,
+    /// A denial's limits that had no room, one bit per limit in the route's order (the
+    /// access log names them).
+    pub(super) refused_by: u64,
     /// The request's cost in its route's cost limits (read only on a route that has some).
     pub(super) cost: u32,
     /// The upstream server this request was last sent to.

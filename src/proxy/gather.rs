@@ -132,7 +132,7 @@ impl SlideGate {
             _ => {}
         }
         if let Some(route) = route {
-            count_limits(route, outcome, ctx.cost);
+            ctx.refused_by = count_limits(route, outcome, ctx.cost);
         }
         if let Some(route) = route.filter(|r| r.spec.cost.is_weighted()) {
             count_cost(route, outcome, ctx.cost);
@@ -152,21 +152,26 @@ impl SlideGate {
 /// `slidegate_limit_admissions_total` / `_denials_total`: an admission in every limit of its
 /// route, a denial under each limit that had no room for it (its remaining below what the
 /// request weighs there: 1, or a cost limit's cost). Shadow verdicts are not counted: nothing
-/// was refused.
-fn count_limits(route: &Route, outcome: &Outcome<'_>, cost: u32) {
+/// was refused. Returns the refusing limits, one bit each (see `RequestCtx::refused_by`).
+fn count_limits(route: &Route, outcome: &Outcome<'_>, cost: u32) -> u64 {
     let (verdict, admitted) = match outcome {
         Outcome::Allowed(v) | Outcome::Delayed(v) | Outcome::LocalAllowed(v) => (v, true),
         Outcome::Denied(v) | Outcome::LocalDenied(v) => (v, false),
-        _ => return,
+        _ => return 0,
     };
+    let mut refused = 0;
     let limits = route.spec.limits.iter().zip(&verdict.states);
-    for ((limit, state), (admissions, denials)) in limits.zip(&route.metrics.limits) {
+    for (i, ((limit, state), (admissions, denials))) in
+        limits.zip(&route.metrics.limits).enumerate()
+    {
         if admitted {
             admissions.inc();
         } else if state.remaining < limit.weighted(cost.max(1)).weight {
             denials.inc();
+            refused |= 1u64.checked_shl(i as u32).unwrap_or(0);
         }
     }
+    refused
 }
 
 /// `slidegate_cost_admitted_total` / `_denied_total`: a decided request's cost in each of its

@@ -426,6 +426,7 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
+        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled.clone()?.ok());
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
@@ -459,6 +460,19 @@ impl ProxyHttp for SlideGate {
             None => 0,
         };
         let refused = ctx.refused.map(|why| why.to_string());
+        let limited = (ctx.route()).filter(|r| r.spec.is_limited() && ctx.decision.is_some());
+        let pk = limited.map(|r| r.partition_key(&ctx.key));
+        let limits = limited.filter(|_| ctx.refused_by != 0).map(|r| {
+            let refused = (r.policy_names.iter().enumerate())
+                .filter(|(i, _)| ctx.refused_by & 1u64.checked_shl(*i as u32).unwrap_or(0) != 0);
+            refused
+                .map(|(_, name)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        let cost = limited
+            .filter(|r| r.spec.cost.is_weighted())
+            .map(|_| ctx.cost);
         log.send(Record {
             time: SystemTime::now(),
             client: ctx.client,
@@ -471,6 +485,10 @@ impl ProxyHttp for SlideGate {
             status,
             route: ctx.route().map(|r| r.spec.name.as_str()),
             decision: ctx.decision,
+            limits: limits.as_deref(),
+            pk: pk.as_ref().map(|p| p.as_str()),
+            cost,
+            settled_cost,
             upstream: ctx.upstream,
             upstream_time: ctx.timing.upstream(),
             duration,
