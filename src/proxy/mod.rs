@@ -426,7 +426,7 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
-        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled.clone()?.ok());
+        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.ok());
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
