@@ -120,23 +120,31 @@ impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
                 close: Notify::new(),
             },
         });
+        // The server's shutdown is passed on by a task of its own, not a third branch below:
+        // every wakeup of the connection would poll it (and the connection wakes several times
+        // a request).
         let mut server = shutdown.clone();
-        let forward = async {
-            // Until the server's watch says shut down, then pass it on and wait for the rest.
+        let conn = Arc::downgrade(&app);
+        let forward = tokio::spawn(async move {
+            // Until the server's watch says shut down, then pass it on.
             while !*server.borrow_and_update() {
                 if server.changed().await.is_err() {
-                    return std::future::pending().await;
+                    return;
                 }
             }
-            app.conn.goaway.send_replace(true);
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
+            if let Some(app) = conn.upgrade() {
+                app.conn.goaway.send_replace(true);
+            }
+        });
+        // Biased: the connection's own future first, with no random pick on each wakeup.
+        let next = tokio::select! {
+            biased;
             next = ServerApp::process_new(&app, stream, &watch) => next,
             // Dropping the connection's future closes its socket; its streams' tasks see errors.
             () = app.conn.close.notified() => None,
-            () = forward => None,
-        }
+        };
+        forward.abort();
+        next
     }
 
     /// Serve one HTTP/2 stream within the connection's bounds.
