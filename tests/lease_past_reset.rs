@@ -3,8 +3,9 @@
 //! stream ([`DETACHED_HEADER`], as an app that never checks its connection). A client sends N
 //! requests of one key, gives up on each after 100 ms (HTTP/1.1: its socket closed; HTTP/2:
 //! `RST_STREAM`) and sends again, for 3 s: the upstream never works on more than N of the key
-//! at once, over HTTP/1.1, h2c and HTTP/2 over TLS. A lease is still given back within the
-//! upstream's `read_timeout` when the upstream takes longer than that.
+//! at once, over HTTP/1.1, h2c and HTTP/2 over TLS, behind an HTTP/1.1 or an HTTP/2 upstream. A
+//! lease is still given back within the upstream's `read_timeout` when the upstream takes longer
+//! than that.
 
 mod common;
 
