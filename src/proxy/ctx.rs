@@ -91,7 +91,7 @@ pub struct RequestCtx {
     /// counts.
     pub(super) ticket: Option<super::refund::Ticket>,
     /// The leases of the route's concurrency limits this request holds, given back when it
-    /// ends (`logging`), however it ends.
+    /// ends (`logging`), however it ends; after a client's abort, once the upstream is done.
     pub(super) lease: Option<super::lease::Lease>,
     /// Who ended an upgraded request's tunnel first, for `settle` (see [`Tunnel`]).
     pub(super) tunnel: Tunnel,

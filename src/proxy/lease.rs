@@ -1,8 +1,11 @@
 //! A request's leases (concurrency limits): a task tied to the request renews them every
 //! `lease_ttl / 3` while it runs, so a long stream keeps its leases, and gives them back when
-//! the request ends ([`Lease`] dropped or ended in `logging`). The same task renews and
-//! releases, so a release never races a renewal in flight: it always names the lease's newest
-//! time. A proxy that dies takes its tasks with it; its leases then leave at their deadline.
+//! the request ends ([`Lease`] dropped or ended in `logging`). A client that leaves does not end
+//! it: the patched Pingora (`vendor/README.md`, patch three) reads the upstream's response to its
+//! end first, at most `read_timeout`, so an app that goes on working is still counted. The same
+//! task renews and releases, so a release never races a renewal in flight: it always names the
+//! lease's newest time. A proxy that dies takes its tasks with it; its leases then leave at their
+//! deadline.
 
 use std::sync::Arc;
 use std::time::Duration;

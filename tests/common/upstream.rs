@@ -68,6 +68,11 @@ pub const TRAILER_HEADER: &str = "x-upstream-trailer";
 /// the body and the trailer of [`TRAILER_HEADER`]: a stream whose count comes late.
 pub const TRAILER_DELAY_HEADER: &str = "x-upstream-trailer-delay-ms";
 
+/// Request header asking the upstream to keep working on a [`DELAY_HEADER`] request to its end
+/// even after the proxy closed the connection or reset the stream (counted in flight all the
+/// while), as an app that never checks its connection does.
+pub const DETACHED_HEADER: &str = "x-upstream-detached";
+
 /// What the upstream saw of one request.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -288,14 +293,23 @@ async fn answer(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
         arrived: std::time::Instant::now(),
     });
     seen.hits.fetch_add(1, Ordering::SeqCst);
-    let _answering = Answering::new(seen.clone());
+    let answering = Answering::new(seen.clone());
     let delay = req
         .headers()
         .get(DELAY_HEADER)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .map(|ms| std::time::Duration::from_millis(ms.min(60_000)));
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
+    match delay {
+        // A task of its own: hyper dropping this future does not end the work.
+        Some(delay) if req.headers().contains_key(DETACHED_HEADER) => {
+            let work = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                drop(answering);
+            });
+            let _ = work.await;
+        }
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => {}
     }
     if req.headers().contains_key(READ_BODY_HEADER) {
         while let Some(Ok(_)) = req.body_mut().frame().await {}

@@ -187,7 +187,14 @@ where
             Ok((downstream_can_reuse, upstream_can_reuse)) => {
                 (downstream_can_reuse, upstream_can_reuse, None)
             }
-            Err(e) => (false, false, Some(e)),
+            Err(e) => {
+                // The upstream may still be working on the request: let it finish before the
+                // logging hook runs (see `drain_after_client_gone`).
+                if client_gone(&e) {
+                    drain_after_client_gone(client_session, peer.options.read_timeout).await;
+                }
+                (false, false, Some(e))
+            }
         }
     }
 
@@ -1069,6 +1076,45 @@ where
         }
 
         Ok(end_of_body)
+    }
+}
+
+/// Whether `e` says the downstream went away (closed, reset, or no longer reading), so no
+/// response will reach it; not an error the proxy still answers (a `408`, a refused body).
+pub(crate) fn client_gone(e: &Error) -> bool {
+    e.esource == ErrorSource::Downstream
+        && matches!(
+            e.etype,
+            ConnectionClosed | ReadError | WriteError | H2Error | WriteTimedout
+        )
+}
+
+/// After the downstream went away mid-request, read the upstream's response to its end and
+/// discard it, as nginx's `proxy_ignore_client_abort`, at most `read_timeout` more. Closing the
+/// connection at once would leave an upstream that does not notice a closed connection working
+/// on a request the proxy no longer counts: the logging hook, where a proxy ends what it counted
+/// for the request, runs only once the upstream is done. An upgraded connection is a tunnel
+/// whose end the upstream sees: it is closed at once.
+async fn drain_after_client_gone(
+    client_session: &mut HttpSessionV1,
+    read_timeout: Option<Duration>,
+) {
+    if client_session.was_upgraded() {
+        return;
+    }
+    let drain = async {
+        // Each read is bounded by the session's own read timeout too.
+        while let Ok(task) = client_session.read_response_task().await {
+            if task.is_end() || matches!(task, HttpTask::Body(None, _)) {
+                break;
+            }
+        }
+    };
+    match read_timeout {
+        Some(t) => {
+            let _ = time::timeout(t, drain).await;
+        }
+        None => drain.await,
     }
 }
 

@@ -343,6 +343,11 @@ where
                 let upstream_read_timeout =
                     e.esource == ErrorSource::Upstream && matches!(e.etype, ReadTimedout);
                 let downstream_error = e.esource == ErrorSource::Downstream;
+                // The upstream may still be working on the request: let it finish before the
+                // logging hook runs (see `drain_after_client_gone`).
+                if crate::proxy_h1::client_gone(&e) {
+                    drain_after_client_gone(client_session, peer.options.read_timeout).await;
+                }
                 // On application level upstream read timeouts, send RST_STREAM CANCEL,
                 // we know we have not received END_STREAM at this point since we read timed out.
                 // Also cancel the upstream stream when downstream goes away/resets so the
@@ -1116,6 +1121,27 @@ where
 }
 
 /* Read response header, body and trailer from h2 upstream and send them to tx */
+/// After the downstream went away mid-request, read the upstream's response to its end and
+/// discard it, as nginx's `proxy_ignore_client_abort`, at most `read_timeout` more, before the
+/// stream is reset. Resetting it at once would leave an upstream that does not notice a reset
+/// working on a request the proxy no longer counts: the logging hook, where a proxy ends what it
+/// counted for the request, runs only once the upstream is done.
+async fn drain_after_client_gone(client: &mut Http2Session, read_timeout: Option<Duration>) {
+    let drain = async {
+        // Each read is bounded by the session's own read timeout too.
+        if client.response_header().is_none() && client.read_response_header().await.is_err() {
+            return;
+        }
+        while let Ok(Some(_)) = client.read_response_body().await {}
+    };
+    match read_timeout {
+        Some(t) => {
+            let _ = time::timeout(t, drain).await;
+        }
+        None => drain.await,
+    }
+}
+
 pub(crate) async fn pipe_up_to_down_response(
     client: &mut Http2Session,
     tx: mpsc::Sender<HttpTask>,
