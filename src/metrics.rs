@@ -58,6 +58,10 @@ pub struct Metrics {
     pub cost_admitted: IntCounterVec,
     /// See [`Metrics::cost_admitted`].
     pub cost_denied: IntCounterVec,
+    /// `slidegate_cost_settled_total{route,limit}`: on a `settle` route, the cost units each
+    /// request holds in each cost limit once settled (the real cost the upstream reported, or
+    /// the charge where it stands), so a dashboard shows units used, not estimated.
+    pub cost_settled: IntCounterVec,
     /// `slidegate_limit_denials_total{route,limit}`: denials counted under each limit that had
     /// no room (`limit`: its policy name, as in the RateLimit fields; a denial by two full
     /// limits counts in both).
@@ -304,6 +308,12 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route", "limit"]
     )
     .expect("register slidegate_cost_denied_total"),
+    cost_settled: register_int_counter_vec!(
+        "slidegate_cost_settled_total",
+        "Cost units of settle routes' requests once settled, per cost limit",
+        &["route", "limit"]
+    )
+    .expect("register slidegate_cost_settled_total"),
     limit_denials: register_int_counter_vec!(
         "slidegate_limit_denials_total",
         "Denials, under each limit that had no room (limit: its policy name)",

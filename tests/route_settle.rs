@@ -147,12 +147,32 @@ async fn settles_both_ways(proxies: &[Proxy], ca: &TestCa, store: &str) {
     ];
     for (result, n) in results {
         let line = format!("slidegate_settlements_total{{result=\"{result}\",route=");
-        let sum: u64 = (proxies.iter().map(|p| p.admin_get("/metrics").1))
-            .flat_map(|m| m.lines().map(str::to_owned).collect::<Vec<_>>())
-            .filter(|l| l.starts_with(&line))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum();
-        assert_eq!(sum, n, "{result}");
+        // Counted by the settlement's task once the store applied it, a moment after the
+        // inspector shows it: polled.
+        let sum = || -> u64 {
+            (proxies.iter().map(|p| p.admin_get("/metrics").1))
+                .flat_map(|m| m.lines().map(str::to_owned).collect::<Vec<_>>())
+                .filter(|l| l.starts_with(&line))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        };
+        let done = poll_until(Duration::from_secs(5), || sum() == n);
+        assert!(done.is_some(), "{result}: {} of {n}", sum());
+    }
+    // Issue 54: the units the cost limits hold once settled, what the app reported where it
+    // did (30 + 10 + 1500, and 5 on the trailer route) and the charge where it stands (5 + 5),
+    // per protocol; the claims were 130 and 200.
+    for (route, want) in [("chat", 3 * 1550), ("stream", 3 * 5)] {
+        let policy = POLICY.replace("chat", route);
+        let line = format!("slidegate_cost_settled_total{{limit=\"{policy}\",route=\"{route}\"}}");
+        let sum = || -> u64 {
+            (proxies
+                .iter()
+                .map(|p| p.metric(&line).unwrap_or(0.0) as u64))
+            .sum()
+        };
+        let done = poll_until(Duration::from_secs(5), || sum() == want);
+        assert!(done.is_some(), "{line}: {} of {want}", sum());
     }
 }
 

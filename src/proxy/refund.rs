@@ -270,6 +270,8 @@ impl Limiter {
                     if let Some(result) = result {
                         let name = route.spec.name.as_str();
                         METRICS.settlements.with_label_values(&[name, result]).inc();
+                        // The charge stands as it was.
+                        count_settled(&route.spec.name, &cost_policies(route), ticket.cost);
                     }
                     return;
                 }
@@ -307,6 +309,13 @@ impl Limiter {
             return;
         };
         let (name, bucket, own) = (route.spec.name.clone(), bucket.to_owned(), own.to_vec());
+        let settles = route.spec.cost.settle.is_some();
+        let policies = if settles {
+            cost_policies(route)
+        } else {
+            Vec::new()
+        };
+        let charged = ticket.cost;
         tokio::spawn(async move {
             let buckets = Buckets::stacked(&bucket, &own, &of_limit);
             let admission = Admission::new(&name, &buckets, &limits, &at).with_change(change);
@@ -322,7 +331,33 @@ impl Limiter {
                 (_, _, false) => (&METRICS.refunds, "error"),
             };
             counter.with_label_values(&[name.as_str(), outcome]).inc();
+            if settles {
+                // What the cost limits hold of this request once settled, in units.
+                let units = match (part, change, result.is_ok()) {
+                    (Part::Cost, Change::GiveBack, true) => charged.saturating_sub(weight),
+                    (Part::Cost, Change::Charge, true) => charged.saturating_add(weight),
+                    _ => charged,
+                };
+                count_settled(&name, &policies, units);
+            }
         });
+    }
+}
+
+/// The policy names of `route`'s cost limits.
+fn cost_policies(route: &Route) -> Vec<String> {
+    let limits = route.spec.limits.iter().zip(&route.policy_names);
+    let cost = limits.filter(|(l, _)| l.unit == crate::limiter::Unit::Cost);
+    cost.map(|(_, name)| name.clone()).collect()
+}
+
+/// `slidegate_cost_settled_total{route,limit}`: a settled request's units in each cost limit.
+fn count_settled(route: &str, policies: &[String], units: u32) {
+    for policy in policies {
+        let counter = METRICS
+            .cost_settled
+            .with_label_values(&[route, policy.as_str()]);
+        counter.inc_by(u64::from(units));
     }
 }
 
