@@ -97,8 +97,9 @@ pub struct Metrics {
     /// `slidegate_upstream_connect_failures_total{upstream}`: connections to an upstream
     /// server that could not be made (refused, timed out, unreachable).
     pub upstream_connect_failures: IntCounterVec,
-    /// `slidegate_store_ready`: 1 while the store answers (what `/readyz` says), else 0, so
-    /// Prometheus can alert on readiness without probing `/readyz`.
+    /// `slidegate_store_ready`: 1 while the store answers (what `/readyz?store` says), else 0, so
+    /// Prometheus can alert on the store without probing it (`/readyz` stays 200 through a
+    /// store outage unless every route fails closed: [`crate::admin::readiness`]).
     pub store_ready: IntGauge,
 }
 
@@ -235,7 +236,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     .expect("register slidegate_upstream_connect_failures_total"),
     store_ready: register_int_gauge!(
         "slidegate_store_ready",
-        "1 while the limit store answers (as /readyz), 0 otherwise"
+        "1 while the limit store answers (as /readyz?store), 0 otherwise"
     )
     .expect("register slidegate_store_ready"),
     client_connections: register_int_gauge!(

@@ -192,6 +192,36 @@ fn shipped_example_config_is_valid() {
     );
 }
 
+/// The example config as a new user tries it, on localhost: every route with a path is the one
+/// a request to that path gets, none falls to the unlimited "default" (the "api" route took
+/// only `*.example.com` before, so `/api` on localhost went unlimited).
+#[test]
+fn shipped_example_config_routes_each_path_on_localhost() {
+    use slidegate::method_override::Methods;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slidegate.toml");
+    let config = Config::load(&path).expect("config/slidegate.toml loads");
+    let rules = slidegate::routes::Rules::build(&config).expect("rules");
+    let mut checked = Vec::new();
+    for route in config.routes.iter().filter(|r| r.name != "default") {
+        let prefix = route.matching.path_prefix.trim_end_matches('/');
+        for host in [Some("localhost"), Some("127.0.0.1"), None] {
+            let found = rules.find(
+                host,
+                &format!("{prefix}/x"),
+                &Methods::sent(&http::Method::GET),
+            );
+            let name = found.map(|(_, r)| r.spec.name.as_str());
+            assert_eq!(
+                name,
+                Some(route.name.as_str()),
+                "GET {prefix}/x with Host {host:?}"
+            );
+        }
+        checked.push(route.name.as_str());
+    }
+    assert_eq!(checked, ["login", "api", "search", "chat", "stream"]);
+}
+
 #[test]
 fn missing_file_names_the_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -417,8 +417,8 @@ fn a_cached_denial_is_asked_again_after_its_max_age() {
         .build()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    // Wait for Redis (readyz), then fill the bucket.
-    while proxy.admin_get("/readyz").0 != 200 && Instant::now() < deadline {
+    // Wait for Redis (/readyz?store), then fill the bucket.
+    while proxy.admin_get("/readyz?store").0 != 200 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(rt.block_on(send(proxy.addr(), "GET", "/", &[])).status, 200);

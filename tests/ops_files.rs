@@ -271,6 +271,70 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     );
 }
 
+/// The unit's comment tells how to signal the service from a shell (`sudo env TMPDIR=/run/slidegate
+/// slidegate -s reload -c …`): that command, run with the unit's TMPDIR against a proxy started
+/// with it and default paths, reloads it; the same command without that TMPDIR (a shell's own)
+/// does not find the pid file, which is why the comment gives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_units_shell_signal_command_finds_the_pid_file() {
+    let unit = read("deploy/systemd/slidegate.service");
+    let runtime = "/run/slidegate";
+    assert!(unit.contains("RuntimeDirectory=slidegate"));
+    assert!(unit.contains(&format!("Environment=TMPDIR={runtime}")));
+    let line = unit
+        .lines()
+        .find(|l| l.contains("-s reload"))
+        .expect("the unit says how to reload from a shell");
+    let command = line
+        .trim_start_matches('#')
+        .trim()
+        .strip_prefix(&format!(
+            "sudo env TMPDIR={runtime} /usr/local/bin/slidegate "
+        ))
+        .unwrap_or_else(|| panic!("not the expected command: {line}"));
+    let args: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(
+        args,
+        ["-s", "reload", "-c", "/etc/slidegate/slidegate.toml"]
+    );
+
+    let up = Upstream::start();
+    let run = tempfile::tempdir().unwrap();
+    let tmpdir = run.path().display().to_string();
+    let proxy = Proxy::start_with(
+        &ConfigBuilder::unlimited(up.addr()),
+        ProxyOptions {
+            default_paths: true,
+            env: vec![("TMPDIR".into(), tmpdir.clone())],
+            ..ProxyOptions::default()
+        },
+    );
+    proxy.wait_signal_handler(libc::SIGHUP, Duration::from_secs(10));
+    let reloads = || common::admin::reloads(&proxy, "ok");
+    // A shell's TMPDIR (not the unit's): the pid file is not found.
+    let other = tempfile::tempdir().unwrap();
+    let shell = slidegate(
+        &args[..2],
+        proxy.config_path(),
+        &[("TMPDIR", &other.path().display().to_string())],
+    );
+    assert!(!shell.ok, "{shell:?}");
+    assert!(
+        shell.stderr.contains("cannot read pid file"),
+        "{}",
+        shell.stderr
+    );
+    // The comment's command, with the unit's TMPDIR.
+    let given = slidegate(&args[..2], proxy.config_path(), &[("TMPDIR", &tmpdir)]);
+    assert!(given.ok, "{given:?}");
+    let took = poll_until(Duration::from_secs(10), || reloads() == 1);
+    println!(
+        "-s reload with the unit's TMPDIR: reloaded after {took:?}; without: {}",
+        shell.stderr.trim()
+    );
+    assert!(took.is_some(), "no reload; log:\n{}", proxy.log());
+}
+
 /// What the logrotate snippet does, done by hand: move the access log, send SIGUSR1 (here via
 /// `slidegate -s reopen`), and the next request's line lands in a new file at the old path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

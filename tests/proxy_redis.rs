@@ -4,7 +4,7 @@
 //! - several proxies on one Redis admit exactly the limit under thousands of concurrent clients;
 //! - a Redis Cluster decides stacked limits in one slot (no CROSSSLOT), all or nothing;
 //! - a killed, frozen and restarted Redis costs each request at most the store timeout, applies
-//!   `on_error`, flips `/readyz`, and limiting is exact again after recovery, without a restart;
+//!   `on_error`, flips `/readyz?store`, and limiting is exact again after recovery, without a restart;
 //! - a proxy started while Redis is down serves (with `on_error`) and recovers on its own;
 //! - proxies whose clocks are an hour apart (libfaketime) share one window exactly;
 //! - the local deny cache is exact across proxies and saves Redis calls.
@@ -617,7 +617,17 @@ async fn proxy_started_with_redis_down_serves_then_enforces() {
             .build(),
     );
     let pid = proxy.pid();
-    assert_eq!(proxy.admin_get("/readyz").0, 503, "ready without Redis");
+    assert_eq!(
+        proxy.admin_get("/readyz?store").0,
+        503,
+        "store ready without Redis"
+    );
+    // The "open" route serves (on_error = "allow"): the process is ready for traffic.
+    let (status, body) = proxy.admin_get("/readyz");
+    assert_eq!(
+        (status, body.lines().take(2).collect::<Vec<_>>()),
+        (200, vec!["ready", "store: down"])
+    );
 
     // on_error applies, beyond the limit too (nothing can be counted).
     for i in 0..2 * LIMIT {
@@ -932,7 +942,7 @@ async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {
 }
 
 /// The deny cache rests on Redis keeping its state. When Redis restarts empty, the cached
-/// denials are void: once the proxy has seen the connection drop (`/readyz` back to 200 after
+/// denials are void: once the proxy has seen the connection drop (`/readyz?store` back to 200 after
 /// the restart), the next request is decided by the new, empty Redis and admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_cache_is_dropped_when_redis_restarts_empty() {
@@ -975,7 +985,7 @@ async fn deny_cache_is_dropped_when_redis_restarts_empty() {
         "after an empty Redis restart: admitted again after {} requests {statuses:?}",
         statuses.len()
     );
-    assert_eq!(proxy.admin_get("/readyz").0, 200);
+    assert_eq!(proxy.admin_get("/readyz?store").0, 200);
     // And the new Redis enforces the limit exactly: one more, then denied.
     assert_eq!(get(proxy.addr(), "/r", &[]).await.status, 200);
     assert_eq!(get(proxy.addr(), "/r", &[]).await.status, 429);

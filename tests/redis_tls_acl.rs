@@ -61,12 +61,17 @@ fn wait_log(proxy: &Proxy, needles: &[&str], within: Duration) -> String {
     }
 }
 
-/// `/readyz` stays 503 and a request gets `on_error = "deny"`'s 503.
+/// `/readyz?store` stays 503 and a request gets `on_error = "deny"`'s 503.
 async fn assert_not_ready(proxy: &Proxy) {
     // Two maintain periods: a store that was going to connect would have.
     let until = Instant::now() + Duration::from_millis(2500);
     while Instant::now() < until {
-        assert_eq!(proxy.admin_get("/readyz").0, 503, "log:\n{}", proxy.log());
+        assert_eq!(
+            proxy.admin_get("/readyz?store").0,
+            503,
+            "log:\n{}",
+            proxy.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(get(proxy.addr(), "/").await.status, 503);

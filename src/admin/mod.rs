@@ -1,5 +1,6 @@
 //! The admin listener: `GET /metrics` (Prometheus text), `/healthz` (the process answers),
-//! `/readyz` (the limit store answers; 503 until it does), and the inspector: the JSON API under
+//! `/readyz` (should this process get traffic: [`readiness`]; `/readyz?store`: does the limit
+//! store answer), and the inspector: the JSON API under
 //! `/api/v1/` ([`api`]) and the page on `/` ([`page`]).
 //!
 //! With `[server] admin_token` set, the inspector (API and page) requires
@@ -11,6 +12,7 @@
 pub mod api;
 pub mod guard;
 pub mod page;
+pub mod readiness;
 pub mod throttle;
 
 use std::net::{IpAddr, SocketAddr};
@@ -56,12 +58,30 @@ enum Credentials {
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Vec<u8>> {
+    text_owned(status, body.to_string())
+}
+
+fn text_owned(status: StatusCode, body: String) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .header(http::header::CONTENT_LENGTH, body.len())
-        .body(body.as_bytes().to_vec())
-        .expect("static response is valid")
+        .body(body.into_bytes())
+        .expect("a text response is valid")
+}
+
+/// `/readyz` and `/readyz?store` ([`readiness`]): 200 or 503 with a body saying why.
+fn readyz(store_ready: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+    let answer = if readiness::wants_store(query) {
+        readiness::of_store(store_ready)
+    } else {
+        readiness::of_routes(store_ready, rules.routes.iter().map(|r| &r.spec))
+    };
+    let status = match answer.ready {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    text_owned(status, answer.body)
 }
 
 /// Compare without an early exit, so response timing does not reveal how much of a guess was
@@ -200,8 +220,10 @@ impl ServeHttp for AdminApp {
             // pingora-prometheus gathers the default registry our metrics are registered in.
             "/metrics" => return PrometheusHttpApp.response(session).await,
             "/healthz" => return text(StatusCode::OK, "ok\n"),
-            "/readyz" if self.store.is_ready() => return text(StatusCode::OK, "ready\n"),
-            "/readyz" => return text(StatusCode::SERVICE_UNAVAILABLE, "store not ready\n"),
+            "/readyz" => {
+                let query = session.req_header().uri.query().unwrap_or("");
+                return readyz(self.store.is_ready(), &self.rules.load(), query);
+            }
             _ => {}
         }
         if let Some(refusal) = self.refusal(session) {

@@ -7,17 +7,20 @@ use serde_json::Value;
 
 use super::proxy::{send, Proxy, Reply};
 
-/// Poll `/readyz` until it answers `want`; how long that took. Panics after `within`.
+/// Poll `/readyz?store` (200 while the limit store answers, 503 while it does not) until it
+/// answers `want`; how long that took. Panics after `within`. Plain `/readyz` stays 200 through
+/// a store outage unless every route fails closed, so it does not tell a test that its store
+/// answers: this does.
 pub fn wait_readyz(proxy: &Proxy, want: u16, within: Duration) -> Duration {
     let start = Instant::now();
     loop {
-        let (status, _) = proxy.admin_get("/readyz");
+        let (status, _) = proxy.admin_get("/readyz?store");
         if status == want {
             return start.elapsed();
         }
         assert!(
             start.elapsed() < within,
-            "/readyz still {status} (want {want}) after {within:?}; log:\n{}",
+            "/readyz?store still {status} (want {want}) after {within:?}; log:\n{}",
             proxy.log()
         );
         std::thread::sleep(Duration::from_millis(20));

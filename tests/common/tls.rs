@@ -293,7 +293,8 @@ pub fn tls_options(ca: &TestCa, server_lines: &str) -> super::proxy::ProxyOption
 }
 
 /// `n` proxies on `config`, each with a TLS listener (a leaf of `ca`) and h2c beside plain
-/// HTTP/1.1, ready (`/readyz` 200): what a test of every protocol on shared state starts.
+/// HTTP/1.1, its store answering (`/readyz?store` 200): what a test of every protocol on shared
+/// state starts.
 pub fn ready_on_every_protocol(config: &str, ca: &TestCa, n: usize) -> Vec<super::proxy::Proxy> {
     (0..n)
         .map(|_| {

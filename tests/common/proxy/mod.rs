@@ -78,7 +78,7 @@ impl ProxyOptions {
     }
 }
 
-/// Start a proxy with `opts` and wait until its store answers (`/readyz` 200).
+/// Start a proxy with `opts` and wait until its store answers (`/readyz?store` 200).
 pub fn start_ready(config_toml: &str, opts: ProxyOptions) -> Proxy {
     let proxy = Proxy::start_with(config_toml, opts);
     super::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));

@@ -1,0 +1,170 @@
+//! `/readyz`: should this process receive traffic?
+//!
+//! Readiness is per replica, but the limit store (Redis) is shared by every replica: when it is
+//! down it is down for all of them at once, and a probe that follows it takes every replica out
+//! of a load balancer together (a Kubernetes Service left with no endpoints), turning routes that
+//! keep answering under `on_error = "allow"` or `"local"` into a whole-site outage. So, as
+//! Envoy's `/ready` and Kong's `/status/ready` do for their rate-limit backends, readiness does
+//! not follow the store, with one exception: when the store is down and **every** route fails
+//! closed (limited, not `shadow`, `on_error = "deny"`), each request this process could take is
+//! refused anyway, and `/readyz` says 503. A route without limits, a shadow route, or one on
+//! `allow` or `local` keeps it 200. The store's own state is in the body, in
+//! `slidegate_store_ready`, and on `/readyz?store` (200 only while the store answers).
+
+use crate::config::{OnError, RouteSpec};
+
+/// The answer of `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// 200 or 503.
+    pub ready: bool,
+    /// A text body naming the store's state and, while it is down, what each route answers.
+    pub body: String,
+}
+
+/// Does the query ask for the store's own state (`/readyz?store` or `?store=1`)?
+pub fn wants_store(query: &str) -> bool {
+    query
+        .split('&')
+        .any(|item| item == "store" || item == "store=1")
+}
+
+/// `/readyz?store`: ready only while the store answers.
+pub fn of_store(store_ready: bool) -> Readiness {
+    let ready = store_ready;
+    let body = if ready {
+        "store: up\n"
+    } else {
+        "store: down\n"
+    };
+    Readiness {
+        ready,
+        body: body.to_string(),
+    }
+}
+
+/// What a route answers while the store is down.
+fn while_down(route: &RouteSpec) -> &'static str {
+    if !route.is_limited() {
+        return "no limits, proxied";
+    }
+    if route.counting.shadow {
+        return "shadow, proxied";
+    }
+    match route.counting.on_error {
+        OnError::Deny => "on_error = \"deny\", 503",
+        OnError::Allow => "on_error = \"allow\", proxied without limits",
+        OnError::Local => "on_error = \"local\", limited by this process alone",
+    }
+}
+
+/// Whether a route refuses every request while the store is down.
+fn fails_closed(route: &RouteSpec) -> bool {
+    route.is_limited() && !route.counting.shadow && route.counting.on_error == OnError::Deny
+}
+
+/// `/readyz`: see the module documentation for the rule.
+pub fn of_routes<'a>(
+    store_ready: bool,
+    routes: impl IntoIterator<Item = &'a RouteSpec>,
+) -> Readiness {
+    if store_ready {
+        return Readiness {
+            ready: true,
+            body: "ready\nstore: up\n".to_string(),
+        };
+    }
+    let routes: Vec<&RouteSpec> = routes.into_iter().collect();
+    let ready = routes.is_empty() || !routes.iter().all(|r| fails_closed(r));
+    let mut body = String::from(if ready {
+        "ready\nstore: down\n"
+    } else {
+        "not ready: the store is down and every route has on_error = \"deny\"\nstore: down\n"
+    });
+    for route in routes {
+        body.push_str(&format!("route {}: {}\n", route.name, while_down(route)));
+    }
+    Readiness { ready, body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn routes(toml_routes: &str) -> Vec<RouteSpec> {
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\n\
+             [store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\n\
+             [upstreams.app]\nservers = [\"127.0.0.1:3\"]\n{toml_routes}"
+        );
+        let config =
+            Config::from_toml(std::path::Path::new("t.toml"), &toml).expect("valid config");
+        config.routing.routes
+    }
+
+    const LIMITS: &str = "upstream = \"app\"\nlimits = [{ requests = 1, window = \"1s\" }]\n";
+
+    fn route(name: &str, extra: &str) -> String {
+        format!("[[routes]]\nname = \"{name}\"\npath_prefix = \"/{name}\"\n{LIMITS}{extra}\n")
+    }
+
+    #[test]
+    fn a_store_that_answers_is_ready_whatever_the_routes() {
+        let all_deny = routes(&route("a", "on_error = \"deny\""));
+        let r = of_routes(true, &all_deny);
+        assert!(r.ready);
+        assert_eq!(r.body, "ready\nstore: up\n");
+    }
+
+    #[test]
+    fn a_store_down_is_ready_while_some_route_still_serves() {
+        for other in [
+            "on_error = \"allow\"",
+            "on_error = \"local\"",
+            "on_error = \"deny\"\nshadow = true",
+        ] {
+            let rs = routes(&(route("login", "on_error = \"deny\"") + &route("api", other)));
+            let r = of_routes(false, &rs);
+            assert!(r.ready, "{other}: {}", r.body);
+            assert!(r.body.contains("store: down\n"), "{}", r.body);
+            assert!(
+                r.body.contains("route login: on_error = \"deny\", 503\n"),
+                "{}",
+                r.body
+            );
+        }
+        // A route without limits never needs the store.
+        let rs = routes(
+            &(route("login", "on_error = \"deny\"")
+                + "[[routes]]\nname = \"rest\"\nupstream = \"app\"\n"),
+        );
+        let r = of_routes(false, &rs);
+        assert!(r.ready, "{}", r.body);
+        assert!(
+            r.body.contains("route rest: no limits, proxied\n"),
+            "{}",
+            r.body
+        );
+    }
+
+    #[test]
+    fn a_store_down_is_not_ready_when_every_route_fails_closed() {
+        let rs = routes(&(route("a", "on_error = \"deny\"") + &route("b", "on_error = \"deny\"")));
+        let r = of_routes(false, &rs);
+        assert!(!r.ready, "{}", r.body);
+        assert!(r.body.starts_with("not ready"), "{}", r.body);
+    }
+
+    #[test]
+    fn the_store_query_follows_the_store_alone() {
+        assert!(wants_store("store"));
+        assert!(wants_store("verbose&store=1"));
+        assert!(!wants_store("store=0"));
+        assert!(!wants_store(""));
+        assert!(!wants_store("restore"));
+        assert_eq!(of_store(false).body, "store: down\n");
+        assert!(of_store(true).ready);
+        assert!(!of_store(false).ready);
+    }
+}
