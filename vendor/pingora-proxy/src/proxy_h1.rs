@@ -1087,6 +1087,29 @@ pub(crate) fn client_gone(e: &Error) -> bool {
             e.etype,
             ConnectionClosed | ReadError | WriteError | H2Error | WriteTimedout
         )
+        && !read_timed_out(e)
+}
+
+/// A read that failed with `TimedOut`: the server's own deadline on the client (a request body
+/// not received in time, answered `408` by the server), not a client that left.
+fn read_timed_out(e: &Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match &e.cause {
+        Some(c) => Some(c.as_ref()),
+        None => None,
+    };
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::TimedOut;
+        }
+        cause = match c.downcast_ref::<Error>() {
+            Some(inner) => match &inner.cause {
+                Some(c) => Some(c.as_ref()),
+                None => None,
+            },
+            None => c.source(),
+        };
+    }
+    false
 }
 
 /// After the downstream went away mid-request, read the upstream's response to its end and
