@@ -174,24 +174,29 @@ impl Room {
         (verdict, Placed::Own, evicted)
     }
 
-    /// Would one request of bucket `key` under `limits` be admitted at `now()`? Records
-    /// nothing and evicts no other client: a look before a stacked decision reserves anything
-    /// (see `MemoryStore::check_stacked`).
-    pub(super) fn has_room(&self, key: u64, limits: &[Limit], now: impl Fn() -> u64) -> bool {
+    /// Would one request of bucket `key` under `limits` be admitted at `now()`, and each
+    /// limit's state as it stands? Records nothing and evicts no other client: a look before a
+    /// stacked decision reserves anything (see `MemoryStore::check_stacked`).
+    pub(super) fn peek(
+        &self,
+        key: u64,
+        limits: &[Limit],
+        now: impl Fn() -> u64,
+    ) -> (bool, Vec<LimitState>) {
         let mut guard = self.lock(shard_of(key));
         let shard = &mut *guard;
         let now = now();
         let Some(at) = shard.position(key) else {
             let mut b = Bucket::new(key, now);
             b.seed(&shard.summary, limits, now);
-            return b.admits(limits, now);
+            return b.peek(limits, now);
         };
         let b = &mut shard.buckets[at];
         let now = now.max(b.newest());
         let before = b.cost();
-        let room = b.admits(limits, now);
+        let peeked = b.peek(limits, now);
         shard.bytes = shard.bytes - before + b.cost();
-        room
+        peeked
     }
 
     /// Give back the admission of bucket `key` recorded at `at` (see [`Bucket::refund`]).

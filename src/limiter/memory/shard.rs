@@ -94,6 +94,24 @@ impl Bucket {
         }
     }
 
+    /// The decision's look without recording: would every limit admit one request at `now`,
+    /// and each limit's state as it stands (as a denial reports it).
+    pub(super) fn peek(&mut self, limits: &[Limit], now: u64) -> (bool, Vec<LimitState>) {
+        let admits = self.admits(limits, now);
+        let states = limits
+            .iter()
+            .map(|limit| {
+                let i = self.log_index(limit.id());
+                let log = &self.logs[i];
+                LimitState {
+                    remaining: remaining(limit, log.count(), false),
+                    reset: Duration::from_micros(log.reset_us(room_for(limit), now)),
+                }
+            })
+            .collect();
+        (admits, states)
+    }
+
     /// Remove the entry recorded at `at` from the log of every limit in `limits` (the counted
     /// one of its slot for a slotted limit). Memory stays accounted as it was: capacity is
     /// kept, so the next push needs no room.

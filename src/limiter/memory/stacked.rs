@@ -5,7 +5,7 @@ use std::future::Future as _;
 
 use super::MemoryStore;
 use crate::limiter::buckets::{reserve_in_order, time_of, Part};
-use crate::limiter::{Buckets, Change, Limit, Verdict};
+use crate::limiter::{Buckets, Change, Limit, LimitState, Verdict};
 
 impl MemoryStore {
     /// Decide limits in several buckets of `route`: each bucket's limits under its shard's
@@ -26,7 +26,8 @@ impl MemoryStore {
         // denies: a client at its own limit never holds a place in a shared bucket, even for
         // the microseconds of a reservation, whichever of them the route's key is (issue 52
         // row 16: fresh clients refused in 5-8 of 300 probes while the shared limit had room).
-        if let Some(full) = (1..groups.len()).find(|&g| !self.has_room(route, &groups[g], limits)) {
+        let full = (1..groups.len()).find(|&g| !self.peek(route, &groups[g], limits).0);
+        if let Some(full) = full {
             groups[..=full].rotate_right(1);
         }
         let parts: Vec<Part> = (groups.iter())
@@ -48,24 +49,43 @@ impl MemoryStore {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         let polled = std::pin::pin!(decided).poll(&mut cx);
-        match polled {
+        let mut verdict = match polled {
             std::task::Poll::Ready(Ok(verdict)) => verdict,
             _ => unreachable!("the memory store's decisions never wait or fail"),
+        };
+        let first_denied = (groups[0].1.iter()).any(|&i| verdict.states[i].remaining == 0);
+        if full.is_some() && !verdict.admitted && first_denied {
+            // Denied by the full bucket before any other was reached: each other bucket's
+            // limits as they stand, as one atomic decision would report them.
+            for group in &groups[1..] {
+                let (_, states) = self.peek(route, group, limits);
+                for (&i, state) in group.1.iter().zip(states) {
+                    verdict.states[i] = state;
+                }
+            }
         }
+        verdict
     }
 
-    /// Would the limits of `group` (a bucket and the indexes of its limits) admit a request?
-    fn has_room(
+    /// Would the limits of `group` (a bucket and the indexes of its limits) admit a request,
+    /// and each one's state as it stands?
+    fn peek(
         &self,
         route: &str,
         (bucket, members): &(&str, Vec<usize>),
         limits: &[Limit],
-    ) -> bool {
+    ) -> (bool, Vec<LimitState>) {
         let sub: Vec<Limit> = members.iter().map(|&i| limits[i]).collect();
         match self.rooms.load().get(route) {
-            Some(room) => room.has_room(self.hash(bucket), &sub, || self.now_us()),
+            Some(room) => room.peek(self.hash(bucket), &sub, || self.now_us()),
             // No room yet: no client of the route has been counted.
-            None => true,
+            None => {
+                let empty = |l: &Limit| LimitState {
+                    remaining: l.requests,
+                    reset: l.window,
+                };
+                (true, sub.iter().map(empty).collect())
+            }
         }
     }
 
