@@ -5,7 +5,8 @@
 //! The gate opens on a PING answered by `maintain` and closes on a failed PING; on one Redis
 //! it also closes on a lost connection or a few call timeouts in a row, so a frozen Redis costs
 //! one timeout per second instead of one per request. A Cluster's gate stays open on call
-//! failures (they usually concern one shard) and closes only when no master answers a PING.
+//! failures (they concern one master) and closes only when no master answers a PING; each
+//! master's own health, which fails its slots alone, is `shards.rs`'s.
 //!
 //! The generation changes whenever the store may have lost its state (a connection made,
 //! found lost or rebuilt; a new master), in one place: [`Gate::state_may_be_lost`].

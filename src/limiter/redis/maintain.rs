@@ -75,11 +75,21 @@ impl Inner {
         self.probe(&conn).await
     }
 
-    /// Probe `conn`; on the way back from an outage also load the script.
+    /// Probe `conn`; on the way back from an outage also load the script. A Cluster is probed
+    /// master by master, off `conn` (`shards.rs`): the store is up while any master answers,
+    /// and a dead master's slots fail alone.
     async fn probe(&self, conn: &Conn) -> Result<(), StoreError> {
         let mut conn = conn.clone();
-        let mut result = within(self.target.timeout, self.target.probe(&mut conn)).await;
-        if matches!(result, Err(StoreError::Unavailable(_))) {
+        let mut result = match &self.shards {
+            Some(shards) => shards.refresh().await.map(|back| {
+                if back {
+                    // A master back from an outage may have come back empty.
+                    self.gate.state_may_be_lost();
+                }
+            }),
+            None => within(self.target.timeout, self.target.probe(&mut conn)).await,
+        };
+        if self.shards.is_none() && matches!(result, Err(StoreError::Unavailable(_))) {
             self.gate.state_may_be_lost();
             // A probe that finds the connection lost (or the last reconnect failed) makes the
             // ConnectionManager start a new attempt without waiting for it; a second probe
