@@ -92,8 +92,8 @@ impl Inner {
     /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
     /// it waits `store.timeout` for its own answer: the lane's sender fails it then (see
     /// `coalesce/deadline.rs`; [`Backend::timed_out`] tells the gate). The gate learns of
-    /// every answer and every other failure here; on a Cluster, a lost connection also takes
-    /// `lane`'s master down (`shards.rs`).
+    /// every answer and every other failure here; on a Cluster, a lost connection also has
+    /// `lane`'s master PINGed at once (`shards.rs`).
     async fn call(
         &self,
         conn: &Conn,
@@ -110,8 +110,9 @@ impl Inner {
             }
             Err(error) => {
                 self.gate.call_failed(&error);
-                if let (true, Some(shards)) = (lost, &self.shards) {
-                    shards.lost(lane, &error);
+                let shards = self.shards.as_ref().filter(|_| lost);
+                if let Some(check) = shards.and_then(|shards| shards.check(lane)) {
+                    self.io.spawn(check);
                 }
                 Err(error)
             }

@@ -257,6 +257,7 @@ impl Store for RedisStore {
     }
 
     async fn maintain(&self) {
+        self.inner.watch_for_stalls();
         let inner = self.inner.clone();
         let _ = self
             .inner

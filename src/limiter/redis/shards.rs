@@ -14,12 +14,15 @@
 //! `ClusterConnection`: a command routed there by address to a disconnected node makes it
 //! reconnect to every seed, which stalls it too. `maintain` asks one master for `CLUSTER SLOTS`
 //! and PINGs every master once a second ([`Shards::refresh`]); a master that answers is up,
-//! one that does not is down. Between probes, a call that finds its master's connection lost
-//! or refused marks the master down at once. A call timeout does not: it fails its own
-//! decisions only, as a Cluster's always did (on a busy proxy, a healthy master's calls may
-//! miss a 50 ms deadline now and then, and a second of a third of the clients failing for it
-//! measured worse than the timeouts); a frozen master is found by its PING within a second.
+//! one that does not (twice, when the first ran out its time) is down. Between those rounds, a
+//! call that finds a connection lost or refused has its master PINGed at once, on its own
+//! connection: the error may not be that master's (redis-rs hands a failed slot refresh's error
+//! to calls for any slot), so only the PING takes it down. A call timeout alone does not: it
+//! fails its own decisions only, as a Cluster's always did (on a busy proxy, a healthy master's
+//! calls miss a 50 ms deadline now and then); a frozen master is found by its PINGs within a
+//! second.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +51,8 @@ pub(super) struct Shards {
     connect_timeout: Duration,
     /// `None` until the first `CLUSTER SLOTS` answer: every slot passes until then.
     map: ArcSwapOption<SlotMap>,
+    /// The stall watch runs (`maintain.rs`).
+    pub(super) watching: AtomicBool,
 }
 
 /// Slot owners, as the last `CLUSTER SLOTS` said.
@@ -62,6 +67,8 @@ struct Master {
     host: String,
     port: u16,
     down: AtomicBool,
+    /// A PING of this master, asked for by a call, runs.
+    checking: AtomicBool,
     probe: Mutex<Option<MultiplexedConnection>>,
 }
 
@@ -80,6 +87,7 @@ impl Shards {
             timeout,
             connect_timeout,
             map: ArcSwapOption::empty(),
+            watching: AtomicBool::new(false),
         }
     }
 
@@ -95,21 +103,22 @@ impl Shards {
         }
     }
 
-    /// A call for `slot` found its master's connection lost or refused (`error`): the master
-    /// is down until it answers a PING.
-    pub(super) fn lost(&self, slot: usize, error: &StoreError) {
-        let map = self.map.load();
-        let Some(m) = map.as_ref().and_then(|m| m.master_of(slot)) else {
-            return;
-        };
-        if !m.down.swap(true, Ordering::AcqRel) {
-            log::warn!(
-                "redis_cluster master {}:{} down ({error}): its slots fail at once until it \
-                 answers a PING, the other masters' are decided as usual",
-                m.host,
-                m.port
-            );
+    /// A call for `slot` found a connection lost or refused: the PING of `slot`'s master to
+    /// run at once (the caller spawns it), unless it is down already or one runs.
+    pub(super) fn check(&self, slot: usize) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let map = self.map.load_full()?;
+        let index = usize::from(*map.owner.get(slot)?);
+        let master = map.masters.get(index)?.clone();
+        if master.down.load(Ordering::Acquire) || master.checking.swap(true, Ordering::AcqRel) {
+            return None;
         }
+        let prober = self.prober();
+        Some(async move {
+            if let Err(e) = prober.ping(&master).await {
+                master.went_down(&e);
+            }
+            master.checking.store(false, Ordering::Release);
+        })
     }
 
     /// Ask for the slot owners and PING every master (each bounded by the store's timeouts).
@@ -145,10 +154,7 @@ impl Shards {
                     }
                 }
                 Err(e) => {
-                    if !master.down.swap(true, Ordering::AcqRel) {
-                        let (host, port) = (&master.host, master.port);
-                        log::warn!("redis_cluster master {host}:{port} down: {e}");
-                    }
+                    master.went_down(&e);
                     last = Some(e);
                 }
             }
@@ -206,14 +212,16 @@ struct Prober {
 }
 
 impl Prober {
-    /// PING `master` on its probe connection (made first if need be); a failure drops it.
+    /// PING `master` on its probe connection (made first if need be), a second time if the
+    /// first ran out its time (a busy proxy, not a dead master, is the usual reason); a
+    /// failure drops the connection.
     async fn ping(&self, master: &Master) -> Result<(), StoreError> {
         let mut conn = self.conn(master).await?;
-        let result = within(
-            self.timeout,
-            redis::cmd("PING").query_async::<Value>(&mut conn),
-        )
-        .await;
+        let ping = || redis::cmd("PING");
+        let mut result = within(self.timeout, ping().query_async::<Value>(&mut conn)).await;
+        if matches!(result, Err(StoreError::Timeout(_))) {
+            result = within(self.timeout, ping().query_async::<Value>(&mut conn)).await;
+        }
         if result.is_err() {
             *master.probe.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
@@ -264,11 +272,24 @@ impl Prober {
 }
 
 impl Master {
+    /// Down until it answers a PING (logged once).
+    fn went_down(&self, error: &StoreError) {
+        if !self.down.swap(true, Ordering::AcqRel) {
+            log::warn!(
+                "redis_cluster master {}:{} down ({error}): its slots fail at once until it \
+                 answers a PING, the other masters' are decided as usual",
+                self.host,
+                self.port
+            );
+        }
+    }
+
     fn new(host: &str, port: u16) -> Master {
         Master {
             host: host.to_owned(),
             port,
             down: AtomicBool::new(false),
+            checking: AtomicBool::new(false),
             probe: Mutex::new(None),
         }
     }
@@ -370,8 +391,13 @@ mod tests {
         let map = SlotMap::parse(reply, "10.0.0.2", &[]).unwrap();
         assert_eq!(map.master_of(5461).unwrap().host, "10.0.0.2");
         let shards = shards_with(map);
-        shards.lost(100, &StoreError::Unavailable("connection refused".into()));
+        let refused = StoreError::Unavailable("connection refused".into());
+        shards.map.load().as_ref().unwrap().masters[0].went_down(&refused);
         assert!(shards.pass(0).is_err() && shards.pass(5460).is_err());
+        assert!(
+            shards.check(0).is_none(),
+            "no PING asked for a master down already"
+        );
         assert!(shards.pass(5461).is_ok() && shards.pass(16383).is_ok());
     }
 
