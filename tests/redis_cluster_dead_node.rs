@@ -2,8 +2,8 @@
 //! `on_error = "deny"`, 60 clients (20 whose bucket lives on each master) over ~100 h2c
 //! connections; one master SIGKILLed mid-load. Clients on the two healthy masters must keep
 //! being decided by the store (200 or 429, not 503) throughout, the dead master's clients get
-//! `on_error` (503), and `/readyz` stays 200 while part of the slot space answers. Real binary,
-//! real Cluster, real h2load.
+//! `on_error` (503), and `/readyz` stays 200 while part of the slot space answers; once the
+//! master is restarted, its clients are decided again. Real binary, real Cluster, real h2load.
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::admin::wait_readyz;
 use common::load::{h2load_paths_for, Burst, BurstResult};
-use common::proxy::{ConfigBuilder, Proxy, ProxyOptions};
+use common::proxy::{http_get_blocking, ConfigBuilder, Proxy, ProxyOptions};
 use common::redis::RedisCluster;
 use common::upstream::Upstream;
 
@@ -26,6 +26,8 @@ const STREAMS: usize = 4;
 /// Seconds of load while the master is killed, and after.
 const DURING: u32 = 4;
 const AFTER: u32 = 4;
+/// Seconds of load once the master is back.
+const BACK: u32 = 2;
 
 /// Which master (index into `cluster.nodes()`) serves each hash slot, from `CLUSTER SLOTS`.
 fn slot_owners(cluster: &RedisCluster) -> Vec<usize> {
@@ -193,6 +195,16 @@ fn a_dead_master_fails_only_its_own_clients() {
     let readyz = readyz.into_inner().unwrap();
     let errors = error_counts(&proxy);
 
+    // The master comes back (empty, same address, its slots in nodes.conf): its clients are
+    // decided again once its PING answers, the others never stopped.
+    cluster.nodes_mut()[dead].restart();
+    let restarted = Instant::now();
+    let probe = format!("/?u={}", groups[dead][0]);
+    let back = common::control::poll_until(Duration::from_secs(10), || {
+        matches!(http_get_blocking(proxy.addr(), &probe), Ok((200, _)))
+    });
+    let again = load_all(&proxy, &groups, BACK, || {});
+
     for (phase, results) in [("during", &during), ("after", &after)] {
         for (n, r) in results.iter().enumerate() {
             eprintln!(
@@ -209,6 +221,17 @@ fn a_dead_master_fails_only_its_own_clients() {
         }
     }
     eprintln!("store errors {errors:?}; /readyz after the kill: {readyz:?}");
+    eprintln!(
+        "restarted: its clients decided again after {back:?} (killed {:?} before the restart)",
+        restarted - killed_at.lock().unwrap().unwrap()
+    );
+    for (n, r) in again.iter().enumerate() {
+        eprintln!(
+            "back: master {n}: {} requests, decided {:.1} %",
+            total(r),
+            100.0 * decided(r)
+        );
+    }
     let log = proxy.log();
     let store_lines: Vec<&str> = (log.lines())
         .filter(|l| l.contains("store") || l.contains("master"))
@@ -233,4 +256,16 @@ fn a_dead_master_fails_only_its_own_clients() {
         readyz.iter().all(|s| *s == 200),
         "/readyz while two of three masters answer: {readyz:?}"
     );
+    assert!(
+        back.is_some(),
+        "the restarted master's clients were not decided within 10 s"
+    );
+    // (Its return may pause the cluster connection once: redis-rs refreshes its slots when it
+    // first sends there again.)
+    for (n, r) in again.iter().enumerate() {
+        assert!(
+            decided(r) >= 0.9,
+            "back: master {n}'s clients were not decided: {r:?}"
+        );
+    }
 }
