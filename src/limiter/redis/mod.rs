@@ -43,9 +43,10 @@
 //! does, so that one failed shard does not take the healthy ones down with it. All of that
 //! bookkeeping, and the generation that voids cached denials, lives in the gate (`gate.rs`),
 //! which `check` and the inspector share. A Cluster's masters are also probed one by one
-//! (`shards.rs`): the slots of a master that is down (its PING or a call found its connection
-//! lost) fail at once, without a call, so that redis-rs never stalls the other masters' calls
-//! over it.
+//! (`shards.rs`): the slots of a master that is down (it failed its PING, sent each second and
+//! at once when a call finds a connection lost) fail at once, without a call, so that redis-rs
+//! never stalls the other masters' calls over it; a cluster connection that stalls anyway is
+//! rebuilt (`maintain.rs`).
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
