@@ -48,15 +48,26 @@ pub struct BurstResult {
 /// Run `burst` over h2c (prior knowledge) against `addr` and parse the summary. Panics with
 /// h2load's output if it cannot run. Bounded: every request has a 10 s timeout.
 pub fn h2load(addr: SocketAddr, burst: &Burst) -> BurstResult {
-    run_h2load(addr, burst, &format!("-n{}", burst.requests))
+    run_h2load(addr, burst, &format!("-n{}", burst.requests), &[])
 }
 
 /// [`h2load`] for `seconds` (h2load's `-D`) instead of `burst.requests` requests.
 pub fn h2load_for(addr: SocketAddr, burst: &Burst, seconds: u32) -> BurstResult {
-    run_h2load(addr, burst, &format!("-D{seconds}"))
+    run_h2load(addr, burst, &format!("-D{seconds}"), &[])
 }
 
-fn run_h2load(addr: SocketAddr, burst: &Burst, amount: &str) -> BurstResult {
+/// [`h2load_for`] over several paths: each connection takes them in turn (`burst.path` first),
+/// so one run stands for many clients keyed by their path or query.
+pub fn h2load_paths_for(
+    addr: SocketAddr,
+    burst: &Burst,
+    more_paths: &[String],
+    seconds: u32,
+) -> BurstResult {
+    run_h2load(addr, burst, &format!("-D{seconds}"), more_paths)
+}
+
+fn run_h2load(addr: SocketAddr, burst: &Burst, amount: &str, more_paths: &[String]) -> BurstResult {
     super::require_tool("h2load", "nghttp2-client");
     let mut cmd = Command::new("h2load");
     cmd.arg(amount)
@@ -67,6 +78,7 @@ fn run_h2load(addr: SocketAddr, burst: &Burst, amount: &str) -> BurstResult {
         cmd.arg("-H").arg(h);
     }
     cmd.arg(format!("http://{addr}{}", burst.path));
+    cmd.args(more_paths.iter().map(|p| format!("http://{addr}{p}")));
     let out = cmd.output().expect("run h2load");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     parse_summary(&text).unwrap_or_else(|| {

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::conn::{classified, Conn};
+use super::conn::{classified, connection_lost, Conn};
 use super::{Inner, SCRIPT};
 use crate::limiter::algo::REPLY_LEN;
 use crate::limiter::coalesce::sender::{Backend, Coalescer};
@@ -36,15 +36,20 @@ impl Backend for Inner {
     }
 
     fn timed_out(&self, error: &StoreError) {
+        // (On a Cluster, a timeout fails its own call only: see `shards.rs`.)
         self.gate.call_failed(error);
     }
 
     /// One `EVALSHA` of the whole batch; a reply of the wrong length fails every decision (it
     /// is still an answer: the lane saw the store answering).
     async fn send(&self, batch: &[Pending]) -> Result<Vec<Checked>, StoreError> {
-        let conn = self.live_conn()?;
+        // (A batch is one lane's: every decision's bucket is in its first's slot.)
+        let bucket = &batch.first().expect("a batch is never empty").bucket;
+        let conn = self.live_conn_for(bucket)?;
         let evalsha = self.evalsha(batch);
-        let mut reply = self.call(&conn, &evalsha).await?;
+        let mut reply = self
+            .call(&conn, &evalsha, self.target.lane_of(bucket))
+            .await?;
         let expected: usize = batch.iter().map(|p| 1 + 2 * p.limits.len()).sum();
         if reply.len() != expected {
             let error = StoreError::Backend(format!(
@@ -87,16 +92,28 @@ impl Inner {
     /// (at most a few other calls of its lane are ahead of it on the connection, each short), so
     /// it waits `store.timeout` for its own answer: the lane's sender fails it then (see
     /// `coalesce/deadline.rs`; [`Backend::timed_out`] tells the gate). The gate learns of
-    /// every answer and every other failure here.
-    async fn call(&self, conn: &Conn, evalsha: &redis::Cmd) -> Result<ScriptReply, StoreError> {
+    /// every answer and every other failure here; on a Cluster, a lost connection also has
+    /// `lane`'s master PINGed at once (`shards.rs`).
+    async fn call(
+        &self,
+        conn: &Conn,
+        evalsha: &redis::Cmd,
+        lane: usize,
+    ) -> Result<ScriptReply, StoreError> {
         let mut conn = conn.clone();
-        match classified(self.target.timeout, conn.decide(evalsha).await) {
+        let result = conn.decide(evalsha).await;
+        let lost = matches!(&result, Err(e) if connection_lost(e));
+        match classified(self.target.timeout, result) {
             Ok(reply) => {
                 self.gate.answered();
                 ScriptReply::parse(reply)
             }
             Err(error) => {
                 self.gate.call_failed(&error);
+                let shards = self.shards.as_ref().filter(|_| lost);
+                if let Some(check) = shards.and_then(|shards| shards.check(lane)) {
+                    self.io.spawn(check);
+                }
                 Err(error)
             }
         }

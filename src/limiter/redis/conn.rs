@@ -192,7 +192,8 @@ impl Target {
     }
 
     /// The health probe `maintain` sends: PING, or behind Sentinel `ROLE`, which also tells a
-    /// demoted master (see `sentinel.rs`).
+    /// demoted master (see `sentinel.rs`). (A Cluster is probed master by master instead, off
+    /// the connection: `shards.rs`.)
     pub(super) async fn probe(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         match &self.server {
             Server::Sentinel(_) => probe_master(conn).await,
@@ -274,8 +275,7 @@ impl Conn {
         self.on_masters(cmd, ResponsePolicy::AllSucceeded).await
     }
 
-    /// PING. A Cluster counts as up while any master answers: one failed shard must not
-    /// stop the others (checks for its slots fail on their own, within the timeout).
+    /// PING (on a Cluster, any master answering will do).
     async fn ping(&mut self) -> redis::RedisResult<()> {
         self.on_masters(redis::cmd("PING"), ResponsePolicy::OneSucceeded)
             .await
@@ -324,10 +324,19 @@ pub(super) fn classified<T>(
     result.map_err(|e| classify(&e, timeout))
 }
 
+/// True when `e` says the connection to the server was lost or refused (not an answer, not a
+/// timeout): on a Cluster, that master is down (`shards.rs`).
+pub(super) fn connection_lost(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
 /// How long one connection attempt may take. A new connection needs a TCP (maybe TLS) handshake
 /// and `HELLO`/`AUTH` round trips, so it gets more than one call's timeout, but it stays well
 /// under the one-second `maintain` period.
-fn connect_timeout(timeout: Duration) -> Duration {
+pub(super) fn connect_timeout(timeout: Duration) -> Duration {
     (timeout * 4).clamp(Duration::from_millis(100), Duration::from_millis(400))
 }
 

@@ -5,7 +5,8 @@
 //! The gate opens on a PING answered by `maintain` and closes on a failed PING; on one Redis
 //! it also closes on a lost connection or a few call timeouts in a row, so a frozen Redis costs
 //! one timeout per second instead of one per request. A Cluster's gate stays open on call
-//! failures (they usually concern one shard) and closes only when no master answers a PING.
+//! failures (they concern one master) and closes only when no master answers a PING; each
+//! master's own health, which fails its slots alone, is `shards.rs`'s.
 //!
 //! The generation changes whenever the store may have lost its state (a connection made,
 //! found lost or rebuilt; a new master), in one place: [`Gate::state_may_be_lost`].
@@ -19,6 +20,11 @@ use crate::limiter::StoreError;
 /// a frozen Redis then costs one timeout per second, not one per request, and does not queue
 /// requests that Redis would execute late.
 const TIMEOUTS_BEFORE_FAIL_FAST: u32 = 3;
+
+/// Call timeouts in a row, no answer between them, that make a Cluster's connection count as
+/// stalled (see [`Gate::stalled`]): more than the few a busy proxy may miss while answers go
+/// on arriving between them.
+const STALLED_AFTER: u32 = 20;
 
 /// After this many failed PINGs in a row (about seconds), `maintain` drops the connection and
 /// builds a new one. The libraries reconnect on their own after a closed socket, but not after a
@@ -120,13 +126,16 @@ impl Gate {
             // emptied it.
             self.state_may_be_lost();
         }
+        let n = match error {
+            StoreError::Timeout(_) => self.timeouts.fetch_add(1, Ordering::AcqRel) + 1,
+            _ => 0,
+        };
         if !self.close_on_call_failure {
             return;
         }
         match error {
             StoreError::Unavailable(_) => self.close(format_args!("unavailable: {error}")),
             StoreError::Timeout(_) => {
-                let n = self.timeouts.fetch_add(1, Ordering::AcqRel) + 1;
                 if n >= TIMEOUTS_BEFORE_FAIL_FAST {
                     self.close(format_args!(
                         "{n} timeouts in a row, failing fast until Redis answers a PING"
@@ -135,6 +144,14 @@ impl Gate {
             }
             StoreError::Backend(_) | StoreError::Overloaded(_) => {}
         }
+    }
+
+    /// True when the last [`STALLED_AFTER`] calls or more all ran out their deadline, no
+    /// answer between them. A Cluster's `maintain` reads it before its PINGs reset the count:
+    /// calls that all time out while the masters answer their own PINGs mean the client's
+    /// connection itself no longer delivers, and it is built anew.
+    pub(super) fn stalled(&self) -> bool {
+        self.timeouts.load(Ordering::Acquire) >= STALLED_AFTER
     }
 
     /// A `maintain` PING was answered: open the gate.
@@ -213,6 +230,24 @@ mod tests {
             gate.call_failed(&StoreError::Timeout(Duration::from_millis(50)));
         }
         assert!(gate.is_open());
+    }
+
+    #[test]
+    fn a_cluster_gate_tells_a_stall_from_timeouts_among_answers() {
+        let gate = Gate::new("redis_cluster", false);
+        gate.ping_answered();
+        let timeout = StoreError::Timeout(Duration::from_millis(50));
+        for _ in 0..STALLED_AFTER - 1 {
+            gate.call_failed(&timeout);
+        }
+        assert!(!gate.stalled());
+        gate.answered();
+        gate.call_failed(&timeout);
+        assert!(!gate.stalled(), "an answer resets the count");
+        for _ in 0..STALLED_AFTER {
+            gate.call_failed(&timeout);
+        }
+        assert!(gate.stalled() && gate.is_open());
     }
 
     #[test]

@@ -16,9 +16,9 @@ static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(IN
 /// The admin inspector's calls. They use the same connection, gate and timeout as `check` but
 /// stay out of its health bookkeeping: an operator's read must not open or close the gate.
 impl Inner {
-    /// The live connection, if the gate is open.
-    fn admin_conn(&self) -> Result<Conn, StoreError> {
-        self.live_conn().map(|conn| (*conn).clone())
+    /// The live connection, if the gate is open and `bucket`'s master is up.
+    fn admin_conn(&self, bucket: &str) -> Result<Conn, StoreError> {
+        self.live_conn_for(bucket).map(|conn| (*conn).clone())
     }
 
     /// One `EVALSHA` of the read-only inspector script.
@@ -28,7 +28,7 @@ impl Inner {
         limits: &[Limit],
     ) -> Result<WindowView, StoreError> {
         if limits.is_empty() {
-            let mut conn = self.admin_conn()?;
+            let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
             let (secs, micros): (u64, u64) = within(
                 self.target.timeout,
                 redis::cmd("TIME").query_async(&mut conn),
@@ -50,7 +50,7 @@ impl Inner {
             }
         }
         call.arg(crate::limiter::MAX_VIEW_ENTRIES);
-        let mut conn = self.admin_conn()?;
+        let mut conn = self.admin_conn(bucket)?;
         let reply: Vec<i64> = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         parse_inspect(&reply, limits)
     }
@@ -68,7 +68,7 @@ impl Inner {
         for limit in limits {
             del.arg(self.key(bucket, limit));
         }
-        let mut conn = self.admin_conn()?;
+        let mut conn = self.admin_conn(bucket)?;
         let _: i64 = within(self.target.timeout, del.query_async(&mut conn)).await?;
         self.coalescer.known().forget(bucket);
         Ok(())

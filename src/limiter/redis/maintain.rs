@@ -3,6 +3,7 @@
 //! Sentinel, a master lost or demoted is replaced in the same call by the one the Sentinels
 //! name now.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,31 @@ use crate::limiter::StoreError;
 const REDISCOVER_EVERY: Duration = Duration::from_millis(200);
 const REDISCOVER_FOR: Duration = Duration::from_millis(800);
 
+/// How often a Cluster's calls are looked at for a stall (see [`Inner::watch_for_stalls`]).
+const STALL_WATCH_EVERY: Duration = Duration::from_millis(100);
+
 impl Inner {
+    /// On a Cluster, start (once) a watch on the I/O thread that runs `maintain` as soon as
+    /// every call times out while the gate is open, rather than at the next once-a-second
+    /// `maintain`: a stalled cluster connection fails every client until it is rebuilt. It
+    /// holds the store weakly and ends with it.
+    pub(super) fn watch_for_stalls(self: &Arc<Self>) {
+        let Some(shards) = &self.shards else { return };
+        if shards.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = Arc::downgrade(self);
+        self.io.spawn(async move {
+            loop {
+                tokio::time::sleep(STALL_WATCH_EVERY).await;
+                let Some(inner) = store.upgrade() else { return };
+                if inner.gate.stalled() && inner.gate.is_open() {
+                    inner.maintain().await;
+                }
+            }
+        });
+    }
+
     /// See [`crate::limiter::Store::maintain`].
     pub(super) async fn maintain(&self) {
         let Some(_guard) = self.gate.maintaining() else {
@@ -29,6 +54,15 @@ impl Inner {
         };
         if self.target.follows_failover() {
             result = self.follow_master(result, started).await;
+        }
+        if result.is_ok() && self.shards.is_some() && self.gate.stalled() {
+            // Every call timed out while the masters answer their PINGs: the cluster
+            // connection no longer delivers (seen in one run of six after a master was killed:
+            // slot refreshes on end), so it is built anew, as after failed PINGs.
+            let label = self.target.label();
+            log::warn!("{label} store: calls time out while the masters answer, reconnecting");
+            self.conn.store(None);
+            result = self.connect_and_probe().await;
         }
         match result {
             Ok(()) => self.gate.ping_answered(),
@@ -75,11 +109,21 @@ impl Inner {
         self.probe(&conn).await
     }
 
-    /// Probe `conn`; on the way back from an outage also load the script.
+    /// Probe `conn`; on the way back from an outage also load the script. A Cluster is probed
+    /// master by master, off `conn` (`shards.rs`): the store is up while any master answers,
+    /// and a dead master's slots fail alone.
     async fn probe(&self, conn: &Conn) -> Result<(), StoreError> {
         let mut conn = conn.clone();
-        let mut result = within(self.target.timeout, self.target.probe(&mut conn)).await;
-        if matches!(result, Err(StoreError::Unavailable(_))) {
+        let mut result = match &self.shards {
+            Some(shards) => shards.refresh().await.map(|back| {
+                if back {
+                    // A master back from an outage may have come back empty.
+                    self.gate.state_may_be_lost();
+                }
+            }),
+            None => within(self.target.timeout, self.target.probe(&mut conn)).await,
+        };
+        if self.shards.is_none() && matches!(result, Err(StoreError::Unavailable(_))) {
             self.gate.state_may_be_lost();
             // A probe that finds the connection lost (or the last reconnect failed) makes the
             // ConnectionManager start a new attempt without waiting for it; a second probe

@@ -29,7 +29,8 @@
 //! [`redis::aio::ConnectionManager`] (reconnects in the background), a Cluster a
 //! [`redis::cluster_async::ClusterConnection`]; a master behind Sentinel is one Redis whose
 //! address the Sentinels give (`sentinel.rs`), asked again whenever it stops answering or turns
-//! out to be a replica. Only `conn.rs` tells the kinds apart: the rest of the store sees one
+//! out to be a replica. Only `conn.rs` tells the kinds apart (and `RedisStore::new`, which gives
+//! a Cluster its per-master health, `shards.rs`): the rest of the store sees one
 //! connection type and asks the target whether all keys live on one server (then decisions for
 //! any buckets share a call, and a failed call closes the gate).
 //!
@@ -41,7 +42,11 @@
 //! a few timeouts in a row close `check` until then; on a Cluster only "no master answers"
 //! does, so that one failed shard does not take the healthy ones down with it. All of that
 //! bookkeeping, and the generation that voids cached denials, lives in the gate (`gate.rs`),
-//! which `check` and the inspector share.
+//! which `check` and the inspector share. A Cluster's masters are also probed one by one
+//! (`shards.rs`): the slots of a master that is down (it failed its PING, sent each second and
+//! at once when a call finds a connection lost) fail at once, without a call, so that redis-rs
+//! never stalls the other masters' calls over it; a cluster connection that stalls anyway is
+//! rebuilt (`maintain.rs`).
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -54,6 +59,7 @@ use super::coalesce::sender::{self, Coalescer};
 use super::{Admission, Buckets, Change, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
 use gate::Gate;
+use shards::Shards;
 
 mod acl;
 mod call;
@@ -66,6 +72,7 @@ mod maintain;
 mod refund;
 mod renew;
 mod sentinel;
+mod shards;
 mod stacked;
 
 pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
@@ -131,6 +138,8 @@ struct Inner {
     gate: Gate,
     /// The last `maxmemory-policy` verdict reported (see `eviction.rs`).
     eviction: eviction::Reported,
+    /// A Cluster's health per master (`shards.rs`); `None` for one Redis and behind Sentinel.
+    shards: Option<Shards>,
     /// Decisions waiting to be sent, calls in flight and denials found, per lane.
     coalescer: Coalescer,
     /// Where connections live and calls are sent from (last: its drop stops the thread).
@@ -143,6 +152,15 @@ impl RedisStore {
     pub fn new(target: &RedisTarget) -> Result<RedisStore, StoreError> {
         let client = Target::new(target)?;
         let gate = Gate::new(client.label(), client.one_server());
+        let shards = match &target.nodes {
+            RedisNodes::Cluster(seeds) => Some(Shards::new(
+                seeds,
+                target.tls.clone(),
+                target.timeout,
+                conn::connect_timeout(target.timeout),
+            )),
+            RedisNodes::Single(_) | RedisNodes::Sentinel(_) => None,
+        };
         let coalescer = Coalescer::new(client.lanes());
         let io = io::IoThread::start(&format!("slidegate-{}", client.label()))
             .map_err(|e| StoreError::Backend(format!("cannot start the store I/O thread: {e}")))?;
@@ -152,6 +170,7 @@ impl RedisStore {
                 conn: ArcSwapOption::empty(),
                 gate,
                 eviction: eviction::Reported::default(),
+                shards,
                 coalescer,
                 io,
             }),
@@ -186,7 +205,7 @@ impl RedisStore {
                 recorded_each: Vec::new(),
             });
         }
-        if let Err(error) = self.inner.live_conn() {
+        if let Err(error) = self.inner.live_conn_for(buckets.first()) {
             return self.inner.known_while_closed(buckets, limits).ok_or(error);
         }
         sender::decide(&self.inner, buckets, limits).await
@@ -201,6 +220,16 @@ impl Inner {
             return Err(StoreError::Unavailable("not connected".into()));
         };
         self.gate.pass()?;
+        Ok(conn)
+    }
+
+    /// [`Inner::live_conn`], if `bucket`'s Cluster master is up too (`shards.rs`): a dead
+    /// master's slots fail at once, so that their calls never stall the other masters'.
+    fn live_conn_for(&self, bucket: &str) -> Result<Arc<Conn>, StoreError> {
+        let conn = self.live_conn()?;
+        if let Some(shards) = &self.shards {
+            shards.pass(self.target.lane_of(bucket))?;
+        }
         Ok(conn)
     }
 
@@ -233,6 +262,7 @@ impl Store for RedisStore {
     }
 
     async fn maintain(&self) {
+        self.inner.watch_for_stalls();
         let inner = self.inner.clone();
         let _ = self
             .inner

@@ -43,7 +43,7 @@ impl Inner {
             };
             call.arg(kind).arg(amount).arg(window);
         }
-        let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
+        let mut conn = self.live_conn_for(bucket).map(|conn| (*conn).clone())?;
         let _given: i64 = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         // A known denial of this bucket is too pessimistic now (a charge only adds: it stands).
         if change == Change::GiveBack {

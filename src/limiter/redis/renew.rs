@@ -23,7 +23,7 @@ impl Inner {
         call.key(self.key(bucket, limit))
             .arg(at)
             .arg(limit.window_us());
-        let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
+        let mut conn = self.live_conn_for(bucket).map(|conn| (*conn).clone())?;
         let renewed: i64 = within(self.target.timeout, call.invoke_async(&mut conn)).await?;
         Ok(renewed.max(0) as u64)
     }
