@@ -469,7 +469,7 @@ fn the_pod_runs_the_configmap_and_follows_its_update() {
         .env("TMPDIR", tmp.path())
         .env("SLIDEGATE_UPSTREAM", up.addr().to_string())
         .env("SLIDEGATE_REDIS_URL", redis.url())
-        .env("SLIDEGATE_ADMIN_TOKEN", "t")
+        .env("SLIDEGATE_ADMIN_TOKEN", "a-token-from-the-secret")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
