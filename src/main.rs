@@ -66,11 +66,19 @@ fn check(config: &Config) -> Result<(), String> {
 }
 
 /// `-t` with a Redis store: warn (never fail) when Redis may evict limit keys, or when its
-/// `maxmemory-policy` cannot be read (see `limiter/redis/eviction.rs`).
+/// `maxmemory-policy` cannot be read (see `limiter/redis/eviction.rs`). The nodes the config
+/// names are asked; behind Sentinel the master is not (`-t` asks no Sentinel which one it is:
+/// the proxy reads the policy when it connects).
 fn warn_if_redis_may_evict(config: &Config) {
     let Some(target) = config.store.redis_target() else {
         return;
     };
+    if matches!(
+        target.nodes,
+        slidegate::limiter::redis::RedisNodes::Sentinel(_)
+    ) {
+        return;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
