@@ -69,7 +69,7 @@ async fn h2_burst(
             match client.clone().ready().await {
                 Ok(ready) => client = ready,
                 Err(_) => {
-                    burst.unsent = n - sent;
+                    burst.unsent += n - sent;
                     sent = n;
                     break;
                 }
