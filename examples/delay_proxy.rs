@@ -1,4 +1,4 @@
-//! The tests' latency-injecting TCP proxy (`tests/common/delay_proxy.rs`, one definition) as a
+//! The tests' latency-injecting TCP proxy (`tests/it/common/delay_proxy.rs`, one definition) as a
 //! program, so `scripts/bench-rtt` can put a Redis one network hop away.
 //!
 //! ```text
@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 #[allow(dead_code)]
-#[path = "../tests/common/delay_proxy.rs"]
+#[path = "../tests/it/common/delay_proxy.rs"]
 mod delay_proxy;
 
 fn main() -> anyhow::Result<()> {

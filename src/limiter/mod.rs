@@ -14,7 +14,7 @@
 //! counters per client whatever the rate.
 //!
 //! Two stores implement the same contract and pass the same conformance suite
-//! (`tests/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
+//! (`tests/it/limiter_conformance.rs`): [`memory::MemoryStore`] (one process) and
 //! [`redis::RedisStore`] (any number of proxies sharing one Redis, a master found through
 //! Redis Sentinel, or a Redis Cluster).
 
@@ -229,7 +229,7 @@ pub type Checked = Result<Verdict, StoreError>;
 
 /// A limit store: every backend (memory, Redis single/Sentinel/Cluster, and wrappers such as
 /// the deny cache) implements every method, and passes one conformance suite
-/// (`tests/limiter_conformance.rs`) for each. There are no optional parts: a backend that
+/// (`tests/it/limiter_conformance.rs`) for each. There are no optional parts: a backend that
 /// could not inspect, reset or refund would fail the admin API or `count_status` at run time.
 ///
 /// `check` must be atomic per bucket: concurrent calls for the same bucket, from any number of

@@ -90,7 +90,7 @@ pub(crate) const MAX_PENDING: usize = 64 * MAX_BATCH;
 /// few, an arrival almost always finds room and leaves at once. Under a flood a full window
 /// still batches (each call then carries what queued while the window was full), and a few
 /// calls of at most [`MAX_BATCH`] keep Redis's queue for one lane to about a ms. 4 suffices
-/// at 256 concurrent callers (`tests/redis_rtt.rs`: added p50 about one round trip at 1 and 5
+/// at 256 concurrent callers (`tests/it/redis_rtt.rs`: added p50 about one round trip at 1 and 5
 /// ms).
 pub(crate) const WINDOW: usize = 4;
 

@@ -297,7 +297,7 @@ impl Conn {
 /// `info` with `TCP_NODELAY` (redis-rs leaves it off): with several calls in flight on one
 /// connection, Nagle's algorithm would hold each command written while an earlier one is
 /// unacknowledged until that ACK comes back, which with Redis a network hop away is one more
-/// round trip (measured through `tests/redis_rtt.rs`'s delay proxy: 2 round trips at 64 callers
+/// round trip (measured through `tests/it/redis_rtt.rs`'s delay proxy: 2 round trips at 64 callers
 /// instead of 1).
 fn no_delay(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
     let tcp = info.tcp_settings().clone().set_nodelay(true);
