@@ -31,7 +31,7 @@ fn keyed_proxy(up: &Upstream) -> Proxy {
             .route(
                 "keys",
                 "path_prefix = \"/\"\nkey = \"header:X-Api-Key\"\n\
-                 limits = [ { requests = 1, window = \"1m\" } ]",
+                 limits = [ { requests = 1, window = \"10m\" } ]",
             )
             .build(),
     )
