@@ -429,3 +429,64 @@ fn the_image_builds_with_a_profile_of_its_own_rustc() {
     );
     assert!(profile.len() > 100_000, "{} bytes", profile.len());
 }
+
+/// Every script of `scripts/` parses (`bash -n`, or Python's compiler without running it), and
+/// the Python ones take what they share from `scripts/lib/common.py`, which must offer it: a
+/// script that defines its own `die` or `free_port` again, or imports a name the library lacks,
+/// fails here instead of in the middle of a benchmark.
+#[test]
+fn every_script_parses_and_shares_its_helpers() {
+    require_tool("python3", "python3");
+    let lib = read("scripts/lib/common.py");
+    let mut checked = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(repo("scripts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let first = text.lines().next().unwrap_or_default();
+        let out = if first.contains("python3") {
+            for shared in ["die", "free_port", "free_ports", "wait"] {
+                assert!(
+                    !text.contains(&format!("\ndef {shared}(")),
+                    "scripts/{name} defines `{shared}` again: import it from scripts/lib/common.py"
+                );
+            }
+            if let Some(line) = text.lines().find(|l| l.starts_with("from common import")) {
+                let names = line["from common import".len()..]
+                    .split('#')
+                    .next()
+                    .unwrap();
+                for used in names.split(',').map(str::trim) {
+                    assert!(
+                        lib.contains(&format!("\ndef {used}(")),
+                        "scripts/{name} imports `{used}`, which scripts/lib/common.py lacks"
+                    );
+                }
+            }
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
+                ])
+                .arg(&path)
+                .output()
+        } else if first.contains("bash") {
+            Command::new("bash").arg("-n").arg(&path).output()
+        } else {
+            continue;
+        }
+        .expect("run the parser");
+        assert!(
+            out.status.success(),
+            "scripts/{name} does not parse: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} scripts found");
+}
