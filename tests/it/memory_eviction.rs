@@ -122,9 +122,11 @@ fn route(path: &str, header: &str, limits: &str) -> String {
 fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
     /// One more round than the largest quota: a fresh quota after an eviction shows as 4 of 3.
     const ROUNDS: usize = 5;
-    /// Evictions a round's flood must cause on its route (rooms hold ~2,000 such buckets).
-    const EVICT: u64 = 4_000;
-    const CHUNK: usize = 2_000;
+    /// Evictions a round's flood must cause on its route: twice what its room holds (~1,000
+    /// such buckets: 1 MB shared by 4 limited routes, 2 of them idle), so the idle limited
+    /// clients are evicted between their requests.
+    const EVICT: u64 = 2_000;
+    const CHUNK: usize = 1_000;
     let up = Upstream::start();
     let routes = [
         (
@@ -147,6 +149,19 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
         .upstream("app", up.addr());
     for (i, (path, header, limits, _, _)) in routes.iter().enumerate() {
         config = config.route(&format!("r{i}"), &route(path, header, limits));
+    }
+    // Idle limited routes: max_memory is shared equally by the limited routes, so these make
+    // the two rooms under test half their size, and a flood that evicts them half as long (the
+    // 1 MB floor of max_memory forbids a smaller store; at 8 routes a room's shards overflow).
+    for i in 0..2 {
+        config = config.route(
+            &format!("idle{i}"),
+            &route(
+                &format!("/idle{i}"),
+                "X-Idle",
+                "{ requests = 1, window = \"1h\" }",
+            ),
+        );
     }
     let proxy = Proxy::start(&config.build());
     let addr = proxy.addr();
