@@ -30,6 +30,10 @@ pub const RESERVE: u64 = 64;
 /// Slots HTTP/2 streams leave free for new client connections (2 each: 32 connections).
 pub const NEW_CLIENT_ROOM: usize = 64;
 
+/// The budget has no room for what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom;
+
 /// The budget, once the descriptor limit is known (none in process tests: no bound).
 static BUDGET: OnceLock<Arc<Semaphore>> = OnceLock::new();
 
@@ -51,20 +55,24 @@ pub fn init(soft: u64) -> usize {
 
 /// The slots a new client connection holds until it ends: `Err` when the budget has no 2
 /// free (close the connection), `Ok(None)` with no budget set.
-pub fn connection() -> Result<Option<OwnedSemaphorePermit>, ()> {
+pub fn connection() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
     match BUDGET.get() {
         None => Ok(None),
-        Some(b) => b.clone().try_acquire_many_owned(2).map(Some).map_err(drop),
+        Some(b) => b
+            .clone()
+            .try_acquire_many_owned(2)
+            .map(Some)
+            .map_err(|_| NoRoom),
     }
 }
 
 /// The slot an HTTP/2 stream holds while its request is in flight: `Err` when taking it would
 /// leave fewer than [`NEW_CLIENT_ROOM`] free (refuse the stream), `Ok(None)` with no budget.
-pub fn stream() -> Result<Option<OwnedSemaphorePermit>, ()> {
+pub fn stream() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
     match BUDGET.get() {
         None => Ok(None),
-        Some(b) if b.available_permits() <= NEW_CLIENT_ROOM => Err(()),
-        Some(b) => b.clone().try_acquire_owned().map(Some).map_err(drop),
+        Some(b) if b.available_permits() <= NEW_CLIENT_ROOM => Err(NoRoom),
+        Some(b) => b.clone().try_acquire_owned().map(Some).map_err(|_| NoRoom),
     }
 }
 

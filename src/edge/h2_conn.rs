@@ -192,7 +192,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
         } else {
             match super::descriptors::stream() {
                 Ok(permit) => Slot::Budget(permit),
-                Err(()) => return refuse(&mut session, "descriptors"),
+                Err(super::descriptors::NoRoom) => return refuse(&mut session, "descriptors"),
             }
         };
         self.inner.process_new_http(session, shutdown).await;
