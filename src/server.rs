@@ -309,27 +309,32 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Raise the descriptor limit to its hard limit and log what is in effect: each client
-/// connection costs a descriptor, and usually one more upstream.
+/// Raise the descriptor limit to its hard limit, set the edge's descriptor budget from it
+/// (`edge::descriptors`) and log what is in effect: each client connection costs a
+/// descriptor, and usually one more upstream.
 fn log_nofile(config: &Config) {
+    use crate::edge::descriptors::{self, RESERVE};
     let max = u64::from(config.server.max_connections);
     match raise_nofile() {
         Ok(n) => {
+            let budget = descriptors::init(n.soft);
             log::info!(
-                "descriptor limit {} (was {}, hard {}); max_connections {max}",
+                "descriptor limit {} (was {}, hard {}); max_connections {max}; {RESERVE} kept \
+                 for the admin listener, Redis and logs",
                 n.soft,
                 n.before,
                 n.hard
             );
-            // A client plus an upstream connection each, and room for Redis, the admin listener
-            // and logs.
-            if max * 2 + 64 > n.soft {
+            // A client plus an upstream connection each, and the reserve.
+            if max * 2 + RESERVE > n.soft {
                 log::warn!(
                     "server.max_connections = {max} needs about {} descriptors (one per client, \
-                     one per upstream connection), but the limit is {}: lower max_connections \
-                     or raise the hard limit (ulimit -Hn)",
-                    max * 2 + 64,
-                    n.soft
+                     one per upstream connection, {RESERVE} kept), but the limit is {}: at most \
+                     {} client connections are held (lower max_connections or raise the hard \
+                     limit, ulimit -Hn)",
+                    max * 2 + RESERVE,
+                    n.soft,
+                    budget / 2
                 );
             }
         }

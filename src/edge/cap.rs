@@ -67,6 +67,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             METRICS.client_connections_refused.inc();
             return None;
         };
+        // And within the descriptor budget (the reserve stays for the admin listener).
+        let Ok(_slots) = super::descriptors::connection() else {
+            METRICS.client_connections_refused.inc();
+            return None;
+        };
         METRICS.client_connections.inc();
         let _gauge = scopeguard(|| METRICS.client_connections.dec());
         // Counted from now, so a shutdown also waits for a connection still in its handshake.

@@ -29,6 +29,7 @@ use std::time::Duration;
 pub mod cap;
 mod coalesce;
 pub mod deadline;
+pub mod descriptors;
 pub mod first_request;
 pub mod h2_conn;
 mod passthrough;

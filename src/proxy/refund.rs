@@ -106,8 +106,8 @@ impl Ticket {
     }
 
     /// `settle`: a real cost only known at the end of the body, in the response's trailers
-    /// (an HTTP/2 upstream's; Pingora 0.9 drops an HTTP/1 upstream's chunked trailers). A
-    /// value in the head wins.
+    /// (an HTTP/2 upstream's, or an HTTP/1.1 upstream's chunked trailer section, which the
+    /// vendored `pingora-core` keeps). A value in the head wins.
     pub fn trailers(&mut self, route: &Route, trailers: &http::HeaderMap) {
         if self.settled.is_none() {
             self.settled = route.spec.cost.settled(trailers);

@@ -11,6 +11,13 @@ use std::sync::Arc;
 /// Answers a request head (its text, lossy) with the bytes to send back.
 pub type Script = dyn Fn(&str) -> Vec<u8> + Send + Sync;
 
+/// Answers a request head with the bytes to send back in parts, written [`PART_PAUSE`] apart
+/// (so the proxy reads each part on its own).
+pub type PartsScript = dyn Fn(&str) -> Vec<Vec<u8>> + Send + Sync;
+
+/// The pause between two parts of a [`PartsScript`]'s answer.
+pub const PART_PAUSE: std::time::Duration = std::time::Duration::from_millis(40);
+
 /// A running scripted upstream; its listener thread lives as long as the test process.
 pub struct RawUpstream {
     addr: SocketAddr,
@@ -20,10 +27,18 @@ pub struct RawUpstream {
 impl RawUpstream {
     /// Listen on a loopback port and answer each request head with `script(head)`.
     pub fn start(script: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) -> RawUpstream {
+        RawUpstream::start_in_parts(move |head| vec![script(head)])
+    }
+
+    /// Listen on a loopback port and answer each request head with the parts `script(head)`
+    /// returns, each written (and flushed) [`PART_PAUSE`] after the last.
+    pub fn start_in_parts(
+        script: impl Fn(&str) -> Vec<Vec<u8>> + Send + Sync + 'static,
+    ) -> RawUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind raw upstream");
         let addr = listener.local_addr().unwrap();
         let heads = Arc::new(AtomicUsize::new(0));
-        let script: Arc<Script> = Arc::new(script);
+        let script: Arc<PartsScript> = Arc::new(script);
         let seen = heads.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -45,7 +60,7 @@ impl RawUpstream {
     }
 }
 
-fn serve(mut conn: TcpStream, script: &Script, seen: &AtomicUsize) {
+fn serve(mut conn: TcpStream, script: &PartsScript, seen: &AtomicUsize) {
     let mut buf = [0u8; 16 * 1024];
     let mut got = Vec::new();
     loop {
@@ -59,10 +74,16 @@ fn serve(mut conn: TcpStream, script: &Script, seen: &AtomicUsize) {
         let head = String::from_utf8_lossy(&got[..end + 4]).into_owned();
         got.drain(..end + 4);
         seen.fetch_add(1, Ordering::SeqCst);
-        let reply = script(&head);
-        if conn.write_all(&reply).is_err() {
-            return;
+        let parts = script(&head);
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(PART_PAUSE);
+            }
+            if conn.write_all(part).and_then(|_| conn.flush()).is_err() {
+                return;
+            }
         }
+        let reply = parts.concat();
         if reply.starts_with(b"HTTP/1.1 101") {
             return echo(conn, got);
         }
