@@ -444,25 +444,34 @@ fn a_cached_denial_is_asked_again_after_its_max_age() {
     println!("admitted {after:?} after FLUSHALL (deny_cache_max_age = 300ms)");
 }
 
-/// The memory store through the proxy with `max_memory = "1MB"` (about 8 000 one-entry
-/// clients): a flood of 12 000 made-up API keys evicts made-up keys with spare quota, never a
-/// client at its limit, and counts evictions.
+/// The memory store through the proxy with `max_memory = "1MB"` shared by four limited routes
+/// (about 1 000 one-entry clients in the room under test; three idle routes make it a quarter,
+/// as the 1 MB floor of max_memory forbids a smaller store): a flood of 4 000 made-up API keys
+/// evicts made-up keys with spare quota, never a client at its limit, and counts evictions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_flood_through_the_proxy_never_evicts_a_client_at_its_limit() {
     const VICTIMS: usize = 50;
-    const FLOOD: usize = 12_000;
+    const FLOOD: usize = 4_000;
     const WORKERS: usize = 16;
     let up = Upstream::start();
-    let proxy = Proxy::start(
-        &ConfigBuilder::new()
-            .store("backend = \"memory\"\nmax_memory = \"1MB\"")
-            .upstream("app", up.addr())
-            .route(
-                "keys",
-                "key = \"header:X-Api-Key\"\nlimits = [{ requests = 2, window = \"1h\" }]",
-            )
-            .build(),
-    );
+    let mut config = ConfigBuilder::new()
+        .store("backend = \"memory\"\nmax_memory = \"1MB\"")
+        .upstream("app", up.addr())
+        .route(
+            "keys",
+            "path_prefix = \"/k\"\nkey = \"header:X-Api-Key\"\n\
+             limits = [{ requests = 2, window = \"1h\" }]",
+        );
+    for i in 0..3 {
+        config = config.route(
+            &format!("idle{i}"),
+            &format!(
+                "path_prefix = \"/idle{i}\"\nkey = \"header:X-Api-Key\"\n\
+                 limits = [{{ requests = 1, window = \"1h\" }}]"
+            ),
+        );
+    }
+    let proxy = Proxy::start(&config.build());
     let url = format!("http://{}/k", proxy.addr());
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(WORKERS)
