@@ -57,12 +57,12 @@ fn api_key(i: usize) -> String {
     }
 }
 
-/// 20 000 distinct `X-Api-Key` values, 200 of them 10 KB long, over keep-alive connections: every
+/// 10 000 distinct `X-Api-Key` values, 100 of them 10 KB long, over keep-alive connections: every
 /// first request is admitted, a repeat of any key (long ones included) is denied, the proxy stays
-/// up and its counters agree.
+/// up and its counters agree. (20 000 took 40-100 s of the debug build and proved nothing more.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_thousand_distinct_keys_are_each_limited_on_their_own() {
-    const KEYS: usize = 20_000;
+async fn ten_thousand_distinct_keys_are_each_limited_on_their_own() {
+    const KEYS: usize = 10_000;
     const WORKERS: usize = 16;
     let up = Upstream::start();
     let mut proxy = keyed_proxy(&up);
