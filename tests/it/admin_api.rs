@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::admin::{admin, admin_from, enc, reset, wait_readyz, window};
 use common::proxy::{send, ConfigBuilder, Proxy, ProxyOptions};
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::upstream::Upstream;
 use serde_json::Value;
 
@@ -303,12 +303,9 @@ async fn api_on_redis_reads_nothing_into_the_log_and_reset_voids_the_deny_cache(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_on_a_redis_cluster() {
-    let cluster = RedisCluster::start(3);
+    let cluster = shared_cluster();
     let up = Upstream::start();
-    let store = format!(
-        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
-        cluster.urls()
-    );
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
     let proxy = Proxy::start(&config(&up, &store));
     wait_readyz(&proxy, 200, Duration::from_secs(30));
     exercise(&proxy, 50).await;

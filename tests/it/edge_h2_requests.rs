@@ -203,11 +203,11 @@ async fn paced_h2_resets_are_capped_per_connection() {
             closed.is_ok()
         );
         assert!(
-            reached as u64 <= CAP,
+            reached <= CAP,
             "{protocol:?}: {reached} reached the upstream"
         );
         assert!(
-            (sent as u64) < 2 * CAP,
+            sent < 2 * CAP,
             "{protocol:?}: no GOAWAY after {sent} streams"
         );
         // More than the 100 places were asked for at once (the upstream holds each for 3 s).

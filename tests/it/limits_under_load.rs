@@ -11,7 +11,7 @@ use common::config::ConfigBuilder;
 use common::http::send;
 use common::load::{h2load, Burst, BurstResult};
 use common::proxy::{start_ready, Proxy, ProxyOptions};
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::upstream::Upstream;
 
 /// One burst at a time: each one saturates both cores.
@@ -152,9 +152,9 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
 #[test]
 fn bursts_on_a_cluster_admit_exactly_the_limit() {
     let _heavy = heavy();
-    let cluster = RedisCluster::start(3);
+    let cluster = shared_cluster();
     let upstream = Upstream::start();
-    let store = format!("backend = \"redis_cluster\"\nurls = {:?}", cluster.urls());
+    let store = cluster.own_store();
     let proxy = start_ready(
         &config(&store, &upstream, ""),
         ProxyOptions::h2c_two_threads(),

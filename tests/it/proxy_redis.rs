@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::proxy::{connect, request, ConfigBuilder, Proxy, ProxyOptions, Reply};
 use common::ratelimit::{policy, retry_after, violated};
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::upstream::Upstream;
 
 /// Serializes the tests that flood the machine or measure latencies.
@@ -238,13 +238,13 @@ async fn three_proxies_one_redis_admit_exactly_the_limit_without_deny_cache() {
 /// land on different masters: never CROSSSLOT, and denied requests do not eat the 1 m quota.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_stacked_limits_are_all_or_nothing() {
-    let cluster = RedisCluster::start(3);
+    let cluster = shared_cluster();
     let up = Upstream::start();
     let proxy = Proxy::start(
         &ConfigBuilder::new()
             .store(&format!(
-                "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"\non_error = \"deny\"",
-                cluster.urls()
+                "{}\ntimeout = \"2s\"\non_error = \"deny\"",
+                cluster.own_store()
             ))
             .upstream("app", up.addr())
             .route(

@@ -14,7 +14,7 @@ use common::admin::wait_readyz;
 use common::fetch::{fetch_with, url};
 use common::load::{h2load, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::tls::{ready_on_every_protocol, Protocol, TestCa};
 use common::upstream::{Upstream, DELAY_HEADER};
 
@@ -123,11 +123,8 @@ fn two_proxies_on_one_redis_never_have_more_than_n_in_flight() {
 
 #[test]
 fn a_redis_cluster_never_has_more_than_n_in_flight() {
-    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
-    let store = format!(
-        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
-        cluster.urls()
-    );
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), shared_cluster());
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
     let proxies = proxies(&up.addr().to_string(), &ca, &store, "30s", 2);
     never_more_than_n(&proxies, &up);
 }

@@ -11,7 +11,7 @@ use crate::common;
 use common::fetch::{fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::ratelimit::parse_ratelimit;
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::tls::{ready_on_every_protocol, Protocol, TestCa};
 use common::upstream::Upstream;
 use futures::future::join_all;
@@ -182,11 +182,8 @@ async fn two_proxies_on_one_redis_admit_at_most_the_quota() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_admits_at_most_the_quota() {
-    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
-    let store = format!(
-        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
-        cluster.urls()
-    );
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), shared_cluster());
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
     let proxies = proxies(&up, &ca, &store, 1);
     let sum = burst(&proxies, &ca).await;
     assert_eq!(upstream_sum(&up, "burst"), sum);

@@ -16,7 +16,7 @@ use common::control::poll_until;
 use common::fetch::{fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::ratelimit::parse_ratelimit;
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::tls::{ready_on_every_protocol, server_config, Protocol, TestCa};
 use common::upstream::{Upstream, FIELD_HEADER, TRAILER_HEADER};
 
@@ -208,9 +208,8 @@ async fn two_proxies_on_one_redis_see_each_others_settlements() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_settles_both_ways() {
-    let (ca, cluster) = (TestCa::new("ca"), RedisCluster::start(3));
-    let urls = cluster.urls();
-    let store = format!("backend = \"redis_cluster\"\nurls = {urls:?}");
+    let (ca, cluster) = (TestCa::new("ca"), shared_cluster());
+    let store = cluster.own_store();
     let (_up, _h2, proxies) = start(&store, &ca, 1);
     settles_both_ways(&proxies, &ca, "cluster").await;
 }

@@ -18,7 +18,7 @@ use common::config::assert_invalid;
 use common::fetch::{fetch, fetch_with, url, Seen};
 use common::proxy::{start_ready, ConfigBuilder, Proxy, ProxyOptions};
 use common::ratelimit::parse_ratelimit;
-use common::redis::{RedisCluster, RedisServer};
+use common::redis::{shared_cluster, RedisServer};
 use common::tls::{ready_on_every_protocol, tls_options, Protocol, TestCa};
 use common::upstream::{Upstream, STATUS_HEADER};
 use futures::future::join_all;
@@ -211,11 +211,8 @@ async fn two_proxies_on_one_redis_admit_exactly_the_global_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_admits_exactly_the_global_limit() {
-    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
-    let store = format!(
-        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
-        cluster.urls()
-    );
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), shared_cluster());
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
     let proxies = proxies(&up, &ca, &store, 1);
     exactly_eight(&proxies, &ca).await;
 }
@@ -318,11 +315,8 @@ async fn memory_store_refunds_every_limit_in_its_own_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_refunds_every_limit_in_its_own_bucket() {
-    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), RedisCluster::start(3));
-    let store = format!(
-        "backend = \"redis_cluster\"\nurls = {:?}\ntimeout = \"2s\"",
-        cluster.urls()
-    );
+    let (up, ca, cluster) = (Upstream::start(), TestCa::new("ca"), shared_cluster());
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
     let proxy = Proxy::start_with(&login_config(&up, &store), tls_options(&ca, "h2c = true"));
     wait_readyz(&proxy, 200, Duration::from_secs(20));
     refunds_in_every_bucket(&proxy, Protocol::H2c, &ca).await;

@@ -11,11 +11,12 @@ use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::require_tool;
+use super::shared::{unique_prefix, Shared};
 use ::redis::IntoConnectionInfo;
 use slidegate::limiter::redis::{RedisNodes, RedisTarget};
 
@@ -392,6 +393,16 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The `[store]` lines of a slidegate on this cluster under a key prefix no other test
+    /// uses: what a test on the [`shared_cluster`] gives every proxy it starts.
+    pub fn own_store(&self) -> String {
+        format!(
+            "backend = \"redis_cluster\"\nurls = {:?}\nprefix = \"{}\"",
+            self.urls(),
+            unique_prefix("cluster")
+        )
+    }
+
     /// Where a cluster `RedisStore` for these nodes connects.
     pub fn redis_target(&self, timeout: Duration) -> RedisTarget {
         let seeds = self.urls().into_iter().map(|u| u.into_connection_info());
@@ -425,4 +436,12 @@ pub async fn wait_ready(store: &dyn slidegate::limiter::Store, within: Duration)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The 3-master Cluster started once per test run and shared by the tests that only use it as
+/// the store of their proxies (each under [`RedisCluster::own_store`]'s prefix): they never stop,
+/// freeze, fail over or reconfigure a node. A test that does starts a Cluster of its own.
+pub fn shared_cluster() -> Arc<RedisCluster> {
+    static CLUSTER: Shared<Arc<RedisCluster>> = Shared::new();
+    CLUSTER.with(|| Arc::new(RedisCluster::start(3)), Arc::clone)
 }
