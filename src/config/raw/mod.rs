@@ -418,3 +418,12 @@ pub(super) struct RawLimit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Spanned<RawKey>>,
 }
+
+impl RawLimit {
+    /// The options given that belong to a kind of limit of its own (its parameters, which the
+    /// kind reads: `Kind::from_options`), each with its name, span and text; empty for a limit
+    /// of `requests`/`quota` per `window` or `concurrent`.
+    pub fn kind_options(&self) -> Vec<(&'static str, std::ops::Range<usize>, String)> {
+        Vec::new()
+    }
+}

@@ -77,8 +77,7 @@ use async_trait::async_trait;
 use super::algo::clock::{Clock, MonotonicClock};
 use super::buckets::time_of;
 use super::{
-    Admission, Buckets, Checked, Limit, LimitKind, LimitView, Store, StoreError, Verdict,
-    WindowView,
+    Admission, Buckets, Checked, Limit, LimitView, Store, StoreError, Unit, Verdict, WindowView,
 };
 use room::{shard_of, Room};
 use shard::{Admit, Bucket};
@@ -302,10 +301,10 @@ impl MemoryStore {
     /// Charge each of `limits` its weight now, with no room check (a cost settled higher than
     /// charged): in the slot of now, not the admission's, which a response longer than the
     /// window has seen leave; a bucket evicted meanwhile comes back for it.
-    /// Only slotted limits take a charge (cost limits are slotted); the others count requests.
+    /// Only cost limits take a charge; the others count requests.
     pub(super) fn charge_now(&self, route: &str, bucket: &str, limits: &[Limit]) {
-        let slotted = |l: &&Limit| matches!(l.id().kind(), LimitKind::Slotted { .. });
-        let limits: SmallVec<[Limit; 2]> = limits.iter().filter(slotted).copied().collect();
+        let cost = |l: &&Limit| l.unit() == Unit::Cost;
+        let limits: SmallVec<[Limit; 2]> = limits.iter().filter(cost).copied().collect();
         if !limits.is_empty() {
             self.enter(route, bucket, &limits, Admit::Always);
         }
