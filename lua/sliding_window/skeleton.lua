@@ -1,12 +1,15 @@
 --[[
 sliding_window (lua/sliding_window/skeleton.lua with lua/kinds/*.lua): exact sliding-window
-decisions, each over every limit of a route, for every kind of limit (lua/kinds/log.lua: the
+decisions, each over every limit of a route, for every kind of limit (lua/kinds/log/: the
 exact log; lua/kinds/slots.lua: slotted counters).
 
 ASSEMBLY
   Built into the binary by build.rs (src/limiter/algo/assemble.rs): this skeleton, with each
-  kind of limit's file lua/kinds/<kind>.lua spliced in, loaded as ONE script with one SHA. Every
-  file in lua/kinds/ is a kind: adding one is adding its file. A line `-- @each-kind <section>`
+  kind of limit's file lua/kinds/<kind>.lua (or folder lua/kinds/<kind>/, its files split by
+  concern, joined in name order) spliced in, loaded as ONE script with one SHA. Every file or
+  folder in lua/kinds/ is a kind: adding one is adding its file. Each section may use only the
+  locals this skeleton has in scope at its marker (and Lua's globals) besides its own: the
+  build reads the skeleton's blocks and refuses a section that uses any other name. A line `-- @each-kind <section>`
   becomes, at its indentation, one if/elseif chain over the kinds on their `@when` tests, by
   file name, the one default kind's branch the `else`; each branch is the kind's `@section` of
   that name. The `@when` tests are disjoint (each kind owns its values of the third ARGV value,
@@ -66,7 +69,7 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                 counted after the decision; when the limit is full (remaining = 0), exactly
                 the time until it admits again; otherwise when the oldest counted request
                 leaves. Always > 0 and <= window (slots: <= window + resolution). Each kind
-                details it (lua/kinds/log.lua: DATA; lua/kinds/slots.lua: SLOTS).
+                details it (lua/kinds/log/: DATA; lua/kinds/slots.lua: SLOTS).
   These three are every field the reply carries (docs/redis.md names the same).
 
 REPEATS
