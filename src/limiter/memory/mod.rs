@@ -127,6 +127,16 @@ pub struct MemoryStore {
     overflow_counters: Option<prometheus::IntCounterVec>,
 }
 
+/// The wall-clock time (µs since the Unix epoch) of `clock`'s 0, as it reads now: the
+/// inspector's timestamps (a [`MonotonicClock`] reads the wall clock from its start, a fake one
+/// wherever a test put it).
+fn unix_at_zero(clock: &dyn Clock) -> u64 {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    wall.saturating_sub(clock.now_us())
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -147,9 +157,7 @@ impl MemoryStore {
             max_memory,
             seed: fastrand::u64(..),
             clock: Arc::new(MonotonicClock::new()),
-            epoch_unix_us: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as u64),
+            epoch_unix_us: unix_at_zero(&MonotonicClock::new()),
             evictions: AtomicU64::new(0),
             eviction_counter: None,
             overflow_counters: None,
@@ -176,6 +184,7 @@ impl MemoryStore {
     /// Decide on `clock` instead of the process's monotonic clock (tests: a
     /// [`FakeClock`](crate::limiter::algo::clock::FakeClock), so windows pass without sleeps).
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.epoch_unix_us = unix_at_zero(&clock);
         self.clock = Arc::new(clock);
         self
     }
