@@ -11,6 +11,8 @@
 
 #[path = "limiter_conformance/admin.rs"]
 mod admin;
+#[path = "limiter_conformance/calendar.rs"]
+mod calendar;
 mod common;
 #[path = "limiter_conformance/cost.rs"]
 mod cost;
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admin::*;
+use calendar::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
 use common::shared::{unique_prefix, Shared};
@@ -190,6 +193,8 @@ macro_rules! conformance {
                 cost_and_requests_all_or_nothing,
                 settle_charges_into_debt_and_gives_back,
                 a_charge_outlives_its_admissions_slot,
+                calendar_exact_under_concurrency,
+                calendar_cost_and_log_all_or_nothing,
             ]
         );
     };

@@ -16,6 +16,7 @@ use super::{LimitState, LimitView};
 
 #[cfg(test)]
 mod assemble;
+pub mod calendar;
 pub mod clock;
 mod kind;
 pub mod lease;
@@ -37,6 +38,8 @@ kind::kinds! {
     /// Requests in flight (`concurrent`): one lease per admitted request, given back when it
     /// ends, or left to expire one `window` (the `lease_ttl`) after it was taken.
     Lease(lease::Lease),
+    /// A quota per calendar day, ISO week or month in a time zone (`per`, `time_zone`).
+    Calendar(calendar::Calendar),
 }
 
 impl Default for LimitKind {
