@@ -3,8 +3,9 @@
 //! wall clock (`common::fake_clock`: an `LD_PRELOAD` shim) set just before a calendar boundary:
 //! a quota counts per period, its `t` and a denial's `Retry-After` are the time to the period's
 //! end, it starts again at midnight in its zone, a Berlin day is 23 or 25 hours when the clocks
-//! change, two proxies on one Redis share it exactly, it stacks all or nothing with a window, and
-//! it counts cost; over HTTP/1.1, h2c and HTTP/2 over TLS. Config errors name file, line and key.
+//! change, two proxies on one Redis share it exactly, Redis's clock decides when a proxy's is
+//! ahead, it stacks all or nothing with a window, and it counts cost; over HTTP/1.1, h2c and
+//! HTTP/2 over TLS. Config errors name file, line and key.
 
 mod common;
 
@@ -247,6 +248,48 @@ async fn autumn_midnight(kind: &str) {
         );
     }
     assert_eq!(up.hits(), 6, "{kind}: denials never reached the upstream");
+}
+
+/// The store's clock decides, not the proxy's: a proxy 10 s ahead of its Redis is already in
+/// the next Berlin day when Redis is 8 s before midnight, yet its quota counts in Redis's day,
+/// with `t` and `Retry-After` to Redis's midnight, and starts again only at that midnight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_counts_in_its_own_period_when_the_proxy_clock_is_ahead() {
+    let lead = Duration::from_secs(8);
+    let redis_env = fake_clock::env(AUTUMN_MIDNIGHT_MS - lead.as_millis() as i64);
+    let proxy_env = fake_clock::env(AUTUMN_MIDNIGHT_MS - lead.as_millis() as i64 + 10_000);
+    let midnight = Instant::now() + lead;
+    let (up, ca) = (Upstream::start(), TestCa::new("ca"));
+    let backend = Backend::Redis(RedisServer::start_env(&REDIS_ARGS, &redis_env));
+    let proxy = proxies(&up, &ca, &backend, &proxy_env, 1).remove(0);
+    let left = midnight.saturating_duration_since(Instant::now());
+    assert!(
+        left > Duration::from_secs(4),
+        "started too late ({left:?} to midnight)"
+    );
+    tokio::time::sleep(left - Duration::from_secs(3)).await;
+    for r in [2, 1, 0] {
+        let seen = get(&proxy, &ca, Protocol::H1, "/cal", "skew", &[]).await;
+        let (got, t) = r_t(&seen);
+        assert_eq!((seen.status, got), (200, r), "{seen:?}");
+        assert!(
+            (1..=3).contains(&t),
+            "t = {t}: Redis's midnight, not the proxy's day"
+        );
+    }
+    let denied = get(&proxy, &ca, Protocol::H2c, "/cal", "skew", &[]).await;
+    assert_eq!(denied.status, 429, "{denied:?}");
+    let retry: u64 = denied.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((1..=3).contains(&retry), "Retry-After {retry}");
+    let past = midnight.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
+    tokio::time::sleep(past).await;
+    let seen = get(&proxy, &ca, Protocol::H2Tls, "/cal", "skew", &[]).await;
+    assert_eq!(seen.status, 200, "Redis's new day: {seen:?}");
+    let (r, t) = r_t(&seen);
+    assert!(
+        r == 2 && t > 25 * 3600 - 10 && t <= 25 * 3600,
+        "r = {r}, t = {t}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
