@@ -32,7 +32,8 @@ KEYS  (the lists of every decision, in order; a Cluster call carries one decisio
   its own counts in another bucket than the route's; on a Cluster the limits of other slots
   are decided in calls of their own): "<prefix>:{<bucket>}:<window in ms>" for a log,
   "...:<window in ms>@<resolution in ms>" for slots ("...c" for a cost limit),
-  "...:<lease_ttl in ms>c" for a concurrency limit's leases
+  "...:<lease_ttl in ms>c" for a concurrency limit's leases, "...:<per>@<time zone>" for a
+  calendar quota ("...c" for one of cost units)
 
 ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in decimal, or
       the one value "=")
@@ -44,10 +45,12 @@ ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in 
                 pushed into Lua). The first decision cannot be "=".
   then per limit i of d:
     requests    admitted requests allowed per window (>= 1)
-    window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
-    resolution  the kind of limit, and its parameter: 0, an exact log (DATA); >= 1000, slots of
-                that length in MICROseconds, a whole number of milliseconds dividing `window`
-                (see SLOTS); 1 to 999 are free for other kinds
+    window      window length in MICROseconds (>= 1000, a whole number of milliseconds); a
+                calendar quota's: the end of the proxy's period in ms (see CALENDAR)
+    resolution  the kind of limit, and its parameter: 0, an exact log (DATA); 1, leases (the
+                log's sections); >= 1000, slots of that length in MICROseconds, a whole number
+                of milliseconds dividing `window` (see SLOTS); < 0, a calendar quota, the
+                lengths of the proxy's period and the next (see CALENDAR); 2 to 999 are free
     weight      what this decision's admission counts in the limit (>= 0): 1, or in a cost
                 limit (slots) the request's cost; the limit admits only if what it counts plus
                 `weight` is at most `requests` (weight 1: count < requests), and a denied
