@@ -18,12 +18,16 @@ pub fn shim() -> PathBuf {
     SHIM.get_or_init(|| {
         super::require_tool("cc", "gcc");
         let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/common/fake_clock.c");
-        let dir = std::env::temp_dir().join(format!("slidegate-fake-clock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create the shim's directory");
-        let out = dir.join("fake_clock.so");
+        // Under target/ (nothing left in /tmp); built under a name of this process's and
+        // renamed, so test processes building it at once never load a half-written file.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let (out, part) = (
+            dir.join("fake_clock.so"),
+            dir.join(format!("fake_clock.{}.so", std::process::id())),
+        );
         let built = Command::new("cc")
             .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&out)
+            .arg(&part)
             .arg(&source)
             .arg("-ldl")
             .output()
@@ -33,6 +37,7 @@ pub fn shim() -> PathBuf {
             "cc fake_clock.c: {}",
             String::from_utf8_lossy(&built.stderr)
         );
+        std::fs::rename(&part, &out).expect("move the shim in place");
         out
     })
     .clone()
