@@ -16,19 +16,41 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }
 
-/// Every kind of limit: the files `lua/kinds/<kind>.lua`, by name (a new kind is its file).
-fn kind_names() -> Vec<String> {
-    let dir = std::fs::read_dir("lua/kinds").unwrap_or_else(|e| panic!("reading lua/kinds: {e}"));
-    let mut names: Vec<String> = dir
-        .map(|entry| {
-            entry
-                .unwrap_or_else(|e| panic!("reading lua/kinds: {e}"))
-                .file_name()
-        })
-        .filter_map(|f| f.to_str()?.strip_suffix(".lua").map(str::to_owned))
-        .collect();
-    names.sort();
-    names
+/// Every kind of limit, by name: each file `lua/kinds/<kind>.lua`, or folder `lua/kinds/<kind>/`
+/// of files split by concern (a new kind is its file or folder), with its text.
+fn kinds() -> Vec<(String, String)> {
+    let entries = |dir: &str| -> Vec<std::path::PathBuf> {
+        println!("cargo:rerun-if-changed={dir}");
+        let read = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {dir}: {e}"));
+        let mut paths: Vec<_> = read
+            .map(|entry| {
+                entry
+                    .unwrap_or_else(|e| panic!("reading {dir}: {e}"))
+                    .path()
+            })
+            .collect();
+        paths.sort();
+        paths
+    };
+    let mut kinds = Vec::new();
+    for path in entries("lua/kinds") {
+        let name = path.file_stem().and_then(|n| n.to_str()).map(str::to_owned);
+        let text = if path.is_dir() {
+            let dir = path.to_string_lossy().into_owned();
+            let files: Vec<String> = entries(&dir)
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+                .map(|p| read(&p.to_string_lossy()))
+                .collect();
+            assemble::kind_text(&files)
+        } else if path.extension().is_some_and(|e| e == "lua") {
+            read(&path.to_string_lossy())
+        } else {
+            continue;
+        };
+        kinds.extend(name.map(|n| (n, text)));
+    }
+    kinds
 }
 
 /// `slidegate_build_info`'s commit: `git rev-parse` of the tree being built, when it is a git
@@ -57,12 +79,8 @@ fn commit() {
 
 fn main() {
     commit();
-    println!("cargo:rerun-if-changed=lua/kinds");
-    let names = kind_names();
-    let kinds: Vec<(&str, String)> = names
-        .iter()
-        .map(|name| (name.as_str(), read(&format!("lua/kinds/{name}.lua"))))
-        .collect();
+    let owned = kinds();
+    let kinds: Vec<(&str, String)> = owned.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     for name in SCRIPTS {
         let skeleton = read(&format!("lua/{name}/skeleton.lua"));

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::keys::KeySpec;
-use crate::limiter::{Limit, Unit, Verdict};
+use crate::limiter::{Kind, Limit, Verdict};
 use crate::partition_key::PartitionKey;
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`;
@@ -51,60 +51,11 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The unit a limit counts in, the draft's quota unit (`qu`), by the names its RateLimit Quota
-/// Units registry gives them (`requests`, `content-bytes`, `concurrent-requests` in -11
-/// §3.1.2 and §10.3, as in -10), or slidegate's own for a unit it does not register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuotaUnit {
-    /// `requests`, the draft's default: sent as no `qu` at all.
-    Requests,
-    /// `content-bytes`: bytes of content.
-    ContentBytes,
-    /// `concurrent-requests`: requests in flight at once.
-    ConcurrentRequests,
-    /// A cost limit's cost units (tokens, credits: what the route's `cost` header counts).
-    /// The registry has no such unit and `qu` takes only registered values, so it goes out
-    /// as the vendor parameter [`COST_UNIT_PARAM`] (the draft asks service-specific
-    /// parameters to carry a vendor prefix), with no `qu`.
-    Cost,
-}
+pub use crate::limiter::algo::{QuotaUnit, COST_UNIT_PARAM};
 
-/// The vendor parameter that names a quota unit the registry lacks: `slidegate-unit="cost"`.
-pub const COST_UNIT_PARAM: &str = "slidegate-unit";
-
-impl QuotaUnit {
-    /// The registered name, `None` for a unit the registry lacks.
-    pub fn name(self) -> Option<&'static str> {
-        match self {
-            QuotaUnit::Requests => Some("requests"),
-            QuotaUnit::ContentBytes => Some("content-bytes"),
-            QuotaUnit::ConcurrentRequests => Some("concurrent-requests"),
-            QuotaUnit::Cost => None,
-        }
-    }
-
-    /// The parameter to send and its value: none for the default unit, which the draft lets
-    /// go unsaid (a few bytes less on every response of every limited route); `qu` for a
-    /// registered unit, the vendor parameter for cost.
-    pub fn param(self) -> Option<(&'static str, &'static str)> {
-        match self {
-            QuotaUnit::Requests => None,
-            QuotaUnit::ContentBytes | QuotaUnit::ConcurrentRequests => {
-                self.name().map(|name| ("qu", name))
-            }
-            QuotaUnit::Cost => Some((COST_UNIT_PARAM, "cost")),
-        }
-    }
-}
-
-/// The unit `limit` counts in: the one place a kind of limit that does not count requests
-/// (cost, concurrency) says so.
+/// The unit `limit` counts in: its kind's ([`Kind::quota_unit`]).
 pub fn quota_unit(limit: &Limit) -> QuotaUnit {
-    match (limit.unit, limit.is_lease()) {
-        (Unit::Cost, _) => QuotaUnit::Cost,
-        (Unit::Requests, true) => QuotaUnit::ConcurrentRequests,
-        (Unit::Requests, false) => QuotaUnit::Requests,
-    }
+    limit.kind.quota_unit()
 }
 
 /// Append `"name";a=x` to an RFC 9651 list in `out` (`, ` before every item but the first).
@@ -143,8 +94,11 @@ pub fn policy_field(names: &[String], limits: &[Limit]) -> String {
             out.push_str(unit);
             out.push('"');
         }
-        // `w` is an integer number of seconds; sub-second windows round up to 1.
-        push_param(&mut out, "w", ceil_secs(limit.window).max(1));
+        // `w` is an integer number of seconds (sub-second windows round up to 1), when the
+        // kind has a fixed window.
+        if let Some(w) = limit.kind.policy_window_s(limit.window) {
+            push_param(&mut out, "w", w);
+        }
     }
     out
 }

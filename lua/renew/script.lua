@@ -1,6 +1,6 @@
 --[[
 renew (lua/renew/script.lua, not assembled: it only runs on concurrency limits, whose record is
-the exact log's LIST, lua/kinds/log.lua): move one lease to now, so its deadline moves one
+the exact log's LIST, lua/kinds/log/): move one lease to now, so its deadline moves one
 lease_ttl on. Called every lease_ttl / 3 while its request runs (src/proxy/lease.rs).
 
 KEYS[1]   the lease limit's list

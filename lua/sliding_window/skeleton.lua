@@ -1,12 +1,15 @@
 --[[
 sliding_window (lua/sliding_window/skeleton.lua with lua/kinds/*.lua): exact sliding-window
-decisions, each over every limit of a route, for every kind of limit (lua/kinds/log.lua: the
+decisions, each over every limit of a route, for every kind of limit (lua/kinds/log/: the
 exact log; lua/kinds/slots.lua: slotted counters).
 
 ASSEMBLY
   Built into the binary by build.rs (src/limiter/algo/assemble.rs): this skeleton, with each
-  kind of limit's file lua/kinds/<kind>.lua spliced in, loaded as ONE script with one SHA. Every
-  file in lua/kinds/ is a kind: adding one is adding its file. A line `-- @each-kind <section>`
+  kind of limit's file lua/kinds/<kind>.lua (or folder lua/kinds/<kind>/, its files split by
+  concern, joined in name order) spliced in, loaded as ONE script with one SHA. Every file or
+  folder in lua/kinds/ is a kind: adding one is adding its file. Each section may use only the
+  locals this skeleton has in scope at its marker (and Lua's globals) besides its own: the
+  build reads the skeleton's blocks and refuses a section that uses any other name. A line `-- @each-kind <section>`
   becomes, at its indentation, one if/elseif chain over the kinds on their `@when` tests, by
   file name, the one default kind's branch the `else`; each branch is the kind's `@section` of
   that name. The `@when` tests are disjoint (each kind owns its values of the third ARGV value,
@@ -29,7 +32,8 @@ KEYS  (the lists of every decision, in order; a Cluster call carries one decisio
   its own counts in another bucket than the route's; on a Cluster the limits of other slots
   are decided in calls of their own): "<prefix>:{<bucket>}:<window in ms>" for a log,
   "...:<window in ms>@<resolution in ms>" for slots ("...c" for a cost limit),
-  "...:<lease_ttl in ms>c" for a concurrency limit's leases
+  "...:<lease_ttl in ms>c" for a concurrency limit's leases, "...:<per>@<time zone>" for a
+  calendar quota ("...c" for one of cost units)
 
 ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in decimal, or
       the one value "=")
@@ -41,10 +45,12 @@ ARGV  (per decision d, in the same order: 1 + 4 n_d values, integers written in 
                 pushed into Lua). The first decision cannot be "=".
   then per limit i of d:
     requests    admitted requests allowed per window (>= 1)
-    window      window length in MICROseconds (>= 1000, a whole number of milliseconds)
-    resolution  the kind of limit, and its parameter: 0, an exact log (DATA); >= 1000, slots of
-                that length in MICROseconds, a whole number of milliseconds dividing `window`
-                (see SLOTS); 1 to 999 are free for other kinds
+    window      window length in MICROseconds (>= 1000, a whole number of milliseconds); a
+                calendar quota's: the end of the proxy's period in ms (see CALENDAR)
+    resolution  the kind of limit, and its parameter: 0, an exact log (DATA); 1, leases (the
+                log's sections); >= 1000, slots of that length in MICROseconds, a whole number
+                of milliseconds dividing `window` (see SLOTS); < 0, a calendar quota, the
+                lengths of the proxy's period and the next (see CALENDAR); 2 to 999 are free
     weight      what this decision's admission counts in the limit (>= 0): 1, or in a cost
                 limit (slots) the request's cost; the limit admits only if what it counts plus
                 `weight` is at most `requests` (weight 1: count < requests), and a denied
@@ -66,7 +72,7 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                 counted after the decision; when the limit is full (remaining = 0), exactly
                 the time until it admits again; otherwise when the oldest counted request
                 leaves. Always > 0 and <= window (slots: <= window + resolution). Each kind
-                details it (lua/kinds/log.lua: DATA; lua/kinds/slots.lua: SLOTS).
+                details it (lua/kinds/log/: DATA; lua/kinds/slots.lua: SLOTS).
   These three are every field the reply carries (docs/redis.md names the same).
 
 REPEATS

@@ -254,7 +254,10 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
                 "concurrent": limit.is_lease(),
                 // A cost limit (`unit = "cost"`) counts cost units; a settlement higher than
                 // the charge may take it past its quota: that excess is its debt.
-                "unit": if limit.unit == crate::limiter::Unit::Cost { "cost" } else { "requests" },
+                "unit": if limit.unit() == crate::limiter::Unit::Cost { "cost" } else { "requests" },
+                // What the kind says beyond its entries (a calendar quota's period and its
+                // end, at the store's clock), or null.
+                "about": crate::limiter::Kind::about(limit.kind, now_us),
                 "debt": lv.count.saturating_sub(u64::from(limit.requests)),
                 "slots": lv.slots.iter().map(|&(start, count)| json!({
                     "start_ms": us_to_ms(start),

@@ -123,7 +123,7 @@ fn add_cost_resolutions(route: &mut Table, limits: &[crate::limiter::Limit]) {
         let (Value::Table(raw), Some(us)) = (raw, limit.resolution_us()) else {
             continue;
         };
-        if limit.unit == crate::limiter::Unit::Cost {
+        if limit.unit() == crate::limiter::Unit::Cost {
             let text = humantime::format_duration(std::time::Duration::from_micros(us));
             raw.entry("resolution")
                 .or_insert(Value::String(text.to_string()));

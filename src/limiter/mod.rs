@@ -28,7 +28,7 @@ pub mod redis;
 mod view;
 
 pub use admission::{Admission, Change};
-pub use algo::{Limit, LimitId, LimitKind, Unit, MAX_SLOTS};
+pub use algo::{Kind, Limit, LimitId, LimitKind, QuotaUnit, Unit, MAX_SLOTS};
 pub use buckets::Buckets;
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 

@@ -186,7 +186,7 @@ fn count_cost(route: &Route, outcome: &Outcome<'_>, cost: u32) {
     };
     let spec = &route.spec;
     for (j, limit) in spec.limits.iter().enumerate() {
-        if limit.unit == crate::limiter::Unit::Cost {
+        if limit.unit() == crate::limiter::Unit::Cost {
             let policy = policy_name(&spec.name, limit, spec.limit_keys.key_of(j));
             (counter.with_label_values(&[spec.name.as_str(), policy.as_str()]))
                 .inc_by(u64::from(cost));

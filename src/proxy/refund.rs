@@ -223,7 +223,7 @@ impl Part {
         match self {
             Part::Counted => !limit.is_lease(),
             Part::Leases => limit.is_lease(),
-            Part::Cost => limit.unit == Unit::Cost,
+            Part::Cost => limit.unit() == Unit::Cost,
         }
     }
 }
@@ -347,7 +347,7 @@ impl Limiter {
 /// The policy names of `route`'s cost limits.
 fn cost_policies(route: &Route) -> Vec<String> {
     let limits = route.spec.limits.iter().zip(&route.policy_names);
-    let cost = limits.filter(|(l, _)| l.unit == crate::limiter::Unit::Cost);
+    let cost = limits.filter(|(l, _)| l.unit() == crate::limiter::Unit::Cost);
     cost.map(|(_, name)| name.clone()).collect()
 }
 

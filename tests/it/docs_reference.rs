@@ -597,9 +597,10 @@ fn the_example_config_shows_every_key_of_the_schema_with_its_default() {
 
 /// Keys whose documented default applies only with another setting, which MINIMAL leaves
 /// off, so `-T` of it rightly prints nothing for them.
-const CONDITIONAL: [(&str, &str, &str); 6] = [
+const CONDITIONAL: [(&str, &str, &str); 7] = [
     ("server", "tls_min_version", "with tls_listen"),
     ("routes", "limits[].lease_ttl", "with concurrent"),
+    ("routes", "limits[].time_zone", "with per"),
     ("store", "db", "with backend = \"redis_sentinel\""),
     ("upstreams.*", "verify", "with tls = true"),
     ("routes", "deny_content_type", "with deny_body_file"),

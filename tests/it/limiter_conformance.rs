@@ -10,6 +10,7 @@
 //! store: on Redis, its own key prefix on the servers all cases of that backend share.
 
 mod admin;
+mod calendar;
 use crate::common;
 mod cost;
 mod decide;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admin::*;
+use calendar::*;
 use common::redis::{wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
 use common::shared::{unique_prefix, Shared};
@@ -185,6 +187,8 @@ macro_rules! conformance {
                 cost_and_requests_all_or_nothing,
                 settle_charges_into_debt_and_gives_back,
                 a_charge_outlives_its_admissions_slot,
+                calendar_exact_under_concurrency,
+                calendar_cost_and_log_all_or_nothing,
             ]
         );
     };

@@ -281,7 +281,9 @@ function animate() {
       const full = l.remaining === 0;
       const debt = l.debt > 0 ? ` · ${l.debt} in debt` : "";
       const held = l.concurrent ? "held now" : "in window";
-      c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} ${held}${debt}`;
+      // The kind in words (a calendar quota: its period and when it ends), from the server.
+      const about = l.about ? ` · ${l.about}` : "";
+      c.remaining.textContent = `${l.remaining} of ${l.requests} left · ${l.count} ${held}${debt}${about}`;
       c.remaining.classList.toggle("full", full);
       const hasEntries = l.count > 0;
       c.ring.style.display = hasEntries ? "" : "none";

@@ -417,4 +417,22 @@ pub(super) struct RawLimit {
     /// A key of its own instead of the route's (`"global"`: one bucket for every client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Spanned<RawKey>>,
+    /// A calendar quota's period: `"day"`, `"week"` (ISO, from Monday) or `"month"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per: Option<Spanned<String>>,
+    /// A calendar quota's time zone, an IANA name (default `"UTC"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<Spanned<String>>,
+}
+
+impl RawLimit {
+    /// The options given that belong to a kind of limit of its own (its parameters, which the
+    /// kind reads: `Kind::from_options`), each with its name, span and text; empty for a limit
+    /// of `requests`/`quota` per `window` or `concurrent`.
+    pub fn kind_options(&self) -> Vec<(&'static str, std::ops::Range<usize>, String)> {
+        [("per", &self.per), ("time_zone", &self.time_zone)]
+            .into_iter()
+            .filter_map(|(name, v)| v.as_ref().map(|v| (name, v.span(), v.get_ref().clone())))
+            .collect()
+    }
 }

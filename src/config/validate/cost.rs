@@ -83,7 +83,7 @@ impl Validator<'_> {
             }
         };
         let fits = (limits.iter())
-            .filter(|l| l.unit == Unit::Cost)
+            .filter(|l| l.unit() == Unit::Cost)
             .map(|l| l.requests)
             .min();
         Ok(Cost {

@@ -5,10 +5,18 @@
 //! and `scripts/bench-script` follows the same rules; the format is described in the deciding
 //! skeleton's ASSEMBLY section.
 //!
-//! Text only, no Lua is parsed: a kind's sections are copied verbatim, so the assembled script
-//! is what one would write by hand, with one `if`/`elseif` chain per pass.
+//! A kind's sections are copied verbatim, so the assembled script is what one would write by
+//! hand, with one `if`/`elseif` chain per pass. Before that, each section is checked against
+//! the names the skeleton provides at its marker (`names.rs`: the locals in scope there, found
+//! by reading the skeleton's blocks, and Lua's own globals): a section that uses any other name
+//! that it does not declare itself (a typo, a scratch name the skeleton does not have, a local
+//! of another pass) fails the build, instead of reading `nil` at run time in Redis.
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+#[path = "names.rs"]
+mod names;
 
 /// A skeleton line replaced by one section of every kind.
 const EACH_KIND: &str = "-- @each-kind ";
@@ -16,6 +24,9 @@ const EACH_KIND: &str = "-- @each-kind ";
 const WHEN: &str = "-- @when ";
 /// A kind file's line starting a section (up to the next one or the end).
 const SECTION: &str = "-- @section ";
+/// A line between the files of a kind kept as a folder (`lua/kinds/<kind>/*.lua`, joined by
+/// [`kind_text`]): what follows, up to the next section, is documentation again.
+const PART: &str = "-- @part";
 /// The `@each-kind` section that takes every kind's documentation, not a dispatch chain.
 const DOC: &str = "doc";
 
@@ -28,6 +39,9 @@ pub enum AssembleError {
     Default,
     /// A kind has no section the skeleton asks for.
     NoSection(String, String),
+    /// A kind's section uses a name the skeleton does not provide at its marker, nor the
+    /// section declares: (kind, section, name).
+    UnknownName(String, String, String),
 }
 
 impl fmt::Display for AssembleError {
@@ -38,6 +52,11 @@ impl fmt::Display for AssembleError {
                 write!(f, "exactly one kind must be `{WHEN}default`")
             }
             AssembleError::NoSection(kind, s) => write!(f, "kind {kind}: no section `{s}`"),
+            AssembleError::UnknownName(kind, s, name) => write!(
+                f,
+                "kind {kind}, section `{s}`: `{name}` is neither a local the skeleton has in \
+                 scope at its marker nor declared in the section"
+            ),
         }
     }
 }
@@ -58,13 +77,17 @@ impl Kind {
     fn parse(name: &str, text: &str) -> Result<Kind, AssembleError> {
         let (mut when, mut doc, mut sections) =
             (None, String::new(), Vec::<(String, String)>::new());
+        let mut in_doc = true;
         for line in text.split_inclusive('\n') {
             let trimmed = line.trim();
             if let Some(test) = trimmed.strip_prefix(WHEN) {
                 when = Some((test != "default").then(|| test.to_owned()));
             } else if let Some(section) = trimmed.strip_prefix(SECTION) {
                 sections.push((section.to_owned(), String::new()));
-            } else if let Some((_, text)) = sections.last_mut() {
+                in_doc = false;
+            } else if trimmed == PART {
+                in_doc = true;
+            } else if let (false, Some((_, text))) = (in_doc, sections.last_mut()) {
                 text.push_str(line);
             } else {
                 doc.push_str(line);
@@ -77,6 +100,12 @@ impl Kind {
             sections,
         })
     }
+}
+
+/// A kind's text from its files: one file, or a folder's files in name order (a kind split by
+/// concern), each after a [`PART`] line.
+pub fn kind_text(files: &[String]) -> String {
+    files.join(&format!("{PART}\n"))
 }
 
 /// A script: `skeleton` with `kinds` (each a name and its file's text) spliced in at its
@@ -93,14 +122,45 @@ pub fn assemble(skeleton: &str, kinds: &[(&str, String)]) -> Result<String, Asse
     }
     // Stable: the others keep their order.
     kinds.sort_by_key(|(_, k)| k.when.is_none());
+    let provided = names::in_scope_at_markers(skeleton, EACH_KIND);
     let mut out = String::with_capacity(skeleton.len() * 2);
+    let mut marker = 0;
     for line in skeleton.split_inclusive('\n') {
         match line.trim().strip_prefix(EACH_KIND) {
-            Some(section) => splice(&mut out, line, section, &kinds)?,
+            Some(section) => {
+                let scope = provided.get(marker).cloned().unwrap_or_default();
+                marker += 1;
+                check_names(section, &scope, &kinds)?;
+                splice(&mut out, line, section, &kinds)?;
+            }
             None => out.push_str(line),
         }
     }
     Ok(out)
+}
+
+/// Every kind's `section` uses only names in `scope`, Lua's globals, or its own locals.
+fn check_names(
+    section: &str,
+    scope: &BTreeMap<String, ()>,
+    kinds: &[(&str, Kind)],
+) -> Result<(), AssembleError> {
+    if section == DOC {
+        return Ok(());
+    }
+    for (name, kind) in kinds {
+        let Some((_, text)) = kind.sections.iter().find(|(s, _)| s == section) else {
+            continue; // `splice` says which is missing
+        };
+        if let Some(unknown) = names::free_names(text)
+            .into_iter()
+            .find(|n| !scope.contains_key(n) && !names::is_lua_global(n))
+        {
+            let (kind, section) = (name.to_string(), section.to_owned());
+            return Err(AssembleError::UnknownName(kind, section, unknown));
+        }
+    }
+    Ok(())
 }
 
 /// Write what the marker `line` asking for `section` becomes.
@@ -137,8 +197,7 @@ fn splice(
 mod tests {
     use super::*;
 
-    const SKELETON: &str =
-        "--[[ head --]]\n-- @each-kind doc\nfor i = 1, n do\n    -- @each-kind read\nend\n";
+    const SKELETON: &str = "--[[ head --]]\n-- @each-kind doc\nlocal x, n = 0, 2\nfor i = 1, n do\n    -- @each-kind read\nend\n";
 
     fn kinds(names: &[&'static str]) -> Vec<(&'static str, String)> {
         let text = |name| match name {
@@ -154,7 +213,7 @@ mod tests {
         let script = assemble(SKELETON, &kinds(&["a", "b"])).unwrap();
         assert_eq!(
             script,
-            "--[[ head --]]\n--[[ b --]]\n--[[ a --]]\nfor i = 1, n do\n    if res > 0 then\n        x = 2\n    else\n        x = 1\n    end\nend\n"
+            "--[[ head --]]\n--[[ b --]]\n--[[ a --]]\nlocal x, n = 0, 2\nfor i = 1, n do\n    if res > 0 then\n        x = 2\n    else\n        x = 1\n    end\nend\n"
         );
     }
 
@@ -173,6 +232,15 @@ mod tests {
             assemble(&no_section, &kinds(&["b", "a"])),
             Err(AssembleError::NoSection(..))
         ));
+        let typo = [("a", kinds(&["a"])[0].1.replace("x = 1", "x = y"))];
+        assert_eq!(
+            assemble(SKELETON, &typo),
+            Err(AssembleError::UnknownName(
+                "a".into(),
+                "read".into(),
+                "y".into()
+            ))
+        );
         let no_when = [("c", "-- @section read\n".to_owned())];
         assert_eq!(
             assemble(SKELETON, &no_when),

@@ -6,24 +6,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The instant a [`Clock`]'s 0 stands for: 2020-01-01T00:00:00Z, µs since the Unix epoch. A
+/// clock's values are the wall-clock time it reckons, less this (small enough for the memory
+/// store's summary cells: 40 bits of ms last until 2054), so a kind that counts calendar time
+/// (`calendar.rs`) finds it on the store's own clock.
+pub const UNIX_AT_ZERO_US: u64 = 1_577_836_800_000_000;
+
 /// A source of microseconds that never go back. Read once per decision (under the bucket's
 /// lock), so a dynamic call costs nothing next to the decision.
 pub trait Clock: Send + Sync + 'static {
-    /// Microseconds since the clock's start; never 0 (0 is no valid timestamp in a record).
+    /// Microseconds since [`UNIX_AT_ZERO_US`] as this clock reckons it; never 0 (0 is no valid
+    /// timestamp in a record).
     fn now_us(&self) -> u64;
 }
 
-/// The monotonic clock of the process, counted from when it was made.
+/// The monotonic clock of the process, set to the wall clock when it was made and running at
+/// the monotonic pace since (a wall clock stepped later moves no decision).
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     epoch: Instant,
+    /// The clock's value at `epoch`.
+    start_us: u64,
 }
 
 impl MonotonicClock {
-    /// A clock starting now (at 1 µs).
+    /// A clock reading the wall clock now.
     pub fn new() -> MonotonicClock {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         MonotonicClock {
             epoch: Instant::now(),
+            start_us: wall.saturating_sub(UNIX_AT_ZERO_US).max(1),
         }
     }
 }
@@ -36,8 +50,7 @@ impl Default for MonotonicClock {
 
 impl Clock for MonotonicClock {
     fn now_us(&self) -> u64 {
-        // Offset by one so that 0 never is a valid timestamp.
-        self.epoch.elapsed().as_micros() as u64 + 1
+        self.start_us + self.epoch.elapsed().as_micros() as u64
     }
 }
 
@@ -85,9 +98,13 @@ mod tests {
     }
 
     #[test]
-    fn the_monotonic_clock_starts_at_one_and_never_goes_back() {
+    fn the_monotonic_clock_starts_at_the_wall_clock_and_never_goes_back() {
         let clock = MonotonicClock::new();
         let (a, b) = (clock.now_us(), clock.now_us());
-        assert!(a >= 1 && b >= a);
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        assert!(b >= a && a + UNIX_AT_ZERO_US <= wall && wall - a - UNIX_AT_ZERO_US < 1_000_000);
     }
 }

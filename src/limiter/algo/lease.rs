@@ -7,19 +7,100 @@
 //! replaced by one stamped now (in Redis, `lua/renew/script.lua`). So the record and
 //! its rules are the log's ([`Entries`]), and in Redis the same LIST and the same Lua: the
 //! lease's ARGV value ([`SCRIPT_ARG`]) matches no other kind's `@when`, so it runs the log's
-//! sections, the default branch (`lua/kinds/log.lua`).
+//! sections, the default branch (`lua/kinds/log/`).
 //!
 //! What differs is what a denial tells: a lease may be given back at any moment, so a full
 //! lease limit promises no wait ([`RETRY_US`], `Retry-After: 1`), and the deny cache never
 //! remembers a decision of a route with a lease limit (a release would not reach it).
 
-use super::log::Entries;
-use super::{Limit, LimitId, Rules};
-use crate::limiter::LimitView;
+use std::time::Duration;
+
+use super::log::{ceil_secs, Entries};
+use super::{state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit};
+use crate::limiter::{LimitState, LimitView};
 
 /// The third ARGV value of a lease limit in the sliding-window script: 1, of the values 1 to
 /// 999 that no other kind's `@when` claims, so the log's (default) sections run it.
-pub const SCRIPT_ARG: u64 = 1;
+pub const SCRIPT_ARG: i64 = 1;
+
+/// A concurrency limit: no parameter but its `lease_ttl` (the window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Lease;
+
+impl Kind for Lease {
+    type Record = Leases;
+
+    fn new_record(self) -> Leases {
+        Leases::default()
+    }
+
+    /// `concurrent` and `lease_ttl`: the config's own keys.
+    fn from_options(_: &KindOptions<'_>) -> Option<Result<(Self, Duration), OptionError>> {
+        None
+    }
+
+    /// `<lease_ttl ms>c`: its own letter, never the key of a log of the same window.
+    fn push_key_suffix(self, window_ms: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
+        out.push(b'c');
+    }
+
+    /// `concurrent` (a route has at most one per key).
+    fn policy_suffix(self, _window_ms: u32) -> String {
+        "concurrent".to_owned()
+    }
+
+    fn script_args(self, window_us: u64) -> [i64; 2] {
+        [window_us as i64, SCRIPT_ARG]
+    }
+
+    /// At most [`RETRY_US`]: a lease may be given back at any moment.
+    fn state_from_reply(self, reply: &[i64]) -> LimitState {
+        state_of(reply, RETRY_US)
+    }
+
+    fn view_from_inspect(self, _: &Limit, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
+        let mut view = super::log::view_from_inspect(head, values);
+        view.reset = view.reset.min(Duration::from_micros(RETRY_US));
+        Some(view)
+    }
+
+    fn unit(self) -> Unit {
+        Unit::Requests
+    }
+
+    fn quota_unit(self) -> QuotaUnit {
+        QuotaUnit::ConcurrentRequests
+    }
+
+    /// The `lease_ttl`.
+    fn policy_window_s(self, window: Duration) -> Option<u64> {
+        Some(ceil_secs(window))
+    }
+
+    /// One no resolution has (a slot divides a window of at most a month).
+    fn summary_tag(self) -> u32 {
+        u32::MAX
+    }
+
+    /// A lease's deadline.
+    fn frees_if_recorded(self, window_us: u64, now: u64) -> u64 {
+        now + window_us
+    }
+
+    fn is_lease(self) -> bool {
+        true
+    }
+
+    fn resolution_us(self) -> Option<u64> {
+        None
+    }
+
+    /// Its entries say it all.
+    fn about(self, _now_unix_us: u64) -> Option<String> {
+        None
+    }
+}
 
 /// The `reset` a full lease limit reports: one second, since any request in flight may end
 /// at any moment (the draft's `Retry-After: 1`).
@@ -54,9 +135,6 @@ impl Rules for Leases {
     fn frees_us(&self, id: LimitId) -> u64 {
         self.0.frees_us(id)
     }
-    fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
-        Entries::frees_if_recorded(id, now)
-    }
     fn seed(&mut self, id: LimitId, count: u64, frees_us: u64) {
         self.0.seed(id, count, frees_us)
     }
@@ -69,15 +147,13 @@ impl Rules for Leases {
     /// The leases held, each by its admission time.
     fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
         let mut view = self.0.view(limit, now, to_unix);
-        view.reset = view.reset.min(std::time::Duration::from_micros(RETRY_US));
+        view.reset = view.reset.min(Duration::from_micros(RETRY_US));
         view
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn limit() -> Limit {

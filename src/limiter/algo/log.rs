@@ -1,6 +1,7 @@
-//! The exact sliding-window log ([`LimitKind::Log`](super::LimitKind::Log)): one timestamp per
-//! admitted request. Its record ([`Entries`]) and pure rules, which the memory store runs; the
-//! Redis script runs the same rules on a Redis LIST (`lua/kinds/log.lua`, DATA in its
+//! The exact sliding-window log ([`Log`], [`LimitKind::Log`](super::LimitKind::Log)): one
+//! timestamp per admitted request. Its record ([`Entries`]) and pure rules, which the memory
+//! store runs; the
+//! Redis script runs the same rules on a Redis LIST (`lua/kinds/log/`, DATA in its
 //! header).
 //!
 //! An entry recorded at `t` counts while `t > now - window`: it leaves at exactly
@@ -10,12 +11,92 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{Limit, LimitId, Rules};
-use crate::limiter::LimitView;
+use super::{
+    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit,
+};
+use crate::limiter::{LimitState, LimitView};
 
 /// The third ARGV value of a log limit in the sliding-window script (`resolution`: 0 names
 /// the log).
-pub const SCRIPT_ARG: u64 = 0;
+pub const SCRIPT_ARG: i64 = 0;
+
+/// The exact log: no parameter but its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Log;
+
+impl Kind for Log {
+    type Record = Entries;
+
+    fn new_record(self) -> Entries {
+        Entries::default()
+    }
+
+    /// `requests` and `window`: the config's own keys.
+    fn from_options(_: &KindOptions<'_>) -> Option<Result<(Self, Duration), OptionError>> {
+        None
+    }
+
+    /// `<window ms>`.
+    fn push_key_suffix(self, window_ms: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(itoa::Buffer::new().format(window_ms).as_bytes());
+    }
+
+    /// `60s`, `1500ms`.
+    fn policy_suffix(self, window_ms: u32) -> String {
+        policy_text(window_ms)
+    }
+
+    fn script_args(self, window_us: u64) -> [i64; 2] {
+        [window_us as i64, SCRIPT_ARG]
+    }
+
+    fn state_from_reply(self, reply: &[i64]) -> LimitState {
+        state_of(reply, u64::MAX)
+    }
+
+    fn view_from_inspect(self, _: &Limit, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
+        Some(view_from_inspect(head, values))
+    }
+
+    fn unit(self) -> Unit {
+        Unit::Requests
+    }
+
+    fn quota_unit(self) -> QuotaUnit {
+        QuotaUnit::Requests
+    }
+
+    /// Whole seconds, a sub-second window rounded up to 1.
+    fn policy_window_s(self, window: Duration) -> Option<u64> {
+        Some(ceil_secs(window))
+    }
+
+    fn summary_tag(self) -> u32 {
+        0
+    }
+
+    fn frees_if_recorded(self, window_us: u64, now: u64) -> u64 {
+        now + window_us
+    }
+
+    fn is_lease(self) -> bool {
+        false
+    }
+
+    fn resolution_us(self) -> Option<u64> {
+        None
+    }
+
+    /// Its entries say it all.
+    fn about(self, _now_unix_us: u64) -> Option<String> {
+        None
+    }
+}
+
+/// Whole seconds rounded up, at least 1: a window as the `w` of `RateLimit-Policy`.
+pub fn ceil_secs(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
 
 /// Admitted timestamps (µs on the store's clock), oldest first.
 #[derive(Debug, Default, Clone)]
@@ -89,10 +170,6 @@ impl Rules for Entries {
 
     fn frees_us(&self, id: LimitId) -> u64 {
         self.0.back().map_or(0, |&t| t + id.window_us())
-    }
-
-    fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
-        now + id.window_us()
     }
 
     /// `count` entries one window before `frees_us`.

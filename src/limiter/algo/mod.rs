@@ -1,15 +1,14 @@
 //! The kinds of limit, one module each, and their registry here: what a limit is ([`Limit`]:
-//! requests, window and its [`LimitKind`]), its identity [`LimitId`] (which names its Redis
-//! key, its policy and its memory-store record), and [`Record`], the memory store's record of
-//! one limit, which hands every rule to its kind's module.
+//! requests, window and its [`LimitKind`]), its identity [`LimitId`] (`{ window, kind }`, which
+//! names its Redis key, its policy and its memory-store record), and [`Record`], the memory
+//! store's record of one limit.
 //!
-//! Each kind's module owns its record type and pure rules ([`Rules`], unit-tested on a
-//! [`clock::FakeClock`]), its ARGV value and reply decoding for the sliding-window script, and
-//! has its Lua file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis
-//! scripts ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind
-//! is its module and Lua file (every file in `lua/kinds/` is spliced in), a [`LimitKind`]
-//! variant and a [`Record`] variant with its arm in `each_kind!` (`record.rs`): see
-//! `docs/design.md`.
+//! Each kind is its own type implementing [`Kind`] (`kind.rs`), in one module that owns its
+//! parameters, its record and pure rules ([`Rules`], unit-tested on a [`clock::FakeClock`]),
+//! its key suffix, ARGV values, reply decoding, quota unit and RateLimit fields, and has its Lua
+//! file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis scripts
+//! ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind is its
+//! module, its Lua file and one line of the `kinds!` list below: see `docs/design.md`.
 
 use std::time::Duration;
 
@@ -17,26 +16,48 @@ use super::{LimitState, LimitView};
 
 #[cfg(test)]
 mod assemble;
+pub mod calendar;
 pub mod clock;
+mod kind;
 pub mod lease;
 pub mod log;
 mod record;
 pub mod script;
 pub mod slots;
 
-pub use record::{Record, Rules};
+pub use kind::{policy_text, state_of, Kind, KindOptions, OptionError, QuotaUnit, COST_UNIT_PARAM};
+pub use record::Rules;
 
-/// One sliding-window limit: at most `requests` admitted requests in any `window`.
+kind::kinds! {
+    /// The exact sliding-window log: one timestamp per admitted request.
+    Log(log::Log),
+    /// One counter per `resolution` slot (validated: ≥ 1 ms, whole milliseconds, dividing the
+    /// window into at most [`MAX_SLOTS`] slots). Never admits more than the log; may refuse up
+    /// to one slot early.
+    Slotted(slots::Slots),
+    /// Requests in flight (`concurrent`): one lease per admitted request, given back when it
+    /// ends, or left to expire one `window` (the `lease_ttl`) after it was taken.
+    Lease(lease::Lease),
+    /// A quota per calendar day, ISO week or month in a time zone (`per`, `time_zone`).
+    Calendar(calendar::Calendar),
+}
+
+impl Default for LimitKind {
+    fn default() -> Self {
+        LimitKind::Log(log::Log)
+    }
+}
+
+/// One limit: at most `requests` admitted (or, for a cost limit, cost units) in any `window`,
+/// as its kind counts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
-    /// Maximum number of requests admitted in any window (≥ 1).
+    /// Maximum number of requests (cost units) admitted in any window (≥ 1).
     pub requests: u32,
-    /// Window length (≥ 1 ms).
+    /// Window length (≥ 1 ms): the longest anything admitted stays counted.
     pub window: Duration,
-    /// How admissions are recorded: one entry each, or one counter per slot.
+    /// How admissions are recorded, with the kind's parameters.
     pub kind: LimitKind,
-    /// What the limit counts: requests (1 each), or a cost limit's cost units.
-    pub unit: Unit,
     /// What this decision's admission counts in it: 1, or for a cost limit the request's cost
     /// (see [`Limit::weighted`]; the configured limits say 1).
     pub weight: u32,
@@ -48,26 +69,8 @@ pub enum Unit {
     /// Every admitted request counts 1.
     #[default]
     Requests,
-    /// Every admitted request counts its cost (`cost` of the route); always slotted.
+    /// Every admitted request counts its cost (`cost` of the route).
     Cost,
-}
-
-/// How a limit records what it admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum LimitKind {
-    /// The exact sliding-window log: one timestamp per admitted request.
-    #[default]
-    Log,
-    /// One counter per `resolution` slot (validated: ≥ 1 ms, whole milliseconds, dividing the
-    /// window into at most [`MAX_SLOTS`] slots). Never admits more than the log; may refuse up
-    /// to one slot early.
-    Slotted {
-        /// Slot length.
-        resolution: Duration,
-    },
-    /// Requests in flight (`concurrent`): one lease per admitted request, given back when it
-    /// ends, or left to expire one `window` (the `lease_ttl`) after it was taken.
-    Lease,
 }
 
 /// Integers per limit in a script reply (`remaining`, `reset`), whatever its kind.
@@ -79,58 +82,54 @@ pub const REPLY_LEN: usize = 2;
 pub const MAX_SLOTS: u64 = 1000;
 
 impl Limit {
-    /// An exact sliding-window-log limit.
-    pub const fn log(requests: u32, window: Duration) -> Limit {
+    /// A limit of `kind`.
+    pub const fn of(requests: u32, window: Duration, kind: LimitKind) -> Limit {
         Limit {
             requests,
             window,
-            kind: LimitKind::Log,
-            unit: Unit::Requests,
+            kind,
             weight: 1,
         }
+    }
+
+    /// An exact sliding-window-log limit.
+    pub const fn log(requests: u32, window: Duration) -> Limit {
+        Limit::of(requests, window, LimitKind::Log(log::Log))
     }
 
     /// A concurrency limit: at most `concurrent` leases, each expiring `ttl` after it was
     /// taken unless given back first.
     pub const fn lease(concurrent: u32, ttl: Duration) -> Limit {
-        Limit {
-            requests: concurrent,
-            window: ttl,
-            kind: LimitKind::Lease,
-            unit: Unit::Requests,
-            weight: 1,
-        }
+        Limit::of(concurrent, ttl, LimitKind::Lease(lease::Lease))
     }
 
     /// True for a concurrency limit, whose entries the proxy gives back when a request ends.
     pub fn is_lease(&self) -> bool {
-        self.kind == LimitKind::Lease
+        self.kind.is_lease()
     }
 
     /// A slotted limit of `resolution` (which must divide `window`).
     pub const fn slotted(requests: u32, window: Duration, resolution: Duration) -> Limit {
-        Limit {
-            requests,
-            window,
-            kind: LimitKind::Slotted { resolution },
-            unit: Unit::Requests,
-            weight: 1,
-        }
+        let kind = LimitKind::Slotted(slots::Slots::new(resolution, Unit::Requests));
+        Limit::of(requests, window, kind)
     }
 
     /// A cost limit: at most `quota` cost units in any window, counted in slots of
     /// `resolution`.
     pub const fn cost(quota: u32, window: Duration, resolution: Duration) -> Limit {
-        Limit {
-            unit: Unit::Cost,
-            ..Limit::slotted(quota, window, resolution)
-        }
+        let kind = LimitKind::Slotted(slots::Slots::new(resolution, Unit::Cost));
+        Limit::of(quota, window, kind)
+    }
+
+    /// What the limit counts: requests, or cost units.
+    pub fn unit(&self) -> Unit {
+        self.kind.unit()
     }
 
     /// This limit as one request of `cost` counts in it: a cost limit weighs `cost`, any
     /// other 1.
-    pub const fn weighted(self, cost: u32) -> Limit {
-        match self.unit {
+    pub fn weighted(self, cost: u32) -> Limit {
+        match self.unit() {
             Unit::Cost => Limit {
                 weight: cost,
                 ..self
@@ -139,8 +138,8 @@ impl Limit {
         }
     }
 
-    /// The window in microseconds (windows are validated to whole milliseconds of at most 30
-    /// days, so this is exact).
+    /// The window in microseconds (windows are validated to whole milliseconds of at most a
+    /// month and a day, so this is exact).
     pub fn window_us(&self) -> u64 {
         self.window.as_micros().min(u128::from(u64::MAX)) as u64
     }
@@ -150,91 +149,56 @@ impl Limit {
         self.window.as_millis().min(u128::from(u64::MAX)) as u64
     }
 
-    /// The slot length in microseconds, `None` for a log.
+    /// The slot length in microseconds, `None` for a kind without slots.
     pub fn resolution_us(&self) -> Option<u64> {
-        match self.kind {
-            LimitKind::Log | LimitKind::Lease => None,
-            LimitKind::Slotted { resolution } => Some(resolution.as_micros() as u64),
-        }
+        self.kind.resolution_us()
     }
 
-    /// This limit's four ARGV values in the sliding-window script: requests, window in µs,
-    /// the kind's own value and the admission's weight (see ARGV in
+    /// This limit's four ARGV values in the sliding-window script: requests, its kind's window
+    /// and kind values, and the admission's weight (see ARGV in
     /// `lua/sliding_window/skeleton.lua`); the inspector takes the first three.
-    pub fn script_args(&self) -> [u64; 4] {
-        let kind = match self.kind {
-            LimitKind::Log => log::SCRIPT_ARG,
-            LimitKind::Lease => lease::SCRIPT_ARG,
-            LimitKind::Slotted { resolution } => slots::script_arg(resolution),
-        };
+    pub fn script_args(&self) -> [i64; 4] {
+        let [window, kind] = self.kind.script_args(self.window_us());
         [
-            u64::from(self.requests),
-            self.window_us(),
+            i64::from(self.requests),
+            window,
             kind,
-            u64::from(self.weight),
+            i64::from(self.weight),
         ]
     }
 
     /// This limit's state from its [`REPLY_LEN`] integers of a script reply.
     pub fn state_from_reply(&self, reply: &[i64]) -> LimitState {
-        // Every kind answers `remaining`, `reset` (µs): see REPLY in the script's head.
-        let mut reset = reply[1].max(0) as u64;
-        if self.is_lease() {
-            reset = reset.min(lease::RETRY_US);
-        }
-        LimitState {
-            remaining: reply[0].clamp(0, i64::from(u32::MAX)) as u32,
-            reset: Duration::from_micros(reset),
-        }
+        self.kind.state_from_reply(reply)
     }
 
     /// This limit's view from the inspector script's reply: its `[count, remaining, reset]`
     /// and the values its kind's `inspect-answer` section sends; `None` when they are of the
     /// wrong shape.
     pub fn view_from_inspect(&self, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
-        match self.kind {
-            LimitKind::Log => Some(log::view_from_inspect(head, values)),
-            LimitKind::Lease => {
-                let mut view = log::view_from_inspect(head, values);
-                view.reset = view.reset.min(Duration::from_micros(lease::RETRY_US));
-                Some(view)
-            }
-            LimitKind::Slotted { .. } => slots::view_from_inspect(self, head, values),
-        }
+        self.kind.view_from_inspect(self, head, values)
     }
 
     /// What this limit is, apart from how many requests it admits: see [`LimitId`].
     pub fn id(&self) -> LimitId {
         LimitId {
-            // Windows are validated to at most 30 days, well under 2^32 ms.
+            // Windows are validated to at most a month and a day, well under 2^32 ms.
             window_ms: self.window_ms().min(u64::from(u32::MAX)) as u32,
-            resolution_ms: self
-                .resolution_us()
-                .map_or(0, |us| (us / 1000).min(u64::from(u32::MAX)) as u32),
-            lease: self.is_lease(),
-            cost: self.unit == Unit::Cost,
+            kind: self.kind,
         }
     }
 }
 
-/// The identity of a limit within its route: the Redis key suffix, the `RateLimit-Policy`
-/// name's suffix, the memory store's log and the config's duplicate check all use it, so two
-/// limits of one route share a log exactly when their ids are equal. `requests` is not part of
-/// it: a reload that only changes `requests` keeps the recorded entries.
-///
-/// A log is named by its window; a slotted limit by its window and resolution, so a log and
-/// a slotted limit of one window never share a key (a reload that adds or changes a
-/// `resolution` starts that limit empty).
+/// The identity of a limit within its route: its window and its kind with the kind's
+/// parameters. The Redis key suffix, the `RateLimit-Policy` name's suffix, the memory store's
+/// record and the config's duplicate check all use it, so two limits of one route share a
+/// record exactly when their ids are equal. `requests` is not part of it: a reload that only
+/// changes `requests` keeps what was recorded; one that changes the kind or a parameter of it
+/// starts that limit empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LimitId {
     window_ms: u32,
-    /// 0 for a log (a slot is at least 1 ms).
-    resolution_ms: u32,
-    /// A concurrency limit (its window the `lease_ttl`, resolution 0).
-    lease: bool,
-    /// A cost limit: its own key (`...c`) and policy name (`...-cost`) beside a request limit
-    /// of the same window and resolution.
-    cost: bool,
+    kind: LimitKind,
 }
 
 impl LimitId {
@@ -248,69 +212,34 @@ impl LimitId {
         u64::from(self.window_ms) * 1000
     }
 
-    /// The slot length in microseconds, `None` for a log.
+    /// The slot length in microseconds, `None` for a kind without slots.
     pub fn resolution_us(self) -> Option<u64> {
-        (self.resolution_ms > 0).then(|| u64::from(self.resolution_ms) * 1000)
+        self.kind.resolution_us()
     }
 
-    /// The kind of limit this names.
+    /// The kind of limit this names, with its parameters.
     pub fn kind(self) -> LimitKind {
-        match self.resolution_ms {
-            0 if self.lease => LimitKind::Lease,
-            0 => LimitKind::Log,
-            r => LimitKind::Slotted {
-                resolution: Duration::from_millis(u64::from(r)),
-            },
-        }
+        self.kind
     }
 
-    /// Append the Redis key suffix (`<window ms>`, `<window ms>@<resolution ms>` for a
-    /// slotted limit, `<lease_ttl ms>c` for a concurrency limit), as [`Display`](std::fmt::Display) writes it but without the formatting
-    /// machinery: this runs for every limit of every decision.
+    /// Append the Redis key suffix ([`Kind::push_key_suffix`]), as
+    /// [`Display`](std::fmt::Display) writes it.
     pub fn push_key_suffix(self, out: &mut Vec<u8>) {
-        let mut buf = itoa::Buffer::new();
-        out.extend_from_slice(buf.format(self.window_ms).as_bytes());
-        if self.resolution_ms > 0 {
-            out.push(b'@');
-            out.extend_from_slice(buf.format(self.resolution_ms).as_bytes());
-        }
-        // A lease's (`<ttl>c`, never slotted) and a cost limit's (`<window>@<resolution>c`,
-        // always slotted) own letter: never the key of a log or of slots of the same window and
-        // resolution, nor of each other.
-        if self.lease || self.cost {
-            out.push(b'c');
-        }
+        self.kind.push_key_suffix(self.window_ms, out);
     }
 
-    /// True for a cost limit (`unit = "cost"`).
-    pub fn is_cost(self) -> bool {
-        self.cost
-    }
-
-    /// The suffix of the policy name `<route>-<suffix>`: whole seconds as `60s`, otherwise
-    /// milliseconds as `1500ms`; a slotted limit adds `@<resolution>` (`1s@100ms`); a
-    /// concurrency limit is `concurrent` (a route has at most one per key).
+    /// The suffix of the policy name `<route>-<suffix>` ([`Kind::policy_suffix`]).
     pub fn policy_suffix(self) -> String {
-        if self.lease {
-            return "concurrent".to_owned();
-        }
-        let text = |ms: u32| {
-            if ms.is_multiple_of(1000) {
-                format!("{}s", ms / 1000)
-            } else {
-                format!("{ms}ms")
-            }
-        };
-        let unit = if self.cost { "-cost" } else { "" };
-        match self.resolution_ms {
-            0 => text(self.window_ms),
-            r => format!("{}@{}{unit}", text(self.window_ms), text(r)),
-        }
+        self.kind.policy_suffix(self.window_ms)
+    }
+
+    /// The tag of this limit in the memory store's summary: its window and its kind's tag.
+    pub fn summary_tag(self) -> u64 {
+        u64::from(self.window_ms) | u64::from(self.kind.summary_tag()) << 32
     }
 }
 
-/// The Redis key suffix: `<window ms>` (`<window ms>@<resolution ms>` when slotted,
-/// `<lease_ttl ms>c` for leases).
+/// The Redis key suffix ([`LimitId::push_key_suffix`]).
 impl std::fmt::Display for LimitId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut out = Vec::new();

@@ -1,5 +1,5 @@
-//! The counters of one slotted limit ([`LimitKind::Slotted`](super::LimitKind::Slotted)): the
-//! pure decision both the memory store and the bounds proofs in the tests use. The Lua script
+//! Slotted limits ([`Slots`], [`LimitKind::Slotted`](super::LimitKind::Slotted)), and the
+//! counters of one ([`SlotCounts`]): the pure decision both the memory store and the bounds proofs in the tests use. The Lua script
 //! implements the same rules on a packed string (`lua/kinds/slots.lua`, SLOTS in its
 //! header).
 //!
@@ -15,13 +15,130 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{Limit, LimitId, Rules};
-use crate::limiter::LimitView;
+use super::log::ceil_secs;
+use super::{
+    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit,
+};
+use crate::limiter::{LimitState, LimitView};
 
-/// The third ARGV value of a slotted limit in the sliding-window script: its resolution in µs
-/// (never 0, which names the log).
-pub fn script_arg(resolution: Duration) -> u64 {
-    resolution.as_micros() as u64
+/// A slotted limit's parameters: its slot length and what it counts (a cost limit is always
+/// slotted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slots {
+    /// Slot length in ms (≥ 1, dividing the window).
+    resolution_ms: u32,
+    /// Requests, or cost units.
+    unit: Unit,
+}
+
+impl Slots {
+    /// Slots of `resolution` (whole milliseconds) counting `unit`.
+    pub const fn new(resolution: Duration, unit: Unit) -> Slots {
+        Slots {
+            resolution_ms: resolution.as_millis() as u32,
+            unit,
+        }
+    }
+
+    /// The slot length.
+    pub fn resolution(self) -> Duration {
+        Duration::from_millis(u64::from(self.resolution_ms))
+    }
+}
+
+impl Kind for Slots {
+    type Record = SlotCounts;
+
+    fn new_record(self) -> SlotCounts {
+        SlotCounts::default()
+    }
+
+    /// `resolution` (and `unit`): the config's own keys.
+    fn from_options(_: &KindOptions<'_>) -> Option<Result<(Self, Duration), OptionError>> {
+        None
+    }
+
+    /// `<window ms>@<resolution ms>`, and `c` for a cost limit (its own key beside a request
+    /// limit of the same window and resolution).
+    fn push_key_suffix(self, window_ms: u32, out: &mut Vec<u8>) {
+        let mut buf = itoa::Buffer::new();
+        out.extend_from_slice(buf.format(window_ms).as_bytes());
+        out.push(b'@');
+        out.extend_from_slice(buf.format(self.resolution_ms).as_bytes());
+        match self.unit {
+            Unit::Cost => out.push(b'c'),
+            Unit::Requests => {}
+        }
+    }
+
+    /// `1s@100ms`, and `-cost` for a cost limit.
+    fn policy_suffix(self, window_ms: u32) -> String {
+        let unit = match self.unit {
+            Unit::Cost => "-cost",
+            Unit::Requests => "",
+        };
+        format!(
+            "{}@{}{unit}",
+            policy_text(window_ms),
+            policy_text(self.resolution_ms)
+        )
+    }
+
+    /// The window, and the resolution in µs (≥ 1000: never the log's 0 nor the values 1 to
+    /// 999 other kinds own).
+    fn script_args(self, window_us: u64) -> [i64; 2] {
+        [window_us as i64, i64::from(self.resolution_ms) * 1000]
+    }
+
+    fn state_from_reply(self, reply: &[i64]) -> LimitState {
+        state_of(reply, u64::MAX)
+    }
+
+    fn view_from_inspect(self, limit: &Limit, head: [i64; 3], values: &[i64]) -> Option<LimitView> {
+        view_from_inspect(limit, head, values)
+    }
+
+    fn unit(self) -> Unit {
+        self.unit
+    }
+
+    fn quota_unit(self) -> QuotaUnit {
+        match self.unit {
+            Unit::Cost => QuotaUnit::Cost,
+            Unit::Requests => QuotaUnit::Requests,
+        }
+    }
+
+    fn policy_window_s(self, window: Duration) -> Option<u64> {
+        Some(ceil_secs(window))
+    }
+
+    /// The resolution in ms (a lease's `u32::MAX` is none: a slot divides a month at most).
+    fn summary_tag(self) -> u32 {
+        self.resolution_ms
+    }
+
+    /// When `now`'s slot leaves.
+    fn frees_if_recorded(self, window_us: u64, now: u64) -> u64 {
+        let shape = SlotShape {
+            window_us,
+            resolution_us: u64::from(self.resolution_ms) * 1000,
+        };
+        shape.leaves_at(shape.slot_of(now))
+    }
+
+    fn is_lease(self) -> bool {
+        false
+    }
+
+    fn resolution_us(self) -> Option<u64> {
+        Some(u64::from(self.resolution_ms) * 1000)
+    }
+
+    /// Its entries say it all.
+    fn about(self, _now_unix_us: u64) -> Option<String> {
+        None
+    }
 }
 
 /// The inspector script's view of a slotted limit: its `reset` (count and remaining follow
@@ -237,12 +354,6 @@ impl Rules for SlotCounts {
         }
         let shape = SlotShape::of(id);
         shape.leaves_at(shape.slot_of(SlotCounts::newest(self, shape)))
-    }
-
-    /// When `now`'s slot leaves.
-    fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
-        let shape = SlotShape::of(id);
-        shape.leaves_at(shape.slot_of(now))
     }
 
     /// `count` requests in the slot that leaves at or after `frees_us`:

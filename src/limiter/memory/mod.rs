@@ -77,8 +77,7 @@ use async_trait::async_trait;
 use super::algo::clock::{Clock, MonotonicClock};
 use super::buckets::time_of;
 use super::{
-    Admission, Buckets, Checked, Limit, LimitKind, LimitView, Store, StoreError, Verdict,
-    WindowView,
+    Admission, Buckets, Checked, Limit, LimitView, Store, StoreError, Unit, Verdict, WindowView,
 };
 use room::{shard_of, Room};
 use shard::{Admit, Bucket};
@@ -128,6 +127,16 @@ pub struct MemoryStore {
     overflow_counters: Option<prometheus::IntCounterVec>,
 }
 
+/// The wall-clock time (µs since the Unix epoch) of `clock`'s 0, as it reads now: the
+/// inspector's timestamps (a [`MonotonicClock`] reads the wall clock from its start, a fake one
+/// wherever a test put it).
+fn unix_at_zero(clock: &dyn Clock) -> u64 {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    wall.saturating_sub(clock.now_us())
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -148,9 +157,7 @@ impl MemoryStore {
             max_memory,
             seed: fastrand::u64(..),
             clock: Arc::new(MonotonicClock::new()),
-            epoch_unix_us: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as u64),
+            epoch_unix_us: unix_at_zero(&MonotonicClock::new()),
             evictions: AtomicU64::new(0),
             eviction_counter: None,
             overflow_counters: None,
@@ -177,6 +184,7 @@ impl MemoryStore {
     /// Decide on `clock` instead of the process's monotonic clock (tests: a
     /// [`FakeClock`](crate::limiter::algo::clock::FakeClock), so windows pass without sleeps).
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.epoch_unix_us = unix_at_zero(&clock);
         self.clock = Arc::new(clock);
         self
     }
@@ -302,10 +310,10 @@ impl MemoryStore {
     /// Charge each of `limits` its weight now, with no room check (a cost settled higher than
     /// charged): in the slot of now, not the admission's, which a response longer than the
     /// window has seen leave; a bucket evicted meanwhile comes back for it.
-    /// Only slotted limits take a charge (cost limits are slotted); the others count requests.
+    /// Only cost limits take a charge; the others count requests.
     pub(super) fn charge_now(&self, route: &str, bucket: &str, limits: &[Limit]) {
-        let slotted = |l: &&Limit| matches!(l.id().kind(), LimitKind::Slotted { .. });
-        let limits: SmallVec<[Limit; 2]> = limits.iter().filter(slotted).copied().collect();
+        let cost = |l: &&Limit| l.unit() == Unit::Cost;
+        let limits: SmallVec<[Limit; 2]> = limits.iter().filter(cost).copied().collect();
         if !limits.is_empty() {
             self.enter(route, bucket, &limits, Admit::Always);
         }

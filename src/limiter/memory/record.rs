@@ -4,7 +4,7 @@
 //! rule is its kind's (`crate::limiter::algo`).
 
 use super::summary::Held;
-use crate::limiter::algo::{Record, Rules};
+use crate::limiter::algo::{Kind, Record, Rules};
 use crate::limiter::{Limit, LimitId, LimitView};
 
 /// The record of one limit of one bucket, µs on the store's clock.
@@ -23,7 +23,7 @@ impl LimitRecord {
         LimitRecord {
             id,
             requests: u32::MAX,
-            record: Record::new(id),
+            record: id.kind().new_record(),
         }
     }
 
@@ -74,7 +74,7 @@ impl LimitRecord {
 
     /// When a request of limit `id` recorded at `now` leaves its window.
     pub(super) fn frees_if_recorded(id: LimitId, now: u64) -> u64 {
-        Record::frees_if_recorded(id, now)
+        id.kind().frees_if_recorded(id.window_us(), now)
     }
 
     /// Start an empty record from what the summary holds for it at `now`: `held.count`

@@ -11,7 +11,8 @@ use super::chunks::Chunks;
 use super::record::LimitRecord;
 use super::summary::{Summary, MAX_COUNT};
 use super::{BUCKET_COST, EVICTION_SAMPLES};
-use crate::limiter::{Limit, LimitId, LimitKind, LimitState, Verdict};
+use crate::limiter::algo::Kind;
+use crate::limiter::{Limit, LimitId, LimitState, Verdict};
 
 /// True when one more admission of `limit.weight` keeps `counted` within `requests` (for a
 /// weight of 1: `counted < requests`).
@@ -211,7 +212,7 @@ impl Bucket {
         for log in &mut self.logs {
             log.evict(now);
             let n = log.count();
-            if n > MAX_COUNT || (n > 0 && log.id.kind() == LimitKind::Lease) {
+            if n > MAX_COUNT || (n > 0 && log.id.kind().is_lease()) {
                 return None;
             }
             counts |= n > 0;

@@ -16,7 +16,7 @@
 //! however many made-up keys a flood pushed through the cells.
 
 use super::seen::{mix, Seen};
-use crate::limiter::{LimitId, LimitKind};
+use crate::limiter::LimitId;
 
 /// Rows of the sketch: a reading is wrong only when all of them collide.
 pub(super) const ROWS: usize = 4;
@@ -160,12 +160,8 @@ impl Summary {
     /// The cell of (`key`, `id`) in `row`. The key is already a keyed hash; mixing in the
     /// limit and the row gives each row its own, independent-looking, index.
     fn index(&self, key: u64, id: LimitId, row: usize) -> usize {
-        // A lease's upper half is one no resolution has (it divides a window of at most 30 days).
-        let upper = match id.kind() {
-            LimitKind::Lease => u64::from(u32::MAX),
-            _ => id.resolution_us().unwrap_or(0) / 1000,
-        };
-        let limit = u64::from(id.window_ms()) | upper << 32;
+        // The window, and in the upper half the kind's own tag.
+        let limit = id.summary_tag();
         let h = mix(key ^ mix(limit ^ (row as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         row * self.width + (h as usize & (self.width - 1))
     }

@@ -38,8 +38,8 @@ impl Inner {
             // admission was charged (negative: a charge on top), and the window.
             let [_, window, kind, weight] = limit.script_args();
             let amount = match change {
-                Change::GiveBack => weight as i64,
-                Change::Charge => -(weight as i64),
+                Change::GiveBack => weight,
+                Change::Charge => -weight,
             };
             call.arg(kind).arg(amount).arg(window);
         }

@@ -12,6 +12,7 @@ pub mod compose;
 pub mod config;
 pub mod control;
 pub mod delay_proxy;
+pub mod fake_clock;
 pub mod fetch;
 pub mod grpc;
 pub mod h2frames;

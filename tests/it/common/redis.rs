@@ -70,6 +70,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// Extra arguments (cluster mode), kept to restart identically.
     extra: Vec<String>,
+    /// Extra environment (a faked clock: `fake_clock.rs`), kept to restart identically.
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -84,8 +86,19 @@ impl RedisServer {
         Self::start_with(false, extra)
     }
 
+    /// Start a standalone Redis with `extra` arguments and `env` in its environment (e.g. a
+    /// faked clock: [`super::fake_clock::env`]).
+    pub fn start_env(extra: &[&str], env: &[(String, String)]) -> RedisServer {
+        Self::start_with_env(false, extra, env)
+    }
+
     /// Start a server; `cluster_bus` reserves `port + 10000` as well.
     fn start_with(cluster_bus: bool, extra: &[&str]) -> RedisServer {
+        Self::start_with_env(cluster_bus, extra, &[])
+    }
+
+    /// [`RedisServer::start_with`] with `env` in the server's environment.
+    fn start_with_env(cluster_bus: bool, extra: &[&str], env: &[(String, String)]) -> RedisServer {
         require_tool("redis-server", "redis-server");
         let mut last_error = String::new();
         // A port can still be grabbed by another process between our probe and redis' bind;
@@ -98,6 +111,7 @@ impl RedisServer {
                     .tempdir()
                     .expect("create temp dir"),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                env: env.to_vec(),
                 child: None,
             };
             match server.spawn() {
@@ -121,6 +135,7 @@ impl RedisServer {
             .arg("--logfile")
             .arg(self.log_path())
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -306,6 +321,11 @@ impl RedisCluster {
     /// Start `masters` (≥ 3) cluster-enabled servers, join them with
     /// `redis-cli --cluster create`, and wait until every node reports `cluster_state:ok`.
     pub fn start(masters: usize) -> RedisCluster {
+        Self::start_env(masters, &[])
+    }
+
+    /// [`RedisCluster::start`] with `env` in every node's environment (a faked clock).
+    pub fn start_env(masters: usize, env: &[(String, String)]) -> RedisCluster {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters"
@@ -314,7 +334,7 @@ impl RedisCluster {
         require_tool("redis-cli", "redis-tools");
         let nodes: Vec<RedisServer> = (0..masters)
             .map(|_| {
-                RedisServer::start_with(
+                RedisServer::start_with_env(
                     true,
                     &[
                         "--cluster-enabled",
@@ -324,6 +344,7 @@ impl RedisCluster {
                         "--cluster-node-timeout",
                         "5000",
                     ],
+                    env,
                 )
             })
             .collect();

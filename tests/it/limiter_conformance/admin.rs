@@ -81,8 +81,10 @@ fn assert_entries(view: &LimitView, limit: &Limit) {
     assert_eq!(view.entries_us.len() as u64, view.count);
     assert!(view.entries_us.is_sorted(), "oldest first: {view:?}");
     match limit.kind {
-        LimitKind::Log | LimitKind::Lease => assert!(view.slots.is_empty(), "{view:?}"),
-        LimitKind::Slotted { .. } => {
+        LimitKind::Log(_) | LimitKind::Lease(_) | LimitKind::Calendar(_) => {
+            assert!(view.slots.is_empty(), "{view:?}")
+        }
+        LimitKind::Slotted(_) => {
             let counted: u64 = view.slots.iter().map(|&(_, c)| u64::from(c)).sum();
             assert_eq!(counted, view.count, "{view:?}");
         }
