@@ -325,18 +325,6 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
         let limit = format!("{{ requests = {}, window = \"{}\" }}", r.requests, r.window);
         config = config.route(&format!("r{i}"), &route(r.path, r.header, &limit));
     }
-    // Two idle limited routes halve the rooms under test (max_memory is shared equally), and
-    // with them the keys that fill one (the 1 MB floor of max_memory forbids a smaller store).
-    for i in 0..2 {
-        config = config.route(
-            &format!("idle{i}"),
-            &route(
-                &format!("/idle{i}"),
-                "X-Idle",
-                "{ requests = 1, window = \"1h\" }",
-            ),
-        );
-    }
     let proxy = Proxy::start(&config.build());
     for (i, r) in routes.iter().enumerate() {
         let got = newcomers_during_a_flood(&proxy, r, &format!("r{i}"));
