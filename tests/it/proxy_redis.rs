@@ -239,12 +239,15 @@ async fn three_proxies_one_redis_admit_exactly_the_limit_without_deny_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_stacked_limits_are_all_or_nothing() {
     let cluster = shared_cluster();
+    // Its own key prefix on the shared Cluster: the keys below are read back under it.
+    let prefix = common::shared::unique_prefix("stack");
     let up = Upstream::start();
     let proxy = Proxy::start(
         &ConfigBuilder::new()
             .store(&format!(
-                "{}\ntimeout = \"2s\"\non_error = \"deny\"",
-                cluster.own_store()
+                "backend = \"redis_cluster\"\nurls = {:?}\nprefix = \"{prefix}\"\n\
+                 timeout = \"2s\"\non_error = \"deny\"",
+                cluster.urls()
             ))
             .upstream("app", up.addr())
             .route(
@@ -316,7 +319,7 @@ async fn redis_cluster_stacked_limits_are_all_or_nothing() {
     let mut tags: HashMap<String, Vec<(usize, String)>> = HashMap::new();
     for (n, node) in cluster.nodes().iter().enumerate() {
         let keys: Vec<String> = ::redis::cmd("KEYS")
-            .arg("slidegate:*")
+            .arg(format!("{prefix}:*"))
             .query(&mut node.connection())
             .expect("KEYS");
         for key in keys {
