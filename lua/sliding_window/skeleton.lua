@@ -3,23 +3,6 @@ sliding_window (lua/sliding_window/skeleton.lua with lua/kinds/*.lua): exact sli
 decisions, each over every limit of a route, for every kind of limit (lua/kinds/log/: the
 exact log; lua/kinds/slots.lua: slotted counters).
 
-ASSEMBLY
-  Built into the binary by build.rs (src/limiter/algo/assemble.rs): this skeleton, with each
-  kind of limit's file lua/kinds/<kind>.lua (or folder lua/kinds/<kind>/, its files split by
-  concern, joined in name order) spliced in, loaded as ONE script with one SHA. Every file or
-  folder in lua/kinds/ is a kind: adding one is adding its file. Each section may use only the
-  locals this skeleton has in scope at its marker (and Lua's globals) besides its own: the
-  build reads the skeleton's blocks and refuses a section that uses any other name. A line `-- @each-kind <section>`
-  becomes, at its indentation, one if/elseif chain over the kinds on their `@when` tests, by
-  file name, the one default kind's branch the `else`; each branch is the kind's `@section` of
-  that name. The `@when` tests are disjoint (each kind owns its values of the third ARGV value,
-  see ARGV), so their order changes nothing. `-- @each-kind doc` becomes each kind's
-  documentation. Passes of a decision are read, decide and answer; the per-limit locals each
-  section may use are set just above its marker. Nothing else changes: no function is called
-  per kind. The same kind files give the inspector's and the refund's scripts
-  (lua/inspect/skeleton.lua, lua/refund/skeleton.lua: sections inspect-read, inspect-answer and
-  refund).
-
 One call decides one request or a batch of them (the store coalesces the decisions pending at
 the same instant for one Redis into one EVALSHA: one dispatch and one TIME for all). The script
 is atomic, so concurrent calls for the same bucket, from any number of proxies, never admit more
@@ -75,52 +58,8 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                 details it (lua/kinds/log/: DATA; lua/kinds/slots.lua: SLOTS).
   These three are every field the reply carries (docs/redis.md names the same).
 
-REPEATS
-  A hot bucket (one busy client, a `global` limit) is often decided several times in one call.
-  A kind may remember, in `seen`/`known`, what its key holds after an admission of this call
-  wrote it (only then: a denial writes nothing, so what was remembered stays true), and answer
-  the next decision's read from that instead of Redis. What it remembers is exactly what it
-  would read, so a batch still decides what the same decisions would one call each. Such a
-  decision's own entry may be held back in `pending` and appended with the others of its key in
-  one RPUSH at the end of the call, but only while nothing reads that key's stored entries: a
-  kind about to read them appends what is held back first. The call is atomic, so no other
-  call ever sees a list without its held-back entries.
-
-RUNS
-  Decisions right after one another with the same keys and "=" (one busy client, a `global`
-  limit under load) repeat a decision exactly: the same limits at the same `now` (after an
-  admission, each key's newest entry is `now`, so `now` stays). After a denial, which writes
-  nothing, each repeat is denied with the same answer, copied. After an admission, each kind's
-  `run-fit` says how many more its limit admits at that `now` (the run admits the least of
-  them, in order, and denies the rest), and its `run-answer` records those and writes every
-  repeat's two values, from what its decision left in its scratch: a run costs the kind
-  arithmetic, not a read, decide and answer per repeat. A kind may decline (`fit = -1`): each
-  repeat is then decided in full, as any decision. scripts/redis-instructions, one client, per
-  decision: 6 a call 38.4k -> 32.9k instructions inside Redis, 12 a call 28.9k -> 22.5k, 32 a
-  call 22.7k -> 15.3k.
-
-CLOCK
-  now = max(Redis TIME, newest entry of any limit of this decision). Every proxy shares the one
-  Redis clock; the max() keeps each record sorted if that clock steps backwards (NTP), at the
-  price of freezing the window until the clock catches up. Redis keeps expiries as absolute
-  wall-clock times, so a TTL does not shorten that: after a step back of X, a bucket that was
-  full stays full for up to X longer (nothing is ever admitted beyond the limit; clients of that
-  bucket wait). Each kind reads its newest entry only when it could be ahead of TIME.
-
-DENIAL
-  A denied call writes nothing at all: it records nothing, refreshes no TTL and evicts nothing.
-  Its counts and resets are computed from reads alone (expired entries are skipped, not
-  trimmed); the next admitted call evicts them, or the key's TTL does.
-
-COST
-  Each redis.call is a full command inside Redis. Measured with callgrind on Redis 7.0: about 3k
-  instructions for an integer reply (LLEN, PTTL), 4.5k for a string (LINDEX, LPOP) or a push,
-  6.6k for TIME, 1k to turn a 16-digit string into a number, 1.2k per Lua table, against 21k
-  for an EVALSHA that calls nothing (scripts/bench-script measures the whole in us): the
-  dispatch and TIME are most of a one-limit decision's cost, which is why calls are batched.
-  TIME is read once per call; each kind lists its own commands. Arguments of the hot calls are
-  Lua strings: a Lua number argument costs a float-to-decimal conversion inside Redis, so `now`
-  is pushed as the string it was read or built as.
+ASSEMBLY, REPEATS, RUNS, CLOCK, DENIAL and COST: lua/sliding_window/README.md (the design;
+this header is the interface).
 --]]
 -- @each-kind doc
 
