@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use crate::limiter::{StoreError, StoreErrorKind};
+use crate::limiter::{Observe, StoreError, StoreErrorKind};
 use prometheus::{
     register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
     register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -493,5 +493,32 @@ impl StoreErrorMetrics {
         if let Some(kind) = error.kind() {
             self.by_kind[kind as usize].inc();
         }
+    }
+}
+
+/// What the limiter's layers report ([`Observe`]): `slidegate_limiter_duration_seconds{backend}`
+/// and `slidegate_store_errors_total{kind}`.
+pub struct LimiterMetrics {
+    duration: Histogram,
+    errors: StoreErrorMetrics,
+}
+
+impl LimiterMetrics {
+    /// The handles of a store whose metric label is `backend`.
+    pub fn new(backend: &str) -> LimiterMetrics {
+        LimiterMetrics {
+            duration: METRICS.limiter_duration.with_label_values(&[backend]),
+            errors: StoreErrorMetrics::default(),
+        }
+    }
+}
+
+impl Observe for LimiterMetrics {
+    fn answered(&self, took: std::time::Duration) {
+        self.duration.observe(took.as_secs_f64());
+    }
+
+    fn failed(&self, error: &StoreError) {
+        self.errors.count(error);
     }
 }

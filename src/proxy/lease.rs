@@ -49,10 +49,7 @@ impl Limiter {
         recorded_at: &[u64],
         by: DecidedBy,
     ) -> Option<Lease> {
-        let store = match by {
-            DecidedBy::Store => self.store.clone(),
-            DecidedBy::Local => self.local.clone()?,
-        };
+        let store = self.fallback.store_of(by)?.clone();
         let of_limit = &route.spec.limit_keys.of_limit;
         let (limits, of_limit, at) =
             part_of(Part::Leases, &route.spec.limits, of_limit, recorded_at)?;

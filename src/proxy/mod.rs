@@ -58,7 +58,7 @@ impl SlideGate {
 
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
     pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.limiter.local = local;
+        self.limiter.fallback.set_local(local);
         self
     }
 

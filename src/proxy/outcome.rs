@@ -6,6 +6,7 @@
 //! more arm in [`outcome`].
 
 use crate::config::{OnError, Smoothing};
+pub(super) use crate::limiter::DecidedBy;
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::Decision;
 use crate::request_form::BadRequest;
@@ -71,15 +72,6 @@ impl Checked {
             _ => None,
         }
     }
-}
-
-/// Who gave a [`Checked::Decided`] its verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum DecidedBy {
-    /// The route's store.
-    Store,
-    /// This proxy's local log, because the shared store could not decide.
-    Local,
 }
 
 /// What happens to a request.

@@ -294,12 +294,8 @@ impl Limiter {
         (part, weight): (Part, u32),
         change: Change,
     ) {
-        let store = match ticket.by {
-            DecidedBy::Store => self.store.clone(),
-            DecidedBy::Local => match &self.local {
-                Some(local) => local.clone(),
-                None => return,
-            },
+        let Some(store) = self.fallback.store_of(ticket.by).cloned() else {
+            return;
         };
         // The weight in the cost limits (a route with none: the limits as they are).
         let weighted = super::limiter::weighted(route, weight);
