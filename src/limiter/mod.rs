@@ -26,6 +26,7 @@ pub mod fallback;
 pub mod layer;
 pub mod memory;
 pub mod redis;
+pub mod smoothing;
 mod view;
 
 pub use admission::{Admission, Change};

@@ -74,7 +74,7 @@ impl SlideGate {
         let max_delayed = rules.max_delayed;
         let buckets = ctx.buckets(route);
         self.limiter
-            .check(session, &buckets, route, max_delayed, ctx.cost)
+            .decide(session, &buckets, route, max_delayed, ctx.cost)
             .await
     }
 

@@ -49,7 +49,7 @@ impl Limiter {
         recorded_at: &[u64],
         by: DecidedBy,
     ) -> Option<Lease> {
-        let store = self.fallback.store_of(by)?.clone();
+        let store = self.fallback().store_of(by)?.clone();
         let of_limit = &route.spec.limit_keys.of_limit;
         let (limits, of_limit, at) =
             part_of(Part::Leases, &route.spec.limits, of_limit, recorded_at)?;

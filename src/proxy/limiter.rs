@@ -1,26 +1,24 @@
-//! The limiter side of the proxy: ask the route's store, time and count the answer, fall
-//! back to this proxy's own log when the shared store cannot decide (`on_error = "local"`), and
-//! let a denial wait for room when the route smooths bursts (`max_delay`, see [`super::delay`]).
+//! The limiter side of the proxy: the route's policy read into the limiter's layers
+//! ([`Smoothing`] around [`Fallback`] around the store, see [`crate::limiter::layer`]), the
+//! answer timed and counted in the route's metrics, and the client a waiting request watches.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use super::delay::{self, Queues};
 use super::outcome::{Checked, Policy};
 use crate::config::OnError;
 use crate::limiter::fallback::Fallback;
-use crate::limiter::{Ask, Buckets, Decide, Decided, Limit, Store};
-use crate::metrics::LimiterMetrics;
+use crate::limiter::smoothing::{Budget, Client, QueueMetrics, Smoothed, Smoothing};
+use crate::limiter::{Ask, Buckets, Limit, Store};
+use crate::metrics::{LimiterMetrics, METRICS};
 use crate::routes::Route;
 
-/// The stores a request's decision may come from, and their metric handles.
+/// The limiter's layers a request's decision goes through.
 pub(super) struct Limiter {
-    /// The shared store, and this proxy's own log in front of its failures.
-    pub(super) fallback: Fallback<LimiterMetrics>,
-    /// Requests waiting for room, per bucket (`max_queue`).
-    queues: Queues,
+    /// Waiting for room, around the shared store and this proxy's own log.
+    pub(super) layers: Smoothing<Fallback<LimiterMetrics>>,
 }
 
 impl Limiter {
@@ -28,25 +26,36 @@ impl Limiter {
     /// runs here.
     pub(super) fn new(store: Arc<dyn Store>) -> Limiter {
         let metrics = LimiterMetrics::new(store.backend());
+        let queues = QueueMetrics {
+            waiting: METRICS.waiting.clone(),
+            refused: METRICS.delay_refused.clone(),
+        };
         Limiter {
-            fallback: Fallback::new(store, metrics),
-            queues: Queues::default(),
+            layers: Smoothing::new(Fallback::new(store, metrics), queues),
         }
+    }
+
+    /// The shared store and this proxy's own log.
+    pub(super) fn fallback(&self) -> &Fallback<LimiterMetrics> {
+        self.layers.inner()
+    }
+
+    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
+    pub(super) fn set_local(&mut self, local: Option<Arc<dyn Store>>) {
+        self.layers.inner_mut().set_local(local);
     }
 
     /// The store decisions go to (for tests that build a second proxy on the same one).
     #[cfg(test)]
     pub(super) fn store(&self) -> &Arc<dyn Store> {
-        self.fallback.shared()
+        self.fallback().shared()
     }
 
-    /// What the limits say of a request counted in `buckets` on `route`. A denial whose slot
-    /// frees within the route's `max_delay` waits for it, with a place in the queue of the
-    /// client's own bucket (the route's key, also when a limit of its own denied) and
-    /// one of the process's `max_delayed` (none left: answered at once), and is decided again
-    /// until admitted or out of budget (see [`delay::wait_for`]); a client that leaves
-    /// meanwhile ends it with [`Checked::ClientGone`].
-    pub(super) async fn check(
+    /// What the limits say of a request counted in `buckets` on `route`, weighing `cost` in
+    /// its cost limits; a denial may wait for room (`max_delay`, at most `max_delayed` waiters
+    /// over the process), and a client that leaves meanwhile ends it with
+    /// [`Checked::ClientGone`].
+    pub(super) async fn decide(
         &self,
         session: &mut Session,
         buckets: &Buckets<'_>,
@@ -55,7 +64,6 @@ impl Limiter {
         cost: u32,
     ) -> Checked {
         let policy = Policy::of(route);
-        let bucket = buckets.first();
         let weighted = weighted(route, cost);
         let limits = weighted.as_deref().unwrap_or(&route.spec.limits);
         let ask = Ask {
@@ -64,52 +72,29 @@ impl Limiter {
             limits,
             local: policy.on_error == OnError::Local,
         };
-        let Decided { mut result, mut by } = self.fallback.decide(ask).await;
-        let first = delay::wait_for(policy, &result, Duration::ZERO, 1);
-        let (Some(mut wait), Some(smoothing)) = (first, policy.smoothing) else {
-            return Checked::Decided {
-                policy,
-                result,
-                by,
-                delayed: false,
-            };
-        };
-        let Some(_place) = self.queues.join(bucket, smoothing.max_queue, max_delayed) else {
-            return Checked::Decided {
-                policy,
-                result,
-                by,
-                delayed: false,
-            };
-        };
-        let started = Instant::now();
-        let mut decisions = 1;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                gone = delay::client_gone(session) => {
-                    log::debug!("route {}: {bucket}: {gone}", route.spec.name);
-                    route.metrics.delay.observe(started.elapsed().as_secs_f64());
-                    return Checked::ClientGone;
+        // A shadow route never delays.
+        let budget = (policy.smoothing.filter(|_| !policy.shadow)).map(|s| Budget {
+            max_delay: s.max_delay,
+            max_queue: s.max_queue,
+            max_delayed,
+        });
+        match self.layers.decide(ask, budget, &mut Waiting(session)).await {
+            Smoothed::Decided { decided, waited } => {
+                if let Some(waited) = waited {
+                    route.metrics.delay.observe(waited.as_secs_f64());
+                }
+                Checked::Decided {
+                    policy,
+                    result: decided.result,
+                    by: decided.by,
+                    delayed: waited.is_some(),
                 }
             }
-            // The store measures `reset` from when it decides, which is after this instant and
-            // before its answer arrives: timed from here, how long an answer took on its way
-            // back never counts against the budget (see `delay::wait_for`).
-            let asked = started.elapsed();
-            Decided { result, by } = self.fallback.decide(ask).await;
-            decisions += 1;
-            match delay::wait_for(policy, &result, asked, decisions) {
-                Some(next) => wait = next,
-                None => break,
+            Smoothed::ClientGone { why, waited } => {
+                log::debug!("route {}: {}: {why}", route.spec.name, buckets.first());
+                route.metrics.delay.observe(waited.as_secs_f64());
+                Checked::ClientGone
             }
-        }
-        route.metrics.delay.observe(started.elapsed().as_secs_f64());
-        Checked::Decided {
-            policy,
-            result,
-            by,
-            delayed: true,
         }
     }
 }
@@ -119,4 +104,34 @@ impl Limiter {
 pub(super) fn weighted(route: &Route, cost: u32) -> Option<Vec<Limit>> {
     (route.spec.cost.is_weighted())
         .then(|| route.spec.limits.iter().map(|l| l.weighted(cost)).collect())
+}
+
+/// The client of a request waiting for room.
+struct Waiting<'a>(&'a mut Session);
+
+impl Client for Waiting<'_> {
+    type Gone = Box<Error>;
+
+    /// Resolves when the client is gone, with the error to end it with: an HTTP/2 stream the
+    /// client reset (or whose connection closed), an HTTP/1 connection the client closed. An
+    /// HTTP/1 request whose body is not read yet is not watched (reading it here would take the
+    /// body from the upstream): it keeps its place until its wait ends, `max_delay` at most.
+    async fn gone(&mut self) -> Box<Error> {
+        let session = &mut *self.0;
+        if let Some(closed) = session.downstream_session.watch_h2_stream_close() {
+            let why = match closed.await {
+                Ok(reason) => format!("client closed the stream ({reason}) while it waited"),
+                Err(e) => format!("client stream failed while it waited: {e}"),
+            };
+            return Error::explain(ErrorType::H2Error, why).into_down();
+        }
+        if session.downstream_session.is_body_done() {
+            // Body done: this only probes the connection. A FIN is an error; bytes of a
+            // pipelined next request are kept for it by Pingora and the probe stays pending.
+            if let Err(e) = session.downstream_session.read_body_or_idle(true).await {
+                return e.into_down();
+            }
+        }
+        std::future::pending().await
+    }
 }

@@ -58,7 +58,7 @@ impl SlideGate {
 
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
     pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.limiter.fallback.set_local(local);
+        self.limiter.set_local(local);
         self
     }
 
@@ -70,7 +70,6 @@ impl SlideGate {
 }
 
 mod ctx;
-mod delay;
 #[cfg(test)]
 mod delay_tests;
 mod discard;

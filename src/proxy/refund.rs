@@ -294,7 +294,7 @@ impl Limiter {
         (part, weight): (Part, u32),
         change: Change,
     ) {
-        let Some(store) = self.fallback.store_of(ticket.by).cloned() else {
+        let Some(store) = self.fallback().store_of(ticket.by).cloned() else {
             return;
         };
         // The weight in the cost limits (a route with none: the limits as they are).
