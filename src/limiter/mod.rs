@@ -24,8 +24,10 @@ pub mod buckets;
 pub mod coalesce;
 pub mod fallback;
 pub mod layer;
+pub mod lease;
 pub mod memory;
 pub mod redis;
+pub mod settle;
 pub mod smoothing;
 mod view;
 

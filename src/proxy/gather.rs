@@ -6,9 +6,10 @@
 use pingora::proxy::Session;
 
 use super::outcome::{Checked, DecidedBy, Outcome};
-use super::{refund, respond, RequestCtx, SlideGate};
+use super::{respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
+use crate::limiter::settle::Ticket;
 use crate::limiter::{StoreError, Verdict};
 use crate::method_override::Methods;
 use crate::metrics::METRICS;
@@ -125,7 +126,7 @@ impl SlideGate {
                 let corrected =
                     route.spec.counting.count_status.is_some() || route.spec.cost.settle.is_some();
                 if let (true, Some(recorded_at)) = (corrected, verdict.recorded_times()) {
-                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by, ctx.cost));
+                    ctx.ticket = Some(Ticket::new(recorded_at, by, ctx.cost));
                 }
                 self.take_leases(ctx, route, verdict, by);
             }
@@ -140,11 +141,11 @@ impl SlideGate {
     }
 
     /// An admission of a route with concurrency limits holds their leases until the request
-    /// ends (see [`super::lease`]).
+    /// ends (see [`crate::limiter::lease`]).
     fn take_leases(&self, ctx: &mut RequestCtx, route: &Route, verdict: &Verdict, by: DecidedBy) {
         if let (true, Some(recorded_at)) = (route.spec.has_leases(), verdict.recorded_times()) {
-            let (key, own) = (&ctx.key, &ctx.limit_keys);
-            ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
+            let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
+            ctx.lease = self.limiter.hold_leases(route, bucket, recorded_at, by);
         }
     }
 }

@@ -10,8 +10,10 @@ use pingora::proxy::Session;
 use super::outcome::{Checked, Policy};
 use crate::config::OnError;
 use crate::limiter::fallback::Fallback;
+use crate::limiter::lease::{self, Lease};
+use crate::limiter::settle::{part_of, Part, Recorded};
 use crate::limiter::smoothing::{Budget, Client, QueueMetrics, Smoothed, Smoothing};
-use crate::limiter::{Ask, Buckets, Limit, Store};
+use crate::limiter::{Ask, Buckets, DecidedBy, Limit, Store};
 use crate::metrics::{LimiterMetrics, METRICS};
 use crate::routes::Route;
 
@@ -96,6 +98,31 @@ impl Limiter {
                 Checked::ClientGone
             }
         }
+    }
+}
+
+impl Limiter {
+    /// Hold the leases of an admission of `route` recorded at `recorded_at` by `by`, in the
+    /// buckets `bucket` and `own` (see [`crate::limiter::lease`]); `None` when the route has
+    /// no concurrency limit.
+    pub(super) fn hold_leases(
+        &self,
+        route: &Route,
+        (bucket, own): (&str, &[String]),
+        recorded_at: &[u64],
+        by: DecidedBy,
+    ) -> Option<Lease> {
+        let store = self.fallback().store_of(by)?.clone();
+        let of_limit = &route.spec.limit_keys.of_limit;
+        let (limits, of_limit, at) =
+            part_of(Part::Leases, &route.spec.limits, of_limit, recorded_at)?;
+        let at = (0..limits.len()).map(|i| at[i.min(at.len() - 1)]).collect();
+        let recorded = Recorded::new(&route.spec.name, (bucket, own), (limits, of_limit, at));
+        Some(lease::hold(
+            store,
+            recorded,
+            route.metrics.leases_held.clone(),
+        ))
     }
 }
 

@@ -14,6 +14,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 use crate::access_log::{tls_version_name, AccessLog, Record};
 use crate::bench_switch::{on, Layer};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
+use crate::limiter::settle::Ended;
 use crate::limiter::Store;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
 use crate::request_form;
@@ -76,11 +77,10 @@ mod discard;
 #[cfg(test)]
 mod fallback_tests;
 mod gather;
-mod lease;
 mod limiter;
 mod outcome;
-mod refund;
 mod respond;
+mod settle;
 mod stamp;
 #[cfg(test)]
 mod tests;
@@ -347,7 +347,7 @@ impl ProxyHttp for SlideGate {
         }
         // The admission is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its admission counted.
-        let held = ticket.and_then(|t| t.answered(route, upstream_response));
+        let held = ticket.and_then(|t| settle::answered(t, route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head = !upstream_fields::is_interim(status);
         if final_head && ctx.timing.upstream_head.is_none() {
@@ -370,7 +370,7 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         let route = ctx.rules.as_ref().zip(ctx.route).map(|(r, i)| &r.routes[i]);
         if let (Some(route), Some(ticket)) = (route, ctx.ticket.as_mut()) {
-            ticket.trailers(route, trailers);
+            settle::trailers(ticket, route, trailers);
         }
         Ok(())
     }
@@ -425,19 +425,19 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
-        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.ok());
+        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.cost());
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
                 // A session its client closed while the upstream's side was open: the client
                 // left (for `settle`'s `max_cost`), though the tunnel ended cleanly.
-                None if ctx.tunnel == Tunnel::ClientLeft => refund::Ended::ClientLeft,
-                None => refund::Ended::Whole,
-                Some(e) if crate::log_hygiene::is_client_abort(e) => refund::Ended::ClientLeft,
-                Some(_) => refund::Ended::Failed,
+                None if ctx.tunnel == Tunnel::ClientLeft => Ended::ClientLeft,
+                None => Ended::Whole,
+                Some(e) if crate::log_hygiene::is_client_abort(e) => Ended::ClientLeft,
+                Some(_) => Ended::Failed,
             };
             let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
-            (self.limiter).refund(route, bucket, ticket, ended);
+            (self.limiter).settle(route, bucket, ticket, ended);
         }
         // However the request ended (sent whole, client gone, upstream failed), its leases go.
         ctx.lease = None;
