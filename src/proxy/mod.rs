@@ -3,72 +3,19 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
-use crate::access_log::{tls_version_name, AccessLog, Record};
+use crate::access_log::Known;
 use crate::bench_switch::{on, Layer};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::limiter::settle::Ended;
-use crate::limiter::Store;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
 use crate::request_form;
-use crate::routes::Rules;
-
-/// The proxy: current rules (hot-swappable) and the limit store.
-pub struct SlideGate {
-    rules: Arc<ArcSwap<Rules>>,
-    limiter: Limiter,
-    access_log: Option<AccessLog>,
-    /// `server.send_timeout`, for HTTP/2 streams (see `early_request_filter`).
-    send_timeout: Option<std::time::Duration>,
-    /// `server.client_body_timeout`, for HTTP/2 streams (see `request_body_filter`).
-    body_timeout: Option<std::time::Duration>,
-}
-
-impl SlideGate {
-    /// A proxy over `rules` (shared with the reloader) deciding with `store`. The store owns
-    /// the decision deadline (see [`Store`]): no second timer runs here.
-    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
-        SlideGate {
-            rules,
-            limiter: Limiter::new(store),
-            access_log: None,
-            send_timeout: None,
-            body_timeout: None,
-        }
-    }
-
-    /// Bound each write of an HTTP/2 response body to `timeout` (`server.send_timeout`).
-    pub fn with_send_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.send_timeout = Some(timeout);
-        self
-    }
-
-    /// Bound a whole HTTP/2 request body to `timeout` (`server.client_body_timeout`; on
-    /// HTTP/1 the edge stream bounds it).
-    pub fn with_body_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.body_timeout = Some(timeout);
-        self
-    }
-
-    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
-    pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.limiter.set_local(local);
-        self
-    }
-
-    /// Send one line per request to `log`.
-    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
-        self.access_log = log;
-        self
-    }
-}
 
 mod ctx;
 #[cfg(test)]
@@ -76,6 +23,7 @@ mod delay_tests;
 mod discard;
 #[cfg(test)]
 mod fallback_tests;
+mod gate;
 mod gather;
 mod limiter;
 mod outcome;
@@ -88,8 +36,8 @@ mod upstream_fields;
 
 use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
+pub use gate::SlideGate;
 use gather::peer_ip;
-use limiter::Limiter;
 use outcome::outcome;
 use respond::{close_delimit_for_http10, insert_legacy_fields, insert_ratelimit_fields};
 
@@ -202,38 +150,9 @@ impl ProxyHttp for SlideGate {
         let pool = &rules.upstreams[rules.routes[route].spec.upstream];
         // The first attempt starts the upstream clock: retries on other servers count too.
         ctx.timing.upstream_start.get_or_insert_with(Instant::now);
-        // Skip servers this request already failed to connect to.
-        let failed = &ctx.failed_servers;
-        let addr = match &pool.only {
-            // One address: no selection to make (the balancer's pick costs ~1,500 instructions).
-            Some(addr) if failed.is_empty() => Some(addr.clone()),
-            _ => pool
-                .lb
-                .select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr))
-                .map(|b| b.addr),
-        };
-        let addr = addr.ok_or_else(|| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                format!("upstream {} has no server", pool.name),
-            )
-        })?;
-        let Some(inet) = addr.as_inet().copied() else {
-            return Error::e_explain(ErrorType::InternalError, "upstream is not an IP address");
-        };
-        ctx.upstream = Some(inet);
-        // Built in its box: an HttpPeer is large, and moving it in afterwards is another copy.
-        let mut peer = Box::new(pool.transport.peer(inet));
-        // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
-        // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
-        // connection forever; idle pooled connections are dropped after `idle_timeout`.
-        let t = pool.timeouts;
-        peer.options.connection_timeout = Some(t.connect);
-        peer.options.total_connection_timeout = Some(t.connect * 2);
-        peer.options.read_timeout = Some(t.read);
-        peer.options.write_timeout = Some(t.write);
-        peer.options.idle_timeout = Some(t.idle);
-        Ok(peer)
+        let server = pool.select(&ctx.failed_servers)?;
+        ctx.upstream = Some(server);
+        Ok(pool.peer(server))
     }
 
     async fn fail_to_proxy(
@@ -444,11 +363,6 @@ impl ProxyHttp for SlideGate {
         let Some(log) = &self.access_log else {
             return;
         };
-        let req = session.req_header();
-        let header = |name| req.headers.get(name).map(http::HeaderValue::as_bytes);
-        let tls_version = (session.digest())
-            .and_then(|d| d.ssl_digest.as_ref())
-            .and_then(|ssl| tls_version_name(&ssl.version));
         let edge_408 = crate::edge::answered_408(session);
         let status = match session.response_written() {
             Some(resp) => resp.status.as_u16(),
@@ -459,49 +373,23 @@ impl ProxyHttp for SlideGate {
             None => 0,
         };
         let refused = ctx.refused.map(|why| why.to_string());
-        let limited = (ctx.route()).filter(|r| r.spec.is_limited() && ctx.decision.is_some());
-        let pk = limited.map(|r| r.partition_key(&ctx.key));
-        let limits = limited.filter(|_| ctx.refused_by != 0).map(|r| {
-            let refused = (r.policy_names.iter().enumerate())
-                .filter(|(i, _)| ctx.refused_by & 1u64.checked_shl(*i as u32).unwrap_or(0) != 0);
-            refused
-                .map(|(_, name)| name.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        });
-        let cost = limited
-            .filter(|r| r.spec.cost.is_weighted())
-            .map(|_| ctx.cost);
-        log.send(Record {
-            time: SystemTime::now(),
+        let known = Known {
             client: ctx.client,
-            method: req.method.as_str(),
             host: ctx.form.host.as_deref(),
-            path: req.uri.path(),
-            target: req.raw_path(),
-            version: req.version,
-            tls_version,
-            status,
-            route: ctx.route().map(|r| r.spec.name.as_str()),
+            route: ctx.route(),
             decision: ctx.decision,
-            limits: limits.as_deref(),
-            pk: pk.as_ref().map(|p| p.as_str()),
-            cost,
+            key: &ctx.key,
+            refused_by: ctx.refused_by,
+            cost: ctx.cost,
             settled_cost,
             upstream: ctx.upstream,
             upstream_time: ctx.timing.upstream(),
             duration,
-            bytes_received: session.body_bytes_read(),
-            bytes_sent: session.body_bytes_sent(),
-            user_agent: header(http::header::USER_AGENT),
-            referer: header(http::header::REFERER),
-            request_id: (ctx.rules.as_ref())
-                .filter(|r| r.request_id.assigns())
-                .and_then(|_| crate::request_id::of(req))
-                .map(http::HeaderValue::as_bytes),
-            request_line: None,
+            status,
             error: edge_408.or(refused.as_deref()),
-        });
+            request_ids: ctx.rules.as_ref().is_some_and(|r| r.request_id.assigns()),
+        };
+        log.request(session, known);
     }
 
     fn persist_connection_context(
