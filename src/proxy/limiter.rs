@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use super::outcome::{Checked, Policy};
+use super::outcome::{Findings, Policy};
 use crate::config::OnError;
 use crate::limiter::fallback::Fallback;
 use crate::limiter::lease::{self, Lease};
@@ -56,7 +56,7 @@ impl Limiter {
     /// What the limits say of a request counted in `buckets` on `route`, weighing `cost` in
     /// its cost limits; a denial may wait for room (`max_delay`, at most `max_delayed` waiters
     /// over the process), and a client that leaves meanwhile ends it with
-    /// [`Checked::ClientGone`].
+    /// [`Findings::ClientGone`].
     pub(super) async fn decide(
         &self,
         session: &mut Session,
@@ -64,7 +64,7 @@ impl Limiter {
         route: &Route,
         max_delayed: u32,
         cost: u32,
-    ) -> Checked {
+    ) -> Findings {
         let policy = Policy::of(route);
         let weighted = weighted(route, cost);
         let limits = weighted.as_deref().unwrap_or(&route.spec.limits);
@@ -85,7 +85,7 @@ impl Limiter {
                 if let Some(waited) = waited {
                     route.metrics.delay.observe(waited.as_secs_f64());
                 }
-                Checked::Decided {
+                Findings::Decided {
                     policy,
                     result: decided.result,
                     by: decided.by,
@@ -95,7 +95,7 @@ impl Limiter {
             Smoothed::ClientGone { why, waited } => {
                 log::debug!("route {}: {}: {why}", route.spec.name, buckets.first());
                 route.metrics.delay.observe(waited.as_secs_f64());
-                Checked::ClientGone
+                Findings::ClientGone
             }
         }
     }

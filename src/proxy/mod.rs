@@ -17,27 +17,27 @@ use crate::limiter::settle::Ended;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
 use crate::request_form;
 
+mod answer_fields;
 mod ctx;
 #[cfg(test)]
 mod delay_tests;
 mod discard;
 #[cfg(test)]
 mod fallback_tests;
+mod findings;
 mod gate;
-mod gather;
 mod limiter;
 mod outcome;
 mod respond;
 mod settle;
-mod stamp;
 #[cfg(test)]
 mod tests;
 mod upstream_fields;
 
 use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
+use findings::peer_ip;
 pub use gate::SlideGate;
-use gather::peer_ip;
 use outcome::outcome;
 use respond::{close_delimit_for_http10, insert_legacy_fields, insert_ratelimit_fields};
 
@@ -126,15 +126,15 @@ impl ProxyHttp for SlideGate {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
-        // First: every answer, the 400s of `check` included, carries the id.
+        // First: every answer, the 400s of `find_out` included, carries the id.
         if rules.request_id.assigns() && on(Layer::RequestId) {
             crate::request_id::assign(session.req_header_mut());
         }
         ctx.rules = Some(rules.clone());
-        let checked = self.check(session, ctx, &rules).await;
-        let outcome = outcome(&checked);
+        let found = self.find_out(session, ctx, &rules).await;
+        let outcome = outcome(&found);
         let route = ctx.route.map(|i| &rules.routes[i]);
-        self.account(ctx, route, &outcome, checked.store_error());
+        self.account(ctx, route, &outcome, found.store_error());
         let buckets = route.map(|route| ctx.buckets(route));
         respond::write_early(session, &outcome, route, &rules, buckets).await
     }
@@ -305,7 +305,7 @@ impl ProxyHttp for SlideGate {
         // final head would go without them). Only the upstream's `Server` is hidden as ever.
         if upstream_fields::is_interim(resp.status) {
             return match (&ctx.rules, on(Layer::AnswerHeaders)) {
-                (Some(rules), true) => stamp::stamp(resp, rules.server_header.as_ref(), None),
+                (Some(rules), true) => answer_fields::set(resp, rules.server_header.as_ref(), None),
                 _ => Ok(()),
             };
         }
@@ -321,7 +321,7 @@ impl ProxyHttp for SlideGate {
         }
         if let (Some(rules), true) = (&ctx.rules, on(Layer::AnswerHeaders)) {
             let fields = ctx.route().map(|r| &r.spec.answers.response_headers);
-            stamp::stamp(resp, rules.server_header.as_ref(), fields)?;
+            answer_fields::set(resp, rules.server_header.as_ref(), fields)?;
         }
         close_delimit_for_http10(session, resp);
         match &ctx.rules {
