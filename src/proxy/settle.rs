@@ -93,7 +93,7 @@ fn reported(route: &Route, fields: &http::HeaderMap) -> Option<Reported> {
 }
 
 impl Limiter {
-    /// Correct `ticket`'s admission at the end of its response (see [`correction`]): give it
+    /// Correct `ticket`'s admission at the end of its response (see [`correction()`]): give it
     /// back in the limits that count requests when its status is not counted (the leases are
     /// the request's [`Lease`](crate::limiter::lease::Lease)'s to give back), else correct its
     /// cost limits to the real cost the upstream reported (`settle`). Each limit in its own

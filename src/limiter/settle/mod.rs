@@ -1,9 +1,10 @@
 //! The settle layer (`count_status`, `settle`): an admission stays counted while its request
 //! is in flight; when its response ends it is given back in the limits that count requests
 //! (its status is not counted), or its charge in the cost limits is corrected to the real cost
-//! the upstream reported, given back or charged on top. The pure rules are in [`correction`];
-//! [`amend`] sends a correction to the store that recorded the admission
-//! ([`Fallback::store_of`](super::fallback::Fallback::store_of)), off the response path.
+//! the upstream reported, given back or charged on top. The pure rules are in
+//! [`correction`](mod@correction); [`amend`] sends a correction to the store that recorded the
+//! admission ([`Fallback::store_of`](super::fallback::Fallback::store_of)), off the response
+//! path.
 
 pub mod correction;
 
