@@ -38,27 +38,7 @@ pub struct Cost {
     pub settle: Option<HeaderName>,
 }
 
-/// What a settlement does to a request's charge in the route's cost limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
-    /// The real cost is what was charged.
-    Unchanged,
-    /// Charged more than the real cost: give the difference back.
-    GiveBack(u32),
-    /// Charged less: charge the difference on top (the bucket may go into debt).
-    Charge(u32),
-}
-
-impl Settlement {
-    /// The correction of a charge of `charged` by a real cost of `real`.
-    pub fn of(charged: u32, real: u32) -> Settlement {
-        match real.cmp(&charged) {
-            std::cmp::Ordering::Equal => Settlement::Unchanged,
-            std::cmp::Ordering::Less => Settlement::GiveBack(charged - real),
-            std::cmp::Ordering::Greater => Settlement::Charge(real - charged),
-        }
-    }
-}
+pub use crate::limiter::settle::Settlement;
 
 /// Why a request's cost was refused: a `400` naming `cost`. The problem's `detail` names the
 /// field and the figures ([`CostError::detail`]).

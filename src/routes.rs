@@ -121,6 +121,51 @@ pub struct UpstreamPool {
     pub connect_log: crate::log_limit::Throttled,
 }
 
+impl UpstreamPool {
+    /// The server of this pool a request goes to next: the only one, or the balancer's pick
+    /// among the healthy servers it has not `failed` to connect to yet (like nginx's
+    /// `proxy_next_upstream error`).
+    pub fn select(
+        &self,
+        failed: &[pingora::protocols::l4::socket::SocketAddr],
+    ) -> pingora::Result<std::net::SocketAddr> {
+        use pingora::{Error, ErrorType};
+        let addr = match &self.only {
+            // One address: no selection to make (the balancer's pick costs ~1,500 instructions).
+            Some(addr) if failed.is_empty() => Some(addr.clone()),
+            _ => (self.lb)
+                .select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr))
+                .map(|b| b.addr),
+        };
+        let addr = addr.ok_or_else(|| {
+            Error::explain(
+                ErrorType::ConnectNoRoute,
+                format!("upstream {} has no server", self.name),
+            )
+        })?;
+        match addr.as_inet() {
+            Some(inet) => Ok(*inet),
+            None => Error::e_explain(ErrorType::InternalError, "upstream is not an IP address"),
+        }
+    }
+
+    /// The peer of `server`, with this pool's transport and timeouts.
+    pub fn peer(&self, server: std::net::SocketAddr) -> Box<pingora::upstreams::peer::HttpPeer> {
+        // Built in its box: an HttpPeer is large, and moving it in afterwards is another copy.
+        let mut peer = Box::new(self.transport.peer(server));
+        // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
+        // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
+        // connection forever; idle pooled connections are dropped after `idle_timeout`.
+        let t = self.timeouts;
+        peer.options.connection_timeout = Some(t.connect);
+        peer.options.total_connection_timeout = Some(t.connect * 2);
+        peer.options.read_timeout = Some(t.read);
+        peer.options.write_timeout = Some(t.write);
+        peer.options.idle_timeout = Some(t.idle);
+        peer
+    }
+}
+
 /// A complete, immutable rule set.
 pub struct Rules {
     /// Routes in file order.

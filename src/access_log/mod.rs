@@ -38,9 +38,11 @@ use format::{combined_line, json_line, LocalTimeCache, SecondCache};
 
 mod format;
 mod record;
+mod request;
 
 use record::Batch;
 pub use record::{escape_into, tls_version_name, Record, MAX_HEADER_LOGGED, MAX_REQUEST_LINE};
+pub use request::Known;
 
 /// Records per batch handed to the writer.
 const BATCH: usize = 128;

@@ -22,14 +22,19 @@ mod admission;
 pub mod algo;
 pub mod buckets;
 pub mod coalesce;
-pub mod learned;
+pub mod fallback;
+pub mod layer;
+pub mod lease;
 pub mod memory;
 pub mod redis;
+pub mod settle;
+pub mod smoothing;
 mod view;
 
 pub use admission::{Admission, Change};
 pub use algo::{Kind, Limit, LimitId, LimitKind, QuotaUnit, Unit, MAX_SLOTS};
 pub use buckets::Buckets;
+pub use layer::{Ask, Decide, Decided, DecidedBy, Observe};
 pub use view::{LimitView, WindowView, MAX_VIEW_ENTRIES};
 
 use std::time::Duration;

@@ -89,10 +89,10 @@ pub struct RequestCtx {
     pub(super) own_hop: Option<Arc<OwnHop>>,
     /// An admission on a `count_status` route, until the upstream's status says whether it
     /// counts.
-    pub(super) ticket: Option<super::refund::Ticket>,
+    pub(super) ticket: Option<crate::limiter::settle::Ticket>,
     /// The leases of the route's concurrency limits this request holds, given back when it
     /// ends (`logging`), however it ends; after a client's abort, once the upstream is done.
-    pub(super) lease: Option<super::lease::Lease>,
+    pub(super) lease: Option<crate::limiter::lease::Lease>,
     /// Who ended an upgraded request's tunnel first, for `settle` (see [`Tunnel`]).
     pub(super) tunnel: Tunnel,
 }

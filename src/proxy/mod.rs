@@ -3,94 +3,41 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
-use crate::access_log::{tls_version_name, AccessLog, Record};
+use crate::access_log::Known;
 use crate::bench_switch::{on, Layer};
 use crate::forwarding::{self, Hop, OwnHop, Scheme};
-use crate::limiter::Store;
+use crate::limiter::settle::Ended;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
 use crate::request_form;
-use crate::routes::Rules;
 
-/// The proxy: current rules (hot-swappable) and the limit store.
-pub struct SlideGate {
-    rules: Arc<ArcSwap<Rules>>,
-    limiter: Limiter,
-    access_log: Option<AccessLog>,
-    /// `server.send_timeout`, for HTTP/2 streams (see `early_request_filter`).
-    send_timeout: Option<std::time::Duration>,
-    /// `server.client_body_timeout`, for HTTP/2 streams (see `request_body_filter`).
-    body_timeout: Option<std::time::Duration>,
-}
-
-impl SlideGate {
-    /// A proxy over `rules` (shared with the reloader) deciding with `store`. The store owns
-    /// the decision deadline (see [`Store`]): no second timer runs here.
-    pub fn new(rules: Arc<ArcSwap<Rules>>, store: Arc<dyn Store>) -> Self {
-        SlideGate {
-            rules,
-            limiter: Limiter::new(store),
-            access_log: None,
-            send_timeout: None,
-            body_timeout: None,
-        }
-    }
-
-    /// Bound each write of an HTTP/2 response body to `timeout` (`server.send_timeout`).
-    pub fn with_send_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.send_timeout = Some(timeout);
-        self
-    }
-
-    /// Bound a whole HTTP/2 request body to `timeout` (`server.client_body_timeout`; on
-    /// HTTP/1 the edge stream bounds it).
-    pub fn with_body_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.body_timeout = Some(timeout);
-        self
-    }
-
-    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
-    pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.limiter.local = local;
-        self
-    }
-
-    /// Send one line per request to `log`.
-    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
-        self.access_log = log;
-        self
-    }
-}
-
+mod answer_fields;
 mod ctx;
-mod delay;
 #[cfg(test)]
 mod delay_tests;
 mod discard;
 #[cfg(test)]
 mod fallback_tests;
-mod gather;
-mod lease;
+mod findings;
+mod gate;
 mod limiter;
 mod outcome;
-mod refund;
 mod respond;
-mod stamp;
+mod settle;
 #[cfg(test)]
 mod tests;
 mod upstream_fields;
 
 use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
-use gather::peer_ip;
-use limiter::Limiter;
+use findings::peer_ip;
+pub use gate::SlideGate;
 use outcome::outcome;
 use respond::{close_delimit_for_http10, insert_legacy_fields, insert_ratelimit_fields};
 
@@ -179,15 +126,15 @@ impl ProxyHttp for SlideGate {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let rules = self.rules.load_full();
-        // First: every answer, the 400s of `check` included, carries the id.
+        // First: every answer, the 400s of `find_out` included, carries the id.
         if rules.request_id.assigns() && on(Layer::RequestId) {
             crate::request_id::assign(session.req_header_mut());
         }
         ctx.rules = Some(rules.clone());
-        let checked = self.check(session, ctx, &rules).await;
-        let outcome = outcome(&checked);
+        let found = self.find_out(session, ctx, &rules).await;
+        let outcome = outcome(&found);
         let route = ctx.route.map(|i| &rules.routes[i]);
-        self.account(ctx, route, &outcome, checked.store_error());
+        self.account(ctx, route, &outcome, found.store_error());
         let buckets = route.map(|route| ctx.buckets(route));
         respond::write_early(session, &outcome, route, &rules, buckets).await
     }
@@ -203,38 +150,9 @@ impl ProxyHttp for SlideGate {
         let pool = &rules.upstreams[rules.routes[route].spec.upstream];
         // The first attempt starts the upstream clock: retries on other servers count too.
         ctx.timing.upstream_start.get_or_insert_with(Instant::now);
-        // Skip servers this request already failed to connect to.
-        let failed = &ctx.failed_servers;
-        let addr = match &pool.only {
-            // One address: no selection to make (the balancer's pick costs ~1,500 instructions).
-            Some(addr) if failed.is_empty() => Some(addr.clone()),
-            _ => pool
-                .lb
-                .select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr))
-                .map(|b| b.addr),
-        };
-        let addr = addr.ok_or_else(|| {
-            Error::explain(
-                ErrorType::ConnectNoRoute,
-                format!("upstream {} has no server", pool.name),
-            )
-        })?;
-        let Some(inet) = addr.as_inet().copied() else {
-            return Error::e_explain(ErrorType::InternalError, "upstream is not an IP address");
-        };
-        ctx.upstream = Some(inet);
-        // Built in its box: an HttpPeer is large, and moving it in afterwards is another copy.
-        let mut peer = Box::new(pool.transport.peer(inet));
-        // Per upstream (nginx proxy_connect_timeout / proxy_read_timeout / proxy_send_timeout):
-        // a black-holed upstream becomes a prompt 502, a hung one is cut instead of holding the
-        // connection forever; idle pooled connections are dropped after `idle_timeout`.
-        let t = pool.timeouts;
-        peer.options.connection_timeout = Some(t.connect);
-        peer.options.total_connection_timeout = Some(t.connect * 2);
-        peer.options.read_timeout = Some(t.read);
-        peer.options.write_timeout = Some(t.write);
-        peer.options.idle_timeout = Some(t.idle);
-        Ok(peer)
+        let server = pool.select(&ctx.failed_servers)?;
+        ctx.upstream = Some(server);
+        Ok(pool.peer(server))
     }
 
     async fn fail_to_proxy(
@@ -348,7 +266,7 @@ impl ProxyHttp for SlideGate {
         }
         // The admission is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its admission counted.
-        let held = ticket.and_then(|t| t.answered(route, upstream_response));
+        let held = ticket.and_then(|t| settle::answered(t, route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head = !upstream_fields::is_interim(status);
         if final_head && ctx.timing.upstream_head.is_none() {
@@ -371,7 +289,7 @@ impl ProxyHttp for SlideGate {
     ) -> Result<()> {
         let route = ctx.rules.as_ref().zip(ctx.route).map(|(r, i)| &r.routes[i]);
         if let (Some(route), Some(ticket)) = (route, ctx.ticket.as_mut()) {
-            ticket.trailers(route, trailers);
+            settle::trailers(ticket, route, trailers);
         }
         Ok(())
     }
@@ -387,7 +305,7 @@ impl ProxyHttp for SlideGate {
         // final head would go without them). Only the upstream's `Server` is hidden as ever.
         if upstream_fields::is_interim(resp.status) {
             return match (&ctx.rules, on(Layer::AnswerHeaders)) {
-                (Some(rules), true) => stamp::stamp(resp, rules.server_header.as_ref(), None),
+                (Some(rules), true) => answer_fields::set(resp, rules.server_header.as_ref(), None),
                 _ => Ok(()),
             };
         }
@@ -403,7 +321,7 @@ impl ProxyHttp for SlideGate {
         }
         if let (Some(rules), true) = (&ctx.rules, on(Layer::AnswerHeaders)) {
             let fields = ctx.route().map(|r| &r.spec.answers.response_headers);
-            stamp::stamp(resp, rules.server_header.as_ref(), fields)?;
+            answer_fields::set(resp, rules.server_header.as_ref(), fields)?;
         }
         close_delimit_for_http10(session, resp);
         match &ctx.rules {
@@ -426,30 +344,25 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
-        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.ok());
+        let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.cost());
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {
             let ended = match e {
                 // A session its client closed while the upstream's side was open: the client
                 // left (for `settle`'s `max_cost`), though the tunnel ended cleanly.
-                None if ctx.tunnel == Tunnel::ClientLeft => refund::Ended::ClientLeft,
-                None => refund::Ended::Whole,
-                Some(e) if crate::log_hygiene::is_client_abort(e) => refund::Ended::ClientLeft,
-                Some(_) => refund::Ended::Failed,
+                None if ctx.tunnel == Tunnel::ClientLeft => Ended::ClientLeft,
+                None => Ended::Whole,
+                Some(e) if crate::log_hygiene::is_client_abort(e) => Ended::ClientLeft,
+                Some(_) => Ended::Failed,
             };
             let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
-            (self.limiter).refund(route, bucket, ticket, ended);
+            (self.limiter).settle(route, bucket, ticket, ended);
         }
         // However the request ended (sent whole, client gone, upstream failed), its leases go.
         ctx.lease = None;
         let Some(log) = &self.access_log else {
             return;
         };
-        let req = session.req_header();
-        let header = |name| req.headers.get(name).map(http::HeaderValue::as_bytes);
-        let tls_version = (session.digest())
-            .and_then(|d| d.ssl_digest.as_ref())
-            .and_then(|ssl| tls_version_name(&ssl.version));
         let edge_408 = crate::edge::answered_408(session);
         let status = match session.response_written() {
             Some(resp) => resp.status.as_u16(),
@@ -460,49 +373,23 @@ impl ProxyHttp for SlideGate {
             None => 0,
         };
         let refused = ctx.refused.map(|why| why.to_string());
-        let limited = (ctx.route()).filter(|r| r.spec.is_limited() && ctx.decision.is_some());
-        let pk = limited.map(|r| r.partition_key(&ctx.key));
-        let limits = limited.filter(|_| ctx.refused_by != 0).map(|r| {
-            let refused = (r.policy_names.iter().enumerate())
-                .filter(|(i, _)| ctx.refused_by & 1u64.checked_shl(*i as u32).unwrap_or(0) != 0);
-            refused
-                .map(|(_, name)| name.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
-        });
-        let cost = limited
-            .filter(|r| r.spec.cost.is_weighted())
-            .map(|_| ctx.cost);
-        log.send(Record {
-            time: SystemTime::now(),
+        let known = Known {
             client: ctx.client,
-            method: req.method.as_str(),
             host: ctx.form.host.as_deref(),
-            path: req.uri.path(),
-            target: req.raw_path(),
-            version: req.version,
-            tls_version,
-            status,
-            route: ctx.route().map(|r| r.spec.name.as_str()),
+            route: ctx.route(),
             decision: ctx.decision,
-            limits: limits.as_deref(),
-            pk: pk.as_ref().map(|p| p.as_str()),
-            cost,
+            key: &ctx.key,
+            refused_by: ctx.refused_by,
+            cost: ctx.cost,
             settled_cost,
             upstream: ctx.upstream,
             upstream_time: ctx.timing.upstream(),
             duration,
-            bytes_received: session.body_bytes_read(),
-            bytes_sent: session.body_bytes_sent(),
-            user_agent: header(http::header::USER_AGENT),
-            referer: header(http::header::REFERER),
-            request_id: (ctx.rules.as_ref())
-                .filter(|r| r.request_id.assigns())
-                .and_then(|_| crate::request_id::of(req))
-                .map(http::HeaderValue::as_bytes),
-            request_line: None,
+            status,
             error: edge_408.or(refused.as_deref()),
-        });
+            request_ids: ctx.rules.as_ref().is_some_and(|r| r.request_id.assigns()),
+        };
+        log.request(session, known);
     }
 
     fn persist_connection_context(

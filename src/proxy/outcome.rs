@@ -1,11 +1,12 @@
 //! What happens to a request, decided by one pure function from what the hook found out.
 //!
-//! `request_filter` gathers [`Checked`] (request form, route, the store's answer), calls
+//! `request_filter` finds out the [`Findings`] (request form, route, the store's answer), calls
 //! [`outcome`], and writes the [`Outcome`]: no decision is taken anywhere else. A new way to
 //! decide (a local fallback for `on_error`, an exempt client) is one more variant here and one
 //! more arm in [`outcome`].
 
 use crate::config::{OnError, Smoothing};
+pub(super) use crate::limiter::DecidedBy;
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::Decision;
 use crate::request_form::BadRequest;
@@ -35,9 +36,9 @@ impl Policy {
 }
 
 /// What the hook found out about a request, in the order it finds out: each variant ends the
-/// gathering.
+/// finding out.
 #[derive(Debug)]
-pub(super) enum Checked {
+pub(super) enum Findings {
     /// The head failed the checks before routing.
     BadForm(BadRequest),
     /// No route matches.
@@ -63,23 +64,14 @@ pub(super) enum Checked {
     ClientGone,
 }
 
-impl Checked {
+impl Findings {
     /// The store's error, when it gave no verdict (fail-open or fail-closed).
     pub(super) fn store_error(&self) -> Option<&StoreError> {
         match self {
-            Checked::Decided { result: Err(e), .. } => Some(e),
+            Findings::Decided { result: Err(e), .. } => Some(e),
             _ => None,
         }
     }
-}
-
-/// Who gave a [`Checked::Decided`] its verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum DecidedBy {
-    /// The route's store.
-    Store,
-    /// This proxy's local log, because the shared store could not decide.
-    Local,
 }
 
 /// What happens to a request.
@@ -124,14 +116,14 @@ pub(super) enum Outcome<'a> {
 }
 
 /// Decide what happens to a request from what was found out about it.
-pub(super) fn outcome(checked: &Checked) -> Outcome<'_> {
-    let (policy, result, by, delayed) = match checked {
-        Checked::BadForm(why) => return Outcome::BadRequest(*why),
-        Checked::NoRoute => return Outcome::NoRoute,
-        Checked::Unlimited => return Outcome::Unlimited,
-        Checked::Exempt => return Outcome::Exempt,
-        Checked::ClientGone => return Outcome::ClientGone,
-        Checked::Decided {
+pub(super) fn outcome(found: &Findings) -> Outcome<'_> {
+    let (policy, result, by, delayed) = match found {
+        Findings::BadForm(why) => return Outcome::BadRequest(*why),
+        Findings::NoRoute => return Outcome::NoRoute,
+        Findings::Unlimited => return Outcome::Unlimited,
+        Findings::Exempt => return Outcome::Exempt,
+        Findings::ClientGone => return Outcome::ClientGone,
+        Findings::Decided {
             policy,
             result,
             by,
@@ -214,8 +206,8 @@ mod tests {
         }
     }
 
-    fn decided(shadow: bool, on_error: OnError, result: Result<Verdict, StoreError>) -> Checked {
-        Checked::Decided {
+    fn decided(shadow: bool, on_error: OnError, result: Result<Verdict, StoreError>) -> Findings {
+        Findings::Decided {
             policy: Policy {
                 shadow,
                 on_error,
@@ -227,8 +219,8 @@ mod tests {
         }
     }
 
-    fn local(shadow: bool, result: Result<Verdict, StoreError>) -> Checked {
-        Checked::Decided {
+    fn local(shadow: bool, result: Result<Verdict, StoreError>) -> Findings {
+        Findings::Decided {
             policy: Policy {
                 shadow,
                 on_error: OnError::Local,
@@ -246,14 +238,14 @@ mod tests {
 
     #[test]
     fn bad_form_is_a_400_without_a_decision() {
-        let out = outcome(&Checked::BadForm(BadRequest::MissingHost));
+        let out = outcome(&Findings::BadForm(BadRequest::MissingHost));
         assert_eq!(out, Outcome::BadRequest(BadRequest::MissingHost));
         assert_eq!(out.decision(), None);
     }
 
     #[test]
     fn an_exempt_client_is_forwarded_and_counted_as_exempt() {
-        let out = outcome(&Checked::Exempt);
+        let out = outcome(&Findings::Exempt);
         assert_eq!(out, Outcome::Exempt);
         assert_eq!(out.decision(), Some(Decision::Exempt));
         assert_eq!(out.limiter_state(), None);
@@ -261,14 +253,14 @@ mod tests {
 
     #[test]
     fn no_route_is_a_404_without_a_decision() {
-        let out = outcome(&Checked::NoRoute);
+        let out = outcome(&Findings::NoRoute);
         assert_eq!(out, Outcome::NoRoute);
         assert_eq!(out.decision(), None);
     }
 
     #[test]
     fn unlimited_is_forwarded_and_counted_allowed() {
-        let out = outcome(&Checked::Unlimited);
+        let out = outcome(&Findings::Unlimited);
         assert_eq!(out, Outcome::Unlimited);
         assert_eq!(out.decision(), Some(Decision::Allowed));
     }
@@ -325,9 +317,9 @@ mod tests {
             ),
         ];
         for (on_error, admitted, want, decision) in cases {
-            let checked = decided(false, on_error, Ok(verdict(admitted)));
-            assert_eq!(outcome(&checked), want);
-            assert_eq!(outcome(&checked).decision(), Some(decision));
+            let found = decided(false, on_error, Ok(verdict(admitted)));
+            assert_eq!(outcome(&found), want);
+            assert_eq!(outcome(&found).decision(), Some(decision));
         }
     }
 
@@ -372,16 +364,16 @@ mod tests {
                 LimiterState::Normal,
             ),
         ];
-        for (checked, state) in cases {
-            assert_eq!(outcome(&checked).limiter_state(), Some(state));
+        for (found, state) in cases {
+            assert_eq!(outcome(&found).limiter_state(), Some(state));
         }
-        assert_eq!(outcome(&Checked::NoRoute).limiter_state(), None);
+        assert_eq!(outcome(&Findings::NoRoute).limiter_state(), None);
     }
 
     #[test]
     fn admitted_after_a_wait_is_delayed_and_a_client_gone_is_a_denial() {
         let yes = verdict(true);
-        let waited = |by, result| Checked::Decided {
+        let waited = |by, result| Findings::Decided {
             policy: Policy {
                 shadow: false,
                 on_error: OnError::Local,
@@ -405,7 +397,7 @@ mod tests {
         let local = waited(DecidedBy::Local, Ok(yes.clone()));
         let out = outcome(&local);
         assert_eq!(out, Outcome::LocalAllowed(&yes));
-        let gone = outcome(&Checked::ClientGone);
+        let gone = outcome(&Findings::ClientGone);
         assert_eq!(gone, Outcome::ClientGone);
         assert_eq!(gone.decision(), Some(Decision::Denied));
     }

@@ -9,9 +9,9 @@ use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
+use super::answer_fields;
 use super::discard::{self, Leftover, DISCARD_MAX};
 use super::outcome::Outcome;
-use super::stamp::stamp;
 use crate::config::ResponseHeaders;
 use crate::grpc::{self, GrpcStatus};
 use crate::limiter::{Buckets, Verdict};
@@ -171,7 +171,7 @@ pub(super) async fn write_early(
         | Outcome::LocalAllowed(_) => return Ok(false),
     };
     let fields = route.map(|r| &r.spec.answers.response_headers);
-    stamp(&mut header, rules.server_header.as_ref(), fields)?;
+    answer_fields::set(&mut header, rules.server_header.as_ref(), fields)?;
     if rules.request_id.echoes() {
         crate::request_id::echo(session.req_header(), &mut header)?;
     }
@@ -324,7 +324,7 @@ pub(super) async fn write_failure(
 ) -> Result<()> {
     if let Reader::Grpc { h2 } = Reader::of(session) {
         let mut header = grpc::answer(GrpcStatus::for_http(code), failure_detail(code), h2)?;
-        stamp(&mut header, server, fields)?;
+        answer_fields::set(&mut header, server, fields)?;
         if echo_id {
             crate::request_id::echo(session.req_header(), &mut header)?;
         }
@@ -345,7 +345,7 @@ pub(super) async fn write_failure(
     header.insert_header("Content-Type", problem::CONTENT_TYPE)?;
     header.insert_header("Content-Length", body.len())?;
     header.insert_header("Cache-Control", "private, no-store")?;
-    stamp(&mut header, server, fields)?;
+    answer_fields::set(&mut header, server, fields)?;
     if echo_id {
         crate::request_id::echo(session.req_header(), &mut header)?;
     }

@@ -56,8 +56,9 @@
 //!
 //! Under load a batch holds what arrived while the window was full, at most [`MAX_BATCH`]
 //! decisions, so one script run stays short. At most [`MAX_PENDING`] wait per lane; beyond
-//! that a decision is answered at once with [`StoreError::Overloaded`] (the route's `on_error`
-//! decides it, and it is counted), so waiting stays bounded.
+//! that a decision is answered at once with [`StoreError::Overloaded`], so waiting stays
+//! bounded: the proxy's own overload, shed with a `503` (counted as `overloaded`), never
+//! decided by the route's `on_error` (see [`crate::limiter::fallback`]).
 //!
 //! **A known-full bucket costs nothing** (`known.rs`, [`KnownDenials`]): a denial that comes
 //! back answers at once every queued decision for the same bucket and limits, and any that

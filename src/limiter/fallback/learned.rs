@@ -48,7 +48,8 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::{Buckets, IdHasher, Limit, LimitId, LimitState, Verdict};
+use super::bucket::LearnedBucket;
+use crate::limiter::{Buckets, IdHasher, Limit, LimitState, Verdict};
 
 /// Buckets by the hash of their key (already a hash: not hashed again).
 type Shard = Mutex<HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>>;
@@ -57,104 +58,6 @@ type Shard = Mutex<HashMap<u64, LearnedBucket, BuildHasherDefault<IdHasher>>>;
 pub const MAX_LEARNED: usize = 1 << 16;
 
 const SHARDS: usize = 16;
-
-/// What was learned of one limit of a bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LearnedLimit {
-    id: LimitId,
-    /// Entries in the window when learned.
-    count: u32,
-    /// Room left when learned: with `count`, how full the limit was.
-    remaining: u32,
-    /// When the oldest of them leaves the window.
-    oldest_frees: Instant,
-    /// When the last of them leaves the window, at the latest.
-    all_free: Instant,
-}
-
-/// What was learned of one bucket: one entry per limit, in the route's order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LearnedBucket {
-    limits: SmallVec<[LearnedLimit; 2]>,
-    /// Until when this proxy's own log may hold admissions of the bucket (see
-    /// [`Learned::mark_local`]).
-    local_until: Option<Instant>,
-    /// When the decision this was learned from was asked: a later-read answer to an earlier
-    /// question does not replace it.
-    asked: Option<Instant>,
-}
-
-impl LearnedBucket {
-    /// What `verdict` (for `limits`, given at `now`) says is in the bucket.
-    pub fn from_verdict(limits: &[Limit], verdict: &Verdict, now: Instant) -> LearnedBucket {
-        let limits = limits
-            .iter()
-            .zip(&verdict.states)
-            .map(|(limit, state)| LearnedLimit {
-                id: limit.id(),
-                count: limit.requests.saturating_sub(state.remaining),
-                remaining: state.remaining,
-                oldest_frees: now + state.reset.min(limit.window),
-                all_free: now + limit.window,
-            })
-            .collect();
-        LearnedBucket {
-            limits,
-            local_until: None,
-            asked: None,
-        }
-    }
-
-    /// How many learned entries of limit `i` are still in its window at `now`, at least (the
-    /// oldest until it frees, the others until a window after they were learned); 0 when the
-    /// limit is not the one learned (a reload changed it).
-    pub fn held(&self, i: usize, limit: &Limit, now: Instant) -> u32 {
-        let Some(l) = self.limits.get(i).filter(|l| l.id == limit.id()) else {
-            return 0;
-        };
-        if l.count == 0 || now >= l.all_free {
-            0
-        } else if now < l.oldest_frees {
-            l.count
-        } else {
-            l.count - 1
-        }
-    }
-
-    /// When the learned entries of limit `i` next free one place, after `now`.
-    pub fn next_free(&self, i: usize, now: Instant) -> Duration {
-        self.limits.get(i).map_or(Duration::ZERO, |l| {
-            let at = if now < l.oldest_frees {
-                l.oldest_frees
-            } else {
-                l.all_free
-            };
-            at.saturating_duration_since(now)
-        })
-    }
-
-    fn spent(&self, now: Instant) -> bool {
-        self.local_until.is_none_or(|t| now >= t)
-            && (self.limits.iter()).all(|l| l.count == 0 || now >= l.all_free)
-    }
-
-    fn single(&self) -> bool {
-        self.local_until.is_none() && self.limits.iter().all(|l| l.count <= 1)
-    }
-
-    /// How full the fullest limit was when learned, in thousandths (1000: at its limit); a
-    /// bucket the local log may hold admissions of counts as full.
-    fn fill(&self) -> u32 {
-        if self.local_until.is_some() {
-            return 1000;
-        }
-        let of = |l: &LearnedLimit| {
-            let all = u64::from(l.count) + u64::from(l.remaining);
-            (u64::from(l.count) * 1000).checked_div(all).unwrap_or(0) as u32
-        };
-        self.limits.iter().map(of).max().unwrap_or(0)
-    }
-}
 
 /// The learned buckets, by the hash of their key.
 pub struct Learned {
@@ -311,13 +214,13 @@ impl Learned {
 
     /// Per limit of `limits` over `buckets`: how many learned entries its bucket still holds
     /// at `now`, and when the next of them frees; `None` when nothing is learned of any.
-    pub fn room(
+    pub fn held(
         &self,
         buckets: &Buckets<'_>,
         limits: &[Limit],
         now: Instant,
     ) -> Option<Vec<(u32, Duration)>> {
-        let mut room = vec![(0, Duration::ZERO); limits.len()];
+        let mut held = vec![(0, Duration::ZERO); limits.len()];
         let mut any = false;
         for (bucket, members) in buckets.groups(limits.len()) {
             let Some(learned) = self.get(bucket) else {
@@ -325,11 +228,11 @@ impl Learned {
             };
             any = true;
             for (j, &i) in members.iter().enumerate() {
-                let held = learned.held(j, &limits[i], now).min(limits[i].requests);
-                room[i] = (held, learned.next_free(j, now));
+                let count = learned.held(j, &limits[i], now).min(limits[i].requests);
+                held[i] = (count, learned.next_free(j, now));
             }
         }
-        any.then_some(room)
+        any.then_some(held)
     }
 
     /// [`Learned::mark_local`] every bucket of `buckets`' first `limits` limits.
@@ -373,32 +276,6 @@ mod tests {
             recorded_each: Vec::new(),
             states: vec![LimitState { remaining, reset }],
         }
-    }
-
-    /// The learned count is held while its entries can still be in the window, and no longer:
-    /// pure arithmetic on a given clock, no sleeping.
-    #[test]
-    fn held_counts_free_one_then_all() {
-        let t0 = Instant::now();
-        let limit = Limit::log(5, Duration::from_secs(60));
-        let b =
-            LearnedBucket::from_verdict(&[limit], &verdict(true, 2, Duration::from_secs(20)), t0);
-        assert_eq!(b.held(0, &limit, t0), 3);
-        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(19)), 3);
-        assert_eq!(b.next_free(0, t0), Duration::from_secs(20));
-        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(20)), 2);
-        assert_eq!(
-            b.next_free(0, t0 + Duration::from_secs(20)),
-            Duration::from_secs(40)
-        );
-        assert_eq!(b.held(0, &limit, t0 + Duration::from_secs(60)), 0);
-        // A denial: the whole limit is held.
-        let d =
-            LearnedBucket::from_verdict(&[limit], &verdict(false, 0, Duration::from_secs(5)), t0);
-        assert_eq!(d.held(0, &limit, t0), 5);
-        // Another limit (a reload changed the window): nothing learned of it.
-        let other = Limit::log(5, Duration::from_secs(30));
-        assert_eq!(d.held(0, &other, t0), 0);
     }
 
     #[test]
@@ -492,10 +369,10 @@ mod tests {
         let alice = Buckets::stacked("r:ip:1", &rest, &[0, 1]);
         learned.learn_each(&alice, (&[own, shared], &answer), t0, t0);
         let bob = Buckets::stacked("r:ip:2", &rest, &[0, 1]);
-        let room = learned.room(&bob, &[own, shared], t0).expect("learned");
-        assert_eq!(room[0].0, 0, "bob's own bucket: nothing learned");
+        let held = learned.held(&bob, &[own, shared], t0).expect("learned");
+        assert_eq!(held[0].0, 0, "bob's own bucket: nothing learned");
         assert_eq!(
-            room[1],
+            held[1],
             (20, Duration::from_secs(40)),
             "the global bucket: full"
         );

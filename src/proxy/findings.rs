@@ -1,14 +1,15 @@
-//! Gathering what a request's outcome needs, in the order the hooks learn it: the request
-//! form, the client, the route, the bucket key and the store's answer ([`SlideGate::check`]);
+//! Finding out what a request's outcome needs, in the order the hooks learn it: the request
+//! form, the client, the route, the bucket key and the store's answer ([`SlideGate::find_out`]);
 //! then counting the outcome and keeping what the later hooks need of it
 //! ([`SlideGate::account`]).
 
 use pingora::proxy::Session;
 
-use super::outcome::{Checked, DecidedBy, Outcome};
-use super::{refund, respond, RequestCtx, SlideGate};
+use super::outcome::{DecidedBy, Findings, Outcome};
+use super::{respond, RequestCtx, SlideGate};
 use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
+use crate::limiter::settle::Ticket;
 use crate::limiter::{StoreError, Verdict};
 use crate::method_override::Methods;
 use crate::metrics::METRICS;
@@ -20,12 +21,12 @@ use crate::routes::{Route, Rules};
 impl SlideGate {
     /// Find out what [`outcome`] needs, in order: the request form, the route, and for a
     /// limited route the store's answer. Leaves the client, route and key in `ctx`.
-    pub(super) async fn check(
+    pub(super) async fn find_out(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
         rules: &Rules,
-    ) -> Checked {
+    ) -> Findings {
         // The client first: a refused request is logged with its address too.
         let peer = peer_ip(session).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let client = rules.client_ip.resolve(peer, &session.req_header().headers);
@@ -33,7 +34,7 @@ impl SlideGate {
         if on(Layer::RequestForm) {
             ctx.form = match request_form::check(session.req_header_mut()) {
                 Ok(form) => form,
-                Err(why) => return Checked::BadForm(why),
+                Err(why) => return Findings::BadForm(why),
             };
         }
         let req = session.req_header();
@@ -41,18 +42,18 @@ impl SlideGate {
         let path = normalize_path(request_form::match_path(req));
         let methods = match Methods::of(&req.method, &req.headers, req.uri.query()) {
             Ok(methods) => methods,
-            Err(why) => return Checked::BadForm(why.into()),
+            Err(why) => return Findings::BadForm(why.into()),
         };
         let Some((idx, route)) = rules.find(host, &path, &methods) else {
-            return Checked::NoRoute;
+            return Findings::NoRoute;
         };
         ctx.route = Some(idx);
         if !route.spec.is_limited() {
-            return Checked::Unlimited;
+            return Findings::Unlimited;
         }
         let exempt = &route.spec.counting.exempt;
         if exempt.iter().any(|net| net.contains(&client)) {
-            return Checked::Exempt;
+            return Findings::Exempt;
         }
         let input = KeyInput {
             headers: &req.headers,
@@ -63,18 +64,18 @@ impl SlideGate {
         };
         let key = (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
         if key.is_err() || own_keys(route, &mut ctx.limit_keys, &input).is_err() {
-            return Checked::BadForm(BadRequest::AmbiguousKey);
+            return Findings::BadForm(BadRequest::AmbiguousKey);
         }
         if route.spec.cost.is_weighted() {
             ctx.cost = match route.spec.cost.of(&req.headers) {
                 Ok(cost) => cost,
-                Err(why) => return Checked::BadForm(why.into()),
+                Err(why) => return Findings::BadForm(why.into()),
             };
         }
         let max_delayed = rules.max_delayed;
         let buckets = ctx.buckets(route);
         self.limiter
-            .check(session, &buckets, route, max_delayed, ctx.cost)
+            .decide(session, &buckets, route, max_delayed, ctx.cost)
             .await
     }
 
@@ -125,7 +126,7 @@ impl SlideGate {
                 let corrected =
                     route.spec.counting.count_status.is_some() || route.spec.cost.settle.is_some();
                 if let (true, Some(recorded_at)) = (corrected, verdict.recorded_times()) {
-                    ctx.ticket = Some(refund::Ticket::new(recorded_at, by, ctx.cost));
+                    ctx.ticket = Some(Ticket::new(recorded_at, by, ctx.cost));
                 }
                 self.take_leases(ctx, route, verdict, by);
             }
@@ -140,11 +141,11 @@ impl SlideGate {
     }
 
     /// An admission of a route with concurrency limits holds their leases until the request
-    /// ends (see [`super::lease`]).
+    /// ends (see [`crate::limiter::lease`]).
     fn take_leases(&self, ctx: &mut RequestCtx, route: &Route, verdict: &Verdict, by: DecidedBy) {
         if let (true, Some(recorded_at)) = (route.spec.has_leases(), verdict.recorded_times()) {
-            let (key, own) = (&ctx.key, &ctx.limit_keys);
-            ctx.lease = self.limiter.hold_leases(route, key, own, recorded_at, by);
+            let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
+            ctx.lease = self.limiter.hold_leases(route, bucket, recorded_at, by);
         }
     }
 }

@@ -15,7 +15,7 @@ const SERVER: (HeaderName, &str) = (http::header::SERVER, "Server");
 /// Set `Server` to `server` (removing any when `None`) and each of `fields`, replacing what
 /// the response had under those names. Runs last on a response head, so the operator's value
 /// wins over the upstream's and over the proxy's own.
-pub(super) fn stamp(
+pub(super) fn set(
     header: &mut ResponseHeader,
     server: Option<&HeaderValue>,
     fields: Option<&ResponseHeaders>,
@@ -54,10 +54,10 @@ mod tests {
     #[test]
     fn the_server_field_is_replaced_or_removed() {
         let mut h = upstream_head();
-        stamp(&mut h, Some(&HeaderValue::from_static("slidegate")), None).unwrap();
+        set(&mut h, Some(&HeaderValue::from_static("slidegate")), None).unwrap();
         assert_eq!(values(&h, "server"), ["slidegate"]);
         let mut h = upstream_head();
-        stamp(&mut h, None, None).unwrap();
+        set(&mut h, None, None).unwrap();
         assert!(values(&h, "server").is_empty());
         assert_eq!(values(&h, "x-kept"), ["yes"]);
     }
@@ -71,7 +71,7 @@ mod tests {
         let config = crate::config::Config::from_toml("t.toml".as_ref(), text).unwrap();
         let fields = &config.routes[0].answers.response_headers;
         let mut h = upstream_head();
-        stamp(&mut h, None, Some(fields)).unwrap();
+        set(&mut h, None, Some(fields)).unwrap();
         assert_eq!(
             values(&h, "strict-transport-security"),
             ["max-age=63072000"]
