@@ -60,7 +60,7 @@ fn main() {
     server.bootstrap();
     let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Minimal { upstream });
     if let Some(app) = proxy.app_logic_mut() {
-        // slidegate's keepalive_requests (src/server.rs).
+        // slidegate's keepalive_requests (src/process/server.rs).
         let mut options = HttpServerOptions::default();
         options.keepalive_request_limit = Some(1000);
         app.server_options = Some(options);

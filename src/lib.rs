@@ -1,71 +1,54 @@
 //! slidegate: a Pingora reverse proxy that enforces exact sliding-window rate limits, shared
 //! through Redis by any number of proxy instances.
 //!
-//! Module map (one concern each):
-//! - [`config`]: the TOML schema and its validation into typed settings.
-//! - [`routes`]: the immutable rule set a request is matched against.
-//! - [`keys`]: client address resolution and bucket keys.
-//! - [`limiter`]: the store trait and its memory and Redis implementations.
-//! - [`ratelimit_headers`]: `RateLimit-Policy`, `RateLimit`, `Retry-After`.
-//! - [`partition_key`]: the RateLimit fields' `pk`, a keyed hash of the bucket.
-//! - [`problem`]: the `application/problem+json` bodies of the proxy and the admin API.
-//! - [`grpc`]: the trailers-only answers a refused gRPC call gets instead.
+//! The modules in the order a request meets them (each folder's `mod.rs` lists its files in
+//! the same order):
+//! 1. [`edge`]: the client connection: the connection cap, TLS handshakes, header, body and
+//!    keep-alive deadlines, an HTTP/2 connection's request cap, coalesced response writes.
+//! 2. [`tls`]: the listener's certificates by SNI and minimum version (swapped whole on
+//!    reload), and upstream TLS peers.
+//! 3. [`request`]: what a request says, checked and read before and while it is routed: its
+//!    form, path, method overrides, id, the forwarding fields sent upstream, its cost.
+//! 4. [`routes`]: the immutable rule set a request is matched against.
+//! 5. [`keys`]: the client a route's key picks, and its bucket keys.
+//! 6. [`limiter`]: the `Store` contract, its memory and Redis stores, the policies around them.
+//! 7. [`proxy`]: Pingora's `ProxyHttp` hooks: gather, decide, forward, answer.
+//! 8. [`response`]: what slidegate adds to a response or answers itself: hop-by-hop fields and
+//!    upgrades, the RateLimit fields and their `pk`, problem bodies, gRPC answers.
+//! 9. [`access_log`]: one line per request, written by a thread of its own.
+//!
+//! Around the request path:
+//! - [`config`]: the TOML schema, validated into the typed model.
 //! - [`metrics`]: Prometheus metrics.
-//! - [`request_form`]: method, request-target, Host and Content-Length checks before routing.
-//! - [`edge`]: client connection deadlines, the connection cap, coalesced response writes.
-//! - [`limits_os`]: the descriptor limit.
-//! - [`proxy`]: Pingora's `ProxyHttp` hooks.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
-//! - [`reload`]: SIGHUP reload with atomic swap.
-//! - [`server`]: assembling the Pingora server.
-//! - [`pid_file`]: the pid file, and `-s reload|stop|reopen` through it.
-//! - [`drain`]: a graceful stop that exits once the last client connection closes.
-//! - [`quiet`]: the "zero, and for a while" rule both ends of a graceful stop wait on.
-//! - [`healthcheck`]: `slidegate healthcheck`, the probe containers run.
-//! - [`state_log`]: WARN lines when a route's limiter changes state (outage, fallback, overflow).
-//! - [`tls`]: the listener's certificates by SNI and minimum version (swapped whole on reload),
-//!   and upstream TLS peers.
-//! - [`forwarding`]: the `X-Forwarded-*` / `X-Real-IP` / `Forwarded` headers sent upstream.
-//! - [`access_log`]: one line per request, written by a thread of its own.
-//! - [`log_hygiene`]: what Pingora's error log says about a request, and what it leaves out.
-//! - [`log_limit`]: the process log, with client-caused noise at DEBUG and a bound on its rate.
-//! - [`request_id`]: the `X-Request-Id` each request carries, kept or generated.
-//! - [`bench_switch`]: layer switches of a benchmark build (constant `true` in any other).
-//! - `allocator`: the global allocator (mimalloc, plain calls where they suffice; cargo
-//!   feature `mimalloc`).
+//! - [`logs`]: the process log and what slidegate writes about itself besides the access log.
+//! - [`process`]: the server's assembly, reload, graceful stop, pid file and signals, the
+//!   health probe, OS limits, the allocator, benchmark switches.
+
+pub mod edge;
+
+pub mod tls;
+
+pub mod request;
+
+pub mod routes;
+
+pub mod keys;
+
+pub mod limiter;
+
+pub mod proxy;
+
+pub mod response;
 
 pub mod access_log;
-pub mod admin;
-#[cfg(feature = "mimalloc")]
-pub mod allocator;
-pub mod bench_switch;
+
 pub mod config;
-pub mod cost;
-pub mod drain;
-pub mod edge;
-pub mod forwarding;
-pub mod grpc;
-pub mod healthcheck;
-pub mod hop_by_hop;
-pub mod keys;
-pub mod limiter;
-pub mod limits_os;
-pub mod log_hygiene;
-pub mod log_limit;
-pub mod method_override;
+
 pub mod metrics;
-pub mod partition_key;
-pub mod pid_file;
-pub mod problem;
-pub mod proxy;
-pub mod quiet;
-pub mod ratelimit_headers;
-pub mod reload;
-pub mod request_form;
-pub mod request_id;
-pub mod request_path;
-pub mod routes;
-pub mod server;
-pub mod state_log;
-pub mod tls;
-pub mod upgrade;
+
+pub mod admin;
+
+pub mod logs;
+
+pub mod process;

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use slidegate::config::Config;
-use slidegate::pid_file::Command as Signal;
+use slidegate::process::pid_file::Command as Signal;
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: slidegate::allocator::Allocator = slidegate::allocator::Allocator;
+static GLOBAL: slidegate::process::allocator::Allocator = slidegate::process::allocator::Allocator;
 
 /// A reverse proxy with exact, distributed sliding-window rate limiting.
 #[derive(Parser, Debug)]
@@ -94,11 +94,11 @@ fn warn_if_redis_may_evict(config: &Config) {
 /// Everything but running the proxy; `None` to run it.
 fn one_shot(cli: &Cli, config: &Config) -> Option<Result<(), String>> {
     if let Some(Tool::Healthcheck { timeout }) = cli.command {
-        let addr = slidegate::healthcheck::probe_addr(config.server.admin_listen);
-        return Some(slidegate::healthcheck::probe(addr, timeout));
+        let addr = slidegate::process::healthcheck::probe_addr(config.server.admin_listen);
+        return Some(slidegate::process::healthcheck::probe(addr, timeout));
     }
     if let Some(signal) = cli.signal {
-        let sent = slidegate::pid_file::send(&config.server.pid_file, signal);
+        let sent = slidegate::process::pid_file::send(&config.server.pid_file, signal);
         return Some(sent.map(|_| ()).map_err(|e| e.to_string()));
     }
     if cli.test_print {
@@ -117,7 +117,7 @@ fn one_shot(cli: &Cli, config: &Config) -> Option<Result<(), String>> {
 }
 
 fn main() -> ExitCode {
-    slidegate::log_limit::init();
+    slidegate::logs::limit::init();
     let cli = Cli::parse();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
@@ -134,15 +134,15 @@ fn main() -> ExitCode {
         }
         None => {}
     }
-    let off = slidegate::bench_switch::describe();
+    let off = slidegate::process::bench_switch::describe();
     if !off.is_empty() {
         log::warn!("benchmark build: layers switched off: {}", off.join(", "));
     }
-    let options = slidegate::server::RunOptions {
+    let options = slidegate::process::server::RunOptions {
         upgrade: cli.upgrade,
         watch: cli.watch,
     };
-    match slidegate::server::run(config, options) {
+    match slidegate::process::server::run(config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("slidegate: {e:#}");

@@ -12,11 +12,11 @@ use pingora::lb::{selection::RoundRobin, LoadBalancer};
 
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
-use crate::method_override::Methods;
+use crate::logs::state::StateLog;
 use crate::metrics::RouteMetrics;
-use crate::partition_key::{PartitionKey, PartitionKeys};
-use crate::ratelimit_headers::policy_field;
-use crate::state_log::StateLog;
+use crate::request::method_override::Methods;
+use crate::response::partition_key::{PartitionKey, PartitionKeys};
+use crate::response::ratelimit_headers::policy_field;
 use crate::tls::{TlsFileError, UpstreamTransport};
 
 /// One route, ready for the hot path: its validated spec plus what is precomputed from it.
@@ -116,9 +116,9 @@ pub struct UpstreamPool {
     pub transport: UpstreamTransport,
     /// `slidegate_upstream_connect_failures_total{upstream}` of this upstream.
     pub connect_failures: prometheus::IntCounter,
-    /// One WARN line per [`EVENT_INTERVAL`](crate::log_limit::EVENT_INTERVAL) about failed
+    /// One WARN line per [`EVENT_INTERVAL`](crate::logs::limit::EVENT_INTERVAL) about failed
     /// connects, with their count.
-    pub connect_log: crate::log_limit::Throttled,
+    pub connect_log: crate::logs::limit::Throttled,
 }
 
 impl UpstreamPool {

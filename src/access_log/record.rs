@@ -66,7 +66,7 @@ pub struct Record<'a> {
     pub user_agent: Option<&'a [u8]>,
     /// `Referer`, as sent.
     pub referer: Option<&'a [u8]>,
-    /// `X-Request-Id` (see [`crate::request_id`]).
+    /// `X-Request-Id` (see [`crate::request::id`]).
     pub request_id: Option<&'a [u8]>,
     /// The raw request line, for a head refused before it was parsed (`combined`'s
     /// `$request` is then this line, as nginx logs it; empty for `-`). `None` for a parsed one.

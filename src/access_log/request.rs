@@ -82,7 +82,7 @@ impl AccessLog {
             user_agent: header(http::header::USER_AGENT),
             referer: header(http::header::REFERER),
             request_id: (known.request_ids)
-                .then(|| crate::request_id::of(req))
+                .then(|| crate::request::id::of(req))
                 .flatten()
                 .map(http::HeaderValue::as_bytes),
             request_line: None,

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::keys::KeySpec;
 use crate::limiter::{LimitView, Store, WindowView};
-use crate::problem::Problem;
+use crate::response::problem::Problem;
 use crate::routes::{Route, Rules};
 
 /// A response of `content_type` with `body`, never cached.
@@ -49,7 +49,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
 /// An RFC 9457 problem response (the body built by [`Problem`], as the proxy's are).
 pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response<Vec<u8>> {
     let body = Problem::titled(status, title, detail).to_json();
-    body_response(status, crate::problem::CONTENT_TYPE, body)
+    body_response(status, crate::response::problem::CONTENT_TYPE, body)
 }
 
 fn bad_request(detail: &str) -> Response<Vec<u8>> {

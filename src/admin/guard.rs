@@ -108,7 +108,7 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 /// Is `authority` (`host[:port]`, as in `Host`) one the inspector answers to? Ports are not
 /// compared: rebinding is about the name, and a front may map ports.
 fn host_allowed(authority: &str, allowed: Allowed<'_>) -> bool {
-    let Some(host) = crate::request_form::host_of(authority) else {
+    let Some(host) = crate::request::form::host_of(authority) else {
         return false;
     };
     if host == "localhost" {
@@ -136,7 +136,7 @@ fn origin_allowed(headers: &HeaderMap, host: &str, allowed: Allowed<'_>) -> bool
     if authority.eq_ignore_ascii_case(host) {
         return true;
     }
-    crate::request_form::host_of(authority)
+    crate::request::form::host_of(authority)
         .is_some_and(|h| allowed.names.iter().any(|n| n.matches(&h)))
 }
 

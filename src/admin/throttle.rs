@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::{register_int_counter_vec, IntCounterVec};
 
-use crate::log_limit::{Every, EVENT_INTERVAL};
+use crate::logs::limit::{Every, EVENT_INTERVAL};
 
 /// Failures an address may make at once.
 pub const FREE_FAILURES: u32 = 5;

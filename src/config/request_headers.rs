@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One of the forwarding headers slidegate writes (see [`crate::forwarding`]).
+/// One of the forwarding headers slidegate writes (see [`crate::request::forwarding`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ForwardedHeader {

@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::{HostMatch, KeySpec, OnError, ResponseHeaders};
 use crate::limiter::Limit;
-use crate::ratelimit_headers::policy_name;
+use crate::response::ratelimit_headers::policy_name;
 
 /// One `[[routes]]` entry, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +38,7 @@ pub struct RouteSpec {
     /// denial answers at once).
     pub smoothing: Option<Smoothing>,
     /// `cost`, `max_cost`: what a request weighs in the cost limits (`unit = "cost"`).
-    pub cost: crate::cost::Cost,
+    pub cost: crate::request::cost::Cost,
 }
 
 impl RouteSpec {

@@ -206,7 +206,7 @@ pub struct StoreSettings {
     /// TLS material for `rediss://` URLs beyond the system roots.
     pub tls: Option<RedisTls>,
     /// `partition_key_secret_file`: what the RateLimit fields' `pk` is keyed with (`None`: a
-    /// random key per process, see [`crate::partition_key`]).
+    /// random key per process, see [`crate::response::partition_key`]).
     #[serde(serialize_with = "super::redacted")]
     pub partition_key_secret: Option<super::Secret>,
 }

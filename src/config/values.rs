@@ -81,7 +81,7 @@ pub enum HostMatch {
 impl HostMatch {
     /// Parse a configured host: lower-cased, without a trailing dot; `None` if it names no host
     /// a request could send (the same rule as the request side:
-    /// [`crate::request_form::host_name`]).
+    /// [`crate::request::form::host_name`]).
     pub fn parse(text: &str) -> Option<HostMatch> {
         let (wildcard, bare) = match text.strip_prefix("*.") {
             Some(bare) => (true, bare),
@@ -89,7 +89,7 @@ impl HostMatch {
         };
         // "api.example.com." is the same host in absolute form: stored without the dot, as the
         // request side strips it too.
-        let name = crate::request_form::host_name(bare.as_bytes())?;
+        let name = crate::request::form::host_name(bare.as_bytes())?;
         // `name` is ASCII (checked), a prefix of `bare`.
         let name = bare[..name.len()].to_ascii_lowercase();
         Some(if wildcard {

@@ -25,7 +25,7 @@ use pingora::protocols::Stream;
 use super::phase::{PHASE_HEAD, PHASE_IDLE};
 use super::EdgeStream;
 use crate::access_log::{escape_into, tls_version_name, AccessLog, Record, MAX_REQUEST_LINE};
-use crate::log_limit::{Throttled, EVENT_INTERVAL};
+use crate::logs::limit::{Throttled, EVENT_INTERVAL};
 
 /// Pingora's `MAX_HEADER_SIZE` (private to pingora-core): a head still incomplete past this
 /// many bytes is refused with `400`.

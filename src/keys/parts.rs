@@ -28,7 +28,7 @@ pub enum Part {
     /// `method`: the request method.
     Method,
     /// `path`: the normalised path the routes were matched against
-    /// ([`crate::request_path::normalize_path`]), not the raw request target.
+    /// ([`crate::request::path::normalize_path`]), not the raw request target.
     Path,
 }
 

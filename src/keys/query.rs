@@ -126,7 +126,7 @@ fn queried_value<'a>(
         return Err(ClientQueryError::NoValue(part.to_string()));
     }
     let bytes: Cow<'a, [u8]> = match part {
-        Part::Path => match crate::request_path::normalize_path(text) {
+        Part::Path => match crate::request::path::normalize_path(text) {
             Cow::Borrowed(p) => Cow::Borrowed(p.as_bytes()),
             Cow::Owned(p) => Cow::Owned(p.into_bytes()),
         },

@@ -15,7 +15,7 @@ use prometheus::{
     IntGaugeVec,
 };
 
-/// The proxy's metrics: everything but `slidegate_client_aborts_total` ([`crate::log_hygiene`])
+/// The proxy's metrics: everything but `slidegate_client_aborts_total` ([`crate::logs::hygiene`])
 /// and `slidegate_access_log_dropped_total` ([`crate::access_log`]), which live with what they
 /// count.
 pub struct Metrics {

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
-use crate::forwarding::OwnHop;
 use crate::limiter::Buckets;
 use crate::metrics::{Decision, InFlight};
-use crate::request_form::RequestForm;
+use crate::request::form::RequestForm;
+use crate::request::forwarding::OwnHop;
 use crate::routes::{Route, Rules};
 
 /// When the phases of a request happened; shared by the access log and the request metrics.
@@ -57,7 +57,7 @@ pub struct RequestCtx {
     pub(super) decision: Option<Decision>,
     /// Why slidegate refused the request (400) before it was counted: the access log's
     /// `error`.
-    pub(super) refused: Option<crate::request_form::BadRequest>,
+    pub(super) refused: Option<crate::request::form::BadRequest>,
     /// A denial's limits that had no room, one bit per limit in the route's order (the
     /// access log names them).
     pub(super) refused_by: u64,
@@ -72,7 +72,7 @@ pub struct RequestCtx {
     /// `RateLimit` field to add to the upstream response.
     pub(super) ratelimit: Option<HeaderValue>,
     /// `X-RateLimit-*` values to add to the upstream response (`legacy_headers`).
-    pub(super) legacy: Option<crate::ratelimit_headers::Legacy>,
+    pub(super) legacy: Option<crate::response::ratelimit_headers::Legacy>,
     /// The bucket key (route and client) of this request.
     pub(super) key: String,
     /// The buckets of the route's limits with keys of their own (`limits[].key`), in the order
@@ -125,7 +125,7 @@ impl RequestCtx {
 
     /// Count a decision and remember it for the access log.
     pub(super) fn record(&mut self, route: &Route, decision: Decision) {
-        if crate::bench_switch::on(crate::bench_switch::Layer::Metrics) {
+        if crate::process::bench_switch::on(crate::process::bench_switch::Layer::Metrics) {
             route.metrics.decision(decision);
         }
         self.decision = Some(decision);

@@ -7,15 +7,15 @@ use pingora::proxy::Session;
 
 use super::outcome::{DecidedBy, Findings, Outcome};
 use super::{respond, RequestCtx, SlideGate};
-use crate::bench_switch::{on, Layer};
 use crate::keys::{Ambiguous, KeyInput};
 use crate::limiter::settle::Ticket;
 use crate::limiter::{StoreError, Verdict};
-use crate::method_override::Methods;
 use crate::metrics::METRICS;
-use crate::ratelimit_headers::policy_name;
-use crate::request_form::{self, BadRequest};
-use crate::request_path::normalize_path;
+use crate::process::bench_switch::{on, Layer};
+use crate::request::form::{self, BadRequest};
+use crate::request::method_override::Methods;
+use crate::request::path::normalize_path;
+use crate::response::ratelimit_headers::policy_name;
 use crate::routes::{Route, Rules};
 
 impl SlideGate {
@@ -32,14 +32,14 @@ impl SlideGate {
         let client = rules.client_ip.resolve(peer, &session.req_header().headers);
         ctx.client = Some(client);
         if on(Layer::RequestForm) {
-            ctx.form = match request_form::check(session.req_header_mut()) {
+            ctx.form = match form::check(session.req_header_mut()) {
                 Ok(form) => form,
                 Err(why) => return Findings::BadForm(why),
             };
         }
         let req = session.req_header();
         let host = ctx.form.host.as_deref();
-        let path = normalize_path(request_form::match_path(req));
+        let path = normalize_path(form::match_path(req));
         let methods = match Methods::of(&req.method, &req.headers, req.uri.query()) {
             Ok(methods) => methods,
             Err(why) => return Findings::BadForm(why.into()),

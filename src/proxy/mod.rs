@@ -11,11 +11,11 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
 use crate::access_log::Known;
-use crate::bench_switch::{on, Layer};
-use crate::forwarding::{self, Hop, OwnHop, Scheme};
 use crate::limiter::settle::Ended;
 use crate::metrics::{InFlight, NO_ROUTE_DURATION};
-use crate::request_form;
+use crate::process::bench_switch::{on, Layer};
+use crate::request::form;
+use crate::request::forwarding::{self, Hop, OwnHop, Scheme};
 
 mod answer_fields;
 mod ctx;
@@ -128,7 +128,7 @@ impl ProxyHttp for SlideGate {
         let rules = self.rules.load_full();
         // First: every answer, the 400s of `find_out` included, carries the id.
         if rules.request_id.assigns() && on(Layer::RequestId) {
-            crate::request_id::assign(session.req_header_mut());
+            crate::request::id::assign(session.req_header_mut());
         }
         ctx.rules = Some(rules.clone());
         let found = self.find_out(session, ctx, &rules).await;
@@ -198,7 +198,7 @@ impl ProxyHttp for SlideGate {
         if let Some(pool) = pool {
             // Counted, and one WARN line per upstream per interval instead of Pingora's
             // ERROR line per request (`suppress_error_log`).
-            crate::log_hygiene::connect_failed(pool, peer, &e, retry);
+            crate::logs::hygiene::connect_failed(pool, peer, &e, retry);
         }
         if retry {
             e.set_retry(true);
@@ -216,7 +216,7 @@ impl ProxyHttp for SlideGate {
             &rules.upstreams[route.spec.upstream].name
         });
         if on(Layer::RequestForm) {
-            request_form::forward(&ctx.form, upstream_request, upstream_name)?;
+            form::forward(&ctx.form, upstream_request, upstream_name)?;
         }
         if !on(Layer::Forwarding) {
             return Ok(());
@@ -246,8 +246,8 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let status = upstream_response.status;
-        crate::upgrade::check_switch(session.req_header(), upstream_response)?;
-        crate::hop_by_hop::strip(upstream_response);
+        crate::response::upgrade::check_switch(session.req_header(), upstream_response)?;
+        crate::response::hop_by_hop::strip(upstream_response);
         // Taken before the route is borrowed; put back when this status is not the final one.
         let ticket = ctx.ticket.take();
         if status == http::StatusCode::SWITCHING_PROTOCOLS {
@@ -326,7 +326,7 @@ impl ProxyHttp for SlideGate {
         close_delimit_for_http10(session, resp);
         match &ctx.rules {
             Some(rules) if rules.request_id.echoes() && on(Layer::RequestId) => {
-                crate::request_id::echo(session.req_header(), resp)
+                crate::request::id::echo(session.req_header(), resp)
             }
             _ => Ok(()),
         }
@@ -352,7 +352,7 @@ impl ProxyHttp for SlideGate {
                 // left (for `settle`'s `max_cost`), though the tunnel ended cleanly.
                 None if ctx.tunnel == Tunnel::ClientLeft => Ended::ClientLeft,
                 None => Ended::Whole,
-                Some(e) if crate::log_hygiene::is_client_abort(e) => Ended::ClientLeft,
+                Some(e) if crate::logs::hygiene::is_client_abort(e) => Ended::ClientLeft,
                 Some(_) => Ended::Failed,
             };
             let bucket = (ctx.key.as_str(), ctx.limit_keys.as_slice());
@@ -369,7 +369,7 @@ impl ProxyHttp for SlideGate {
             // The edge cut the body at client_body_timeout and answered itself.
             None if edge_408.is_some() => 408,
             // nginx's 499: the client closed the connection before a response was sent.
-            None if e.is_some_and(crate::log_hygiene::is_client_abort) => 499,
+            None if e.is_some_and(crate::logs::hygiene::is_client_abort) => 499,
             None => 0,
         };
         let refused = ctx.refused.map(|why| why.to_string());
@@ -419,7 +419,7 @@ impl ProxyHttp for SlideGate {
         let upstream = (ctx.route().zip(ctx.rules.as_ref())).map_or("", |(route, rules)| {
             &rules.upstreams[route.spec.upstream].name
         });
-        crate::log_hygiene::suppress(session, connect_logged, upstream, error)
+        crate::logs::hygiene::suppress(session, connect_logged, upstream, error)
     }
 
     fn suppress_proxy_warn_log(
@@ -431,11 +431,11 @@ impl ProxyHttp for SlideGate {
     ) -> bool {
         // A retry after a failed connect: `fail_to_connect` counted and logged it. An error
         // that may hold an upstream's head is logged only as `suppress_error_log` summarises it.
-        (!ctx.failed_servers.is_empty() && crate::log_hygiene::is_connect_failure(error))
-            || crate::log_hygiene::head::may_carry_head(error)
+        (!ctx.failed_servers.is_empty() && crate::logs::hygiene::is_connect_failure(error))
+            || crate::logs::hygiene::head::may_carry_head(error)
     }
 
     fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
-        crate::log_hygiene::summary(session)
+        crate::logs::hygiene::summary(session)
     }
 }

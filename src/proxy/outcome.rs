@@ -8,10 +8,10 @@
 use crate::config::{OnError, Smoothing};
 pub(super) use crate::limiter::DecidedBy;
 use crate::limiter::{StoreError, Verdict};
+use crate::logs::state::LimiterState;
 use crate::metrics::Decision;
-use crate::request_form::BadRequest;
+use crate::request::form::BadRequest;
 use crate::routes::Route;
-use crate::state_log::LimiterState;
 
 /// How a limited route turns the store's answer into a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,15 +13,15 @@ use super::answer_fields;
 use super::discard::{self, Leftover, DISCARD_MAX};
 use super::outcome::Outcome;
 use crate::config::ResponseHeaders;
-use crate::grpc::{self, GrpcStatus};
 use crate::limiter::{Buckets, Verdict};
-use crate::partition_key::PartitionKey;
-use crate::problem::{self, Problem};
-use crate::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
-use crate::request_form::BadRequest;
+use crate::request::form::BadRequest;
+use crate::response::grpc::{self, GrpcStatus};
+use crate::response::partition_key::PartitionKey;
+use crate::response::problem::{self, Problem};
+use crate::response::ratelimit_headers::{ratelimit_field, retry_after_secs, Legacy};
 use crate::routes::{Route, Rules};
 
-/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::ratelimit_headers`]),
+/// Header names of draft-ietf-httpapi-ratelimit-headers-10 (see [`crate::response::ratelimit_headers`]),
 /// parsed once, each with its case on HTTP/1: inserted as such a pair, a name added to every
 /// limited response is neither parsed nor copied (`vendor/pingora-http.patch`).
 const RATELIMIT_POLICY: (HeaderName, &str) = (
@@ -65,7 +65,7 @@ fn fixed(status: StatusCode, detail: &str) -> Bytes {
 }
 
 /// Who reads an answer of the proxy's own: an HTTP client (status and problem body), or a gRPC
-/// client (a trailers-only answer, see [`crate::grpc`]).
+/// client (a trailers-only answer, see [`crate::response::grpc`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reader {
     Http,
@@ -173,7 +173,7 @@ pub(super) async fn write_early(
     let fields = route.map(|r| &r.spec.answers.response_headers);
     answer_fields::set(&mut header, rules.server_header.as_ref(), fields)?;
     if rules.request_id.echoes() {
-        crate::request_id::echo(session.req_header(), &mut header)?;
+        crate::request::id::echo(session.req_header(), &mut header)?;
     }
     let leftover = match outcome {
         Outcome::BadRequest(_) => Leftover::Close,
@@ -255,7 +255,7 @@ pub(super) fn ratelimit_value(
 /// The `X-RateLimit-*` values of `verdict` on `route`, when it has `legacy_headers`.
 pub(super) fn legacy_value(route: &Route, verdict: &Verdict) -> Option<Legacy> {
     match route.spec.answers.legacy_headers {
-        true => crate::ratelimit_headers::tightest(&route.spec.limits, verdict),
+        true => crate::response::ratelimit_headers::tightest(&route.spec.limits, verdict),
         false => None,
     }
 }
@@ -326,7 +326,7 @@ pub(super) async fn write_failure(
         let mut header = grpc::answer(GrpcStatus::for_http(code), failure_detail(code), h2)?;
         answer_fields::set(&mut header, server, fields)?;
         if echo_id {
-            crate::request_id::echo(session.req_header(), &mut header)?;
+            crate::request::id::echo(session.req_header(), &mut header)?;
         }
         let downstream = session.as_downstream_mut();
         // As `write_error_response`: the connection closes, and nothing is written after a
@@ -347,7 +347,7 @@ pub(super) async fn write_failure(
     header.insert_header("Cache-Control", "private, no-store")?;
     answer_fields::set(&mut header, server, fields)?;
     if echo_id {
-        crate::request_id::echo(session.req_header(), &mut header)?;
+        crate::request::id::echo(session.req_header(), &mut header)?;
     }
     session
         .as_downstream_mut()
@@ -389,7 +389,8 @@ mod tests {
     fn failure_bodies_say_what_failed() {
         for code in [502, 503, 504] {
             let status = http::StatusCode::from_u16(code).unwrap();
-            let body = crate::problem::Problem::new(status, super::failure_detail(code)).to_json();
+            let body = crate::response::problem::Problem::new(status, super::failure_detail(code))
+                .to_json();
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(v["status"], code);
             assert!(v["detail"].as_str().unwrap().contains("upstream"), "{v}");

@@ -10,12 +10,12 @@
 use http::StatusCode;
 
 use super::limiter::Limiter;
-use crate::cost::CostError;
 use crate::limiter::settle::{
     self, correction, counts, part_of, Correction, Counts, Ended, Part, Recorded, Reported, Ticket,
 };
 use crate::limiter::{Change, Unit};
 use crate::metrics::METRICS;
+use crate::request::cost::CostError;
 use crate::routes::Route;
 
 /// `ticket` after the upstream's response head (`None`: nothing left to correct):
@@ -25,7 +25,7 @@ use crate::routes::Route;
 ///
 /// A gRPC answer (`200`, `content-type: application/grpc`) says how the call went in
 /// `grpc-status`: in its head when it is trailers-only, else in its trailers; `count_status`
-/// reads the HTTP status that code stands for ([`crate::grpc::http_status`]).
+/// reads the HTTP status that code stands for ([`crate::response::grpc::http_status`]).
 pub(super) fn answered(
     ticket: Ticket,
     route: &Route,
@@ -35,9 +35,9 @@ pub(super) fn answered(
     let count_status = route.spec.counting.count_status.as_deref();
     let grpc = count_status.is_some()
         && head.status == StatusCode::OK
-        && crate::grpc::is_grpc(head.headers.get(http::header::CONTENT_TYPE));
-    let status = match grpc.then(|| crate::grpc::status_of(&head.headers)) {
-        Some(Some(code)) => crate::grpc::http_status(code),
+        && crate::response::grpc::is_grpc(head.headers.get(http::header::CONTENT_TYPE));
+    let status = match grpc.then(|| crate::response::grpc::status_of(&head.headers)) {
+        Some(Some(code)) => crate::response::grpc::http_status(code),
         Some(None) => {
             let settled = settles.then(|| reported(route, &head.headers));
             return Some(Ticket {
@@ -78,8 +78,8 @@ pub(super) fn trailers(ticket: &mut Ticket, route: &Route, trailers: &http::Head
     }
     let count_status = route.spec.counting.count_status.as_deref();
     if let (true, Some(count_status)) = (std::mem::take(&mut ticket.grpc_pending), count_status) {
-        let code = crate::grpc::status_of(trailers);
-        let status = code.map(crate::grpc::http_status);
+        let code = crate::response::grpc::status_of(trailers);
+        let status = code.map(crate::response::grpc::http_status);
         if status.is_some_and(|s| counts(count_status, s) == Counts::GiveBack) {
             ticket.due = true;
         }

@@ -1,5 +1,5 @@
 //! What slidegate does to an upstream's response head before a client sees it, beyond
-//! hop-by-hop fields (`crate::hop_by_hop`): on a route it limits, the rate-limit fields are
+//! hop-by-hop fields (`crate::response::hop_by_hop`): on a route it limits, the rate-limit fields are
 //! its own, so the upstream's go (a forged `r=999` must not reach a client beside or instead of
 //! slidegate's); and an interim `1xx` never carries slidegate's fields, which belong to the
 //! final response (RFC 9110 §15.2: a `1xx` is not the answer).

@@ -197,7 +197,7 @@ fn shipped_example_config_is_valid() {
 /// only `*.example.com` before, so `/api` on localhost went unlimited).
 #[test]
 fn shipped_example_config_routes_each_path_on_localhost() {
-    use slidegate::method_override::Methods;
+    use slidegate::request::method_override::Methods;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slidegate.toml");
     let config = Config::load(&path).expect("config/slidegate.toml loads");
     let rules = slidegate::routes::Rules::build(&config).expect("rules");

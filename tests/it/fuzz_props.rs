@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use slidegate::config::{Config, ConfigError, KeySpec};
 use slidegate::keys::{ClientIpResolver, KeyInput, Part, MAX_PLAIN_KEY_LEN};
-use slidegate::request_form::host_of;
+use slidegate::request::form::host_of;
 use slidegate::routes::Rules;
 
 /// Modest case counts keep this file to a few seconds in a debug build; no regression files

@@ -6,7 +6,7 @@
 //!   it to `server.grace_period` rounded up, here 1 s) while in-flight requests finish, then the
 //!   runtimes get `graceful_shutdown_timeout_seconds` (also 1 s here) to stop; exit code 0.
 //!   slidegate exits before that sleep ends once no client connection is left
-//!   (`src/drain.rs`; tests/it/ops_control.rs measures it with a 30 s grace period).
+//!   (`src/process/drain.rs`; tests/it/ops_control.rs measures it with a 30 s grace period).
 //! - SIGINT: runtimes are dropped at once (timeout 0); exit code 0.
 //! - SIGQUIT: the listening sockets are sent over `upgrade_sock` to a process started with `-u`,
 //!   the old process keeps serving for 5 s (Pingora's CLOSE_TIMEOUT), then shuts down as on

@@ -8,8 +8,8 @@ use toml::Spanned;
 use super::super::raw::{RawCost, RawLimit, RawRoute, RawUnit, Window};
 use super::super::ConfigError;
 use super::{slots, Validator};
-use crate::cost::{Cost, CostSource};
 use crate::limiter::{Limit, Unit};
+use crate::request::cost::{Cost, CostSource};
 
 impl Validator<'_> {
     /// Limit `j` of route `i` over its `window` `w`: a request limit (`requests`, a log or

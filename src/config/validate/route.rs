@@ -15,7 +15,7 @@ use super::super::{
 };
 use super::{RouteDefaults, Validator};
 use crate::limiter::Limit;
-use crate::ratelimit_headers::policy_name;
+use crate::response::ratelimit_headers::policy_name;
 
 impl Validator<'_> {
     /// Route `i`: every group checked and built; `names` collects the names seen so far.
@@ -103,8 +103,8 @@ impl Validator<'_> {
         // Routes match the normalised path: a prefix in another form would never match, and
         // its traffic would go to the next route (often an unlimited catch-all).
         let prefix = r.path_prefix.get_ref();
-        let normal = crate::request_path::normalize_path(prefix);
-        if crate::request_path::ambiguous(prefix) || normal != prefix.as_str() {
+        let normal = crate::request::path::normalize_path(prefix);
+        if crate::request::path::ambiguous(prefix) || normal != prefix.as_str() {
             let (span, key) = (
                 Some(r.path_prefix.span()),
                 format!("routes[{i}].path_prefix"),
@@ -186,7 +186,7 @@ impl Validator<'_> {
     }
 
     /// No two limits with one policy name (two keys may read the same in one: see
-    /// [`key_suffix`](crate::ratelimit_headers::key_suffix)).
+    /// [`key_suffix`](crate::response::ratelimit_headers::key_suffix)).
     fn policy_names(
         &self,
         i: usize,

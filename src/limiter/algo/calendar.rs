@@ -191,7 +191,7 @@ impl Kind for Calendar {
         format!("{}{unit}", self.per.name())
     }
 
-    /// The end of the proxy's period and the lengths of it and the next ([`SPLIT`]), drawn
+    /// The end of the proxy's period and the lengths of it and the next (`SPLIT`), drawn
     /// around the proxy's clock (the script still decides on its own `TIME`).
     fn script_args(self, _window_us: u64) -> [i64; 2] {
         let now = std::time::UNIX_EPOCH

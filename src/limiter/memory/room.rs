@@ -11,7 +11,7 @@ use super::shard::{Admit, Bucket, Shard};
 use super::summary::{Held, Summary, MAX_COUNT};
 use super::SHARDS;
 use crate::limiter::{Limit, LimitState, Verdict};
-use crate::state_log::{LimiterState, StateLog};
+use crate::logs::state::{LimiterState, StateLog};
 
 /// Where a decision was made: see [`Room::decide`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -82,12 +82,12 @@ pub fn demoted(target: &str, message: &str) -> bool {
 /// whatever the bucket holds.
 pub fn exempt(target: &str) -> bool {
     const OWN: [&str; 6] = [
-        "slidegate::server",
-        "slidegate::reload",
+        "slidegate::process::server",
+        "slidegate::process::reload",
         "slidegate::config",
-        "slidegate::drain",
-        "slidegate::pid_file",
-        "slidegate::log_limit",
+        "slidegate::process::drain",
+        "slidegate::process::pid_file",
+        "slidegate::logs::limit",
     ];
     OWN.iter().any(|m| {
         target
@@ -118,7 +118,7 @@ impl Limited {
             &Record::builder()
                 .args(args)
                 .level(Level::Warn)
-                .target("slidegate::log_limit")
+                .target("slidegate::logs::limit")
                 .build(),
         );
     }
@@ -264,15 +264,15 @@ mod tests {
     fn debug_and_lifecycle_lines_are_not_bounded() {
         assert!(bounded(Level::Error, "pingora_proxy"));
         assert!(bounded(Level::Info, "slidegate::proxy"));
-        assert!(!bounded(Level::Warn, "slidegate::reload"));
+        assert!(!bounded(Level::Warn, "slidegate::process::reload"));
         assert!(!bounded(Level::Debug, "pingora_proxy"));
         assert!(!bounded(Level::Trace, "slidegate::proxy"));
     }
 
     #[test]
     fn only_own_lifecycle_modules_are_exempt() {
-        assert!(exempt("slidegate::server"));
-        assert!(exempt("slidegate::reload"));
+        assert!(exempt("slidegate::process::server"));
+        assert!(exempt("slidegate::process::reload"));
         assert!(exempt("slidegate::config::store"));
         assert!(!exempt("slidegate::serverless"));
         assert!(!exempt("slidegate::proxy"));

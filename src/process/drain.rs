@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::metrics::METRICS;
-use crate::quiet::Quiet;
+use crate::process::quiet::Quiet;
 
 /// How often the connection gauge is read while draining.
 const POLL: Duration = Duration::from_millis(10);
@@ -38,7 +38,7 @@ pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
     // Pingora's whole grace period, as nginx's old master waits for its workers. Exiting at
     // the first moment without a connection there cut one request in a few thousand (the
     // upgrade test), which a plain SIGTERM stop never showed.
-    if crate::pid_file::names_another(&pid_file) {
+    if crate::process::pid_file::names_another(&pid_file) {
         log::info!("graceful shutdown after an upgrade: waiting the grace period");
         return;
     }
@@ -56,6 +56,6 @@ pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
         started.elapsed()
     );
     tokio::time::sleep(LOG_SETTLE).await;
-    crate::pid_file::remove_if_ours(&pid_file);
+    crate::process::pid_file::remove_if_ours(&pid_file);
     std::process::exit(0);
 }

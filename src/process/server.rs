@@ -23,10 +23,10 @@ use crate::edge::{ConnLimits, EdgeApp, TlsPort};
 use crate::limiter::memory::MemoryStore;
 use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
-use crate::limits_os::raise_nofile;
+use crate::process::limits_os::raise_nofile;
+use crate::process::reload::Reloader;
 use crate::proxy::SlideGate;
-use crate::ratelimit_headers::ceil_secs;
-use crate::reload::Reloader;
+use crate::response::ratelimit_headers::ceil_secs;
 use crate::routes::Rules;
 use crate::tls::load_listener;
 
@@ -108,7 +108,7 @@ impl BackgroundService for StoreSweeper {
 /// request.
 ///
 /// It also writes the pid file once the listeners are bound, and ends the process as soon as
-/// the last client connection closes after a graceful shutdown ([`crate::drain`]).
+/// the last client connection closes after a graceful shutdown ([`crate::process::drain`]).
 struct ProxyWithStore<S> {
     proxy: S,
     store: Arc<dyn Store>,
@@ -128,7 +128,7 @@ impl<S: Service> Service for ProxyWithStore<S> {
     ) {
         tokio::spawn(maintain_store(self.store.clone(), shutdown.clone()));
         if let Some(fds) = &fds {
-            let pid = crate::pid_file::write_when_bound(
+            let pid = crate::process::pid_file::write_when_bound(
                 fds.clone(),
                 self.listen.clone(),
                 self.pid_file.clone(),
@@ -139,7 +139,7 @@ impl<S: Service> Service for ProxyWithStore<S> {
         self.proxy
             .start_service(fds, shutdown, listeners_per_fd)
             .await;
-        crate::drain::exit_when_drained(self.grace_period, self.pid_file.clone()).await;
+        crate::process::drain::exit_when_drained(self.grace_period, self.pid_file.clone()).await;
     }
 
     fn name(&self) -> &str {
@@ -361,7 +361,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     let tls = tls_port(&config)?;
     let access_log =
         AccessLog::start(&config.log).with_context(|| format!("{}", config.source.display()))?;
-    crate::log_hygiene::init();
+    crate::logs::hygiene::init();
     crate::edge::h2_conn::register_metrics();
     crate::admin::throttle::register_metrics();
     crate::limiter::redis::eviction::register_metrics();
@@ -412,6 +412,6 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     log::info!("slidegate starting");
     server.run(RunArgs::default());
     // Only after a grace period that ran out, or SIGINT: a drain that finished exits earlier.
-    crate::pid_file::remove_if_ours(&pid_file);
+    crate::process::pid_file::remove_if_ours(&pid_file);
     Ok(())
 }

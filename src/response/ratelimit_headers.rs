@@ -1,14 +1,14 @@
 //! The response fields of a decision: `RateLimit-Policy` / `RateLimit`
 //! (draft-ietf-httpapi-ratelimit-headers-11 (as -10 on the wire), RFC 9651 structured fields; the partition key in
-//! [`crate::partition_key`]), `Retry-After`, and
+//! [`crate::response::partition_key`]), `Retry-After`, and
 //! the older `X-RateLimit-*` trio a route may opt into (`legacy_headers`). The body of a 429 is
-//! built in [`crate::problem`].
+//! built in [`crate::response::problem`].
 
 use std::time::Duration;
 
 use crate::keys::KeySpec;
 use crate::limiter::{Kind, Limit, Verdict};
-use crate::partition_key::PartitionKey;
+use crate::response::partition_key::PartitionKey;
 
 /// Policy name of one limit: `<route>-<window>`, e.g. `login-1s`, `api-60s`, `burst-250ms`;
 /// a limit with a key of its own (`limits[].key`) adds `-<key>` ([`key_suffix`]):
@@ -198,7 +198,8 @@ mod tests {
         );
         let v = crate::limiter::fixtures::denied_by_the_first_of_two();
         let mut out = String::new();
-        let pk = crate::partition_key::PartitionKeys::new(None, "p").of("login:ip:192.0.2.1");
+        let pk =
+            crate::response::partition_key::PartitionKeys::new(None, "p").of("login:ip:192.0.2.1");
         ratelimit_field(&mut out, &names, &v, |_| &pk);
         let pk = pk.as_str();
         assert_eq!(

@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 use pingora::proxy::Session;
 use std::fmt::Display;
 
-use crate::log_limit::EVENT_INTERVAL;
+use crate::logs::limit::EVENT_INTERVAL;
 use crate::routes::UpstreamPool;
 
 pub mod head;

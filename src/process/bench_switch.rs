@@ -13,12 +13,12 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Layer {
-    /// `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Real-IP`, `Forwarded` (see [`crate::forwarding`]).
+    /// `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Real-IP`, `Forwarded` (see [`crate::request::forwarding`]).
     Forwarding,
     /// The request-form checks before routing and the target rewrite when forwarding
-    /// (see [`crate::request_form`]).
+    /// (see [`crate::request::form`]).
     RequestForm,
-    /// `X-Request-Id`, kept or generated, and echoed (see [`crate::request_id`]).
+    /// `X-Request-Id`, kept or generated, and echoed (see [`crate::request::id`]).
     RequestId,
     /// `Server` and the route's `response_headers` on the response.
     AnswerHeaders,

@@ -4,7 +4,7 @@
 use http::StatusCode;
 
 use crate::limiter::Verdict;
-use crate::ratelimit_headers::retry_after_secs;
+use crate::response::ratelimit_headers::retry_after_secs;
 
 /// The media type of every problem body.
 pub const CONTENT_TYPE: &str = "application/problem+json";
