@@ -203,6 +203,8 @@ pub struct StoreSettings {
     /// Requests waiting for room (`max_delay`) at once, process-wide; a denial past it is
     /// answered at once.
     pub max_delayed: u32,
+    /// Buckets the local fallback remembers the shared store's answers of (`fallback_buckets`).
+    pub fallback_buckets: usize,
     /// TLS material for `rediss://` URLs beyond the system roots.
     pub tls: Option<RedisTls>,
     /// `partition_key_secret_file`: what the RateLimit fields' `pk` is keyed with (`None`: a

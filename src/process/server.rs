@@ -376,7 +376,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     log_nofile(&config);
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
     let gate = SlideGate::new(rules.clone(), store.clone())
-        .with_local_fallback(local.clone())
+        .with_local_fallback(local.clone(), config.store.fallback_buckets)
         .with_send_timeout(config.server.send_timeout)
         .with_body_timeout(config.server.client_body_timeout);
     let (proxy, listen) = proxy_service(&server.configuration, &config, gate, access_log, &tls);

@@ -31,7 +31,8 @@ async fn lost_calls_then_answers_admit_at_most_the_limit() {
     let store = Arc::new(Counting::default());
     store.lose_calls(true);
     let local: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let gate = SlideGate::new(rules, store.clone()).with_local_fallback(Some(local));
+    let gate = SlideGate::new(rules, store.clone())
+        .with_local_fallback(Some(local), crate::limiter::fallback::learned::MAX_LEARNED);
     let mut admitted = 0;
     for _ in 0..5 {
         admitted += u32::from(decision(&gate).await == Some(Decision::LocalAllowed));

@@ -47,9 +47,15 @@ impl SlideGate {
         self
     }
 
-    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
-    pub fn with_local_fallback(mut self, local: Option<Arc<dyn Store>>) -> Self {
-        self.limiter.set_local(local);
+    /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`,
+    /// starting each bucket from what the store last said of it (of at most about
+    /// `learned_buckets`: `store.fallback_buckets`).
+    pub fn with_local_fallback(
+        mut self,
+        local: Option<Arc<dyn Store>>,
+        learned_buckets: usize,
+    ) -> Self {
+        self.limiter.set_local(local, learned_buckets);
         self
     }
 

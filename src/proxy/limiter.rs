@@ -43,8 +43,10 @@ impl Limiter {
     }
 
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
-    pub(super) fn set_local(&mut self, local: Option<Arc<dyn Store>>) {
-        self.layers.inner_mut().set_local(local);
+    pub(super) fn set_local(&mut self, local: Option<Arc<dyn Store>>, learned_buckets: usize) {
+        let fallback = self.layers.inner_mut();
+        fallback.set_local(local);
+        fallback.set_learned_capacity(learned_buckets);
     }
 
     /// The store decisions go to (for tests that build a second proxy on the same one).

@@ -250,3 +250,64 @@ async fn a_shared_bucket_seen_full_stays_full_for_new_clients_in_an_outage() {
     }
     assert_eq!(other, 7, "another org in the outage");
 }
+
+/// Row 3 through the binary: a made-up-key flood of two-request clients fills what the local
+/// fallback remembers (`fallback_buckets = 1024`, the least; its default 65,536 is more than a
+/// CI-minute flood of the debug build reaches) three times over, then Redis dies. The clients
+/// at their limit before the flood stay full in the outage: the full map sheds spent,
+/// one-request and the emptiest buckets first (before the fix it cleared a shard whole: the
+/// audit's victim got 10 of 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_flood_before_an_outage_never_forgets_a_client_at_its_limit() {
+    const VICTIMS: usize = 20;
+    const LIMIT: usize = 5;
+    let _heavy = HEAVY.lock().await;
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let toml = ConfigBuilder::new()
+        .store(&format!(
+            "{}\ntimeout = \"100ms\"\nfallback_buckets = 1024",
+            redis.store_toml()
+        ))
+        .upstream("app", upstream.addr())
+        .route(
+            "api",
+            &format!(
+                "path_prefix = \"/\"\nkey = \"header:X-K\"\non_error = \"local\"\n\
+                 limits = [{{ requests = {LIMIT}, window = \"10m\" }}]"
+            ),
+        )
+        .build();
+    let proxy = start_ready(&toml, ProxyOptions::h2c_two_threads());
+    for v in 0..VICTIMS {
+        let key = format!("victim-{v}");
+        for i in 0..LIMIT {
+            let got = status(&proxy, "/", &[("x-k", &key)]).await;
+            assert_eq!(got, 200, "{key} request {i}");
+        }
+    }
+    // 3,072 made-up clients, two requests each: three times what the map holds.
+    let addr = proxy.addr();
+    let seen = tokio::task::spawn_blocking(move || {
+        common::flood::flood(addr, ("/", "X-K"), "made-up", 0, 3 * 1024, 2)
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen.get(&200), Some(&(2 * 3 * 1024)), "{seen:?}");
+    redis.kill();
+    let mut outage = 0;
+    for v in 0..VICTIMS {
+        let key = format!("victim-{v}");
+        for _ in 0..LIMIT {
+            let got = status(&proxy, "/", &[("x-k", &key)]).await;
+            assert!([200, 429].contains(&got), "{key}: {got}");
+            outage += usize::from(got == 200);
+        }
+    }
+    println!("{VICTIMS} clients at {LIMIT} of {LIMIT}, a flood of 3,072 two-request keys, then an outage: {outage} more admitted");
+    assert_eq!(
+        outage, 0,
+        "a client at its limit was forgotten by the flood"
+    );
+    assert!(proxy.decisions("api", "local_denied") >= (VICTIMS * LIMIT) as u64);
+}

@@ -199,6 +199,9 @@ pub(super) struct RawStore {
     /// Requests waiting for room (`max_delay`) at once, over every route and client.
     #[serde(default = "default_max_delayed")]
     pub max_delayed: Spanned<u32>,
+    /// Buckets the local fallback (`on_error = "local"`) remembers what the shared store said of.
+    #[serde(default = "default_fallback_buckets")]
+    pub fallback_buckets: Spanned<u32>,
 }
 
 impl Default for RawStore {
@@ -226,10 +229,14 @@ impl Default for RawStore {
             max_delay: None,
             max_queue: None,
             max_delayed: default_max_delayed(),
+            fallback_buckets: default_fallback_buckets(),
         }
     }
 }
 
+fn default_fallback_buckets() -> Spanned<u32> {
+    Spanned::new(0..0, crate::limiter::fallback::learned::MAX_LEARNED as u32)
+}
 fn default_max_delayed() -> Spanned<u32> {
     Spanned::new(0..0, crate::config::DEFAULT_MAX_DELAYED)
 }

@@ -214,9 +214,18 @@ impl Validator<'_> {
                 format!("at most {}", crate::config::MAX_MAX_DELAYED),
             );
         }
+        let fallback_buckets = *raw.fallback_buckets.get_ref();
+        if !(1024..=16_777_216).contains(&fallback_buckets) {
+            return self.err(
+                Some(raw.fallback_buckets.span()),
+                "store.fallback_buckets",
+                "from 1024 to 16777216",
+            );
+        }
         Ok(StoreSettings {
             backend,
             max_delayed,
+            fallback_buckets: fallback_buckets as usize,
             prefix: raw.prefix.into_inner(),
             timeout: raw.timeout.0,
             local_deny_cache: raw.local_deny_cache,

@@ -45,6 +45,12 @@ impl<O: Observe> Fallback<O> {
         }
     }
 
+    /// Remember at most about `buckets` buckets of what the shared store said
+    /// (`store.fallback_buckets`; [`learned::MAX_LEARNED`] unless set).
+    pub fn set_learned_capacity(&mut self, buckets: usize) {
+        self.learned = Learned::with_capacity(buckets);
+    }
+
     /// Decide with `local` while the shared store cannot, on routes with `on_error = "local"`.
     pub fn set_local(&mut self, local: Option<Arc<dyn Store>>) {
         self.local = local;

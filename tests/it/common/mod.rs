@@ -14,6 +14,7 @@ pub mod control;
 pub mod delay_proxy;
 pub mod fake_clock;
 pub mod fetch;
+pub mod flood;
 pub mod grpc;
 pub mod h2frames;
 pub mod http;
