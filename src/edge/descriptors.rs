@@ -69,11 +69,16 @@ pub fn connection() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
 /// The slot an HTTP/2 stream holds while its request is in flight: `Err` when taking it would
 /// leave fewer than [`NEW_CLIENT_ROOM`] free (refuse the stream), `Ok(None)` with no budget.
 pub fn stream() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
-    match BUDGET.get() {
-        None => Ok(None),
-        Some(b) if b.available_permits() <= NEW_CLIENT_ROOM => Err(NoRoom),
-        Some(b) => b.clone().try_acquire_owned().map(Some).map_err(|_| NoRoom),
+    let Some(b) = BUDGET.get() else {
+        return Ok(None);
+    };
+    // Take first, then look: streams of several threads looking first would all see room and
+    // all take it, past the room left to new clients. Taken first, each sees the others' takes.
+    let permit = b.clone().try_acquire_owned().map_err(|_| NoRoom)?;
+    if b.available_permits() < NEW_CLIENT_ROOM {
+        return Err(NoRoom);
     }
+    Ok(Some(permit))
 }
 
 #[cfg(test)]
