@@ -219,7 +219,10 @@ fn shipped_example_config_routes_each_path_on_localhost() {
         }
         checked.push(route.name.as_str());
     }
-    assert_eq!(checked, ["login", "api", "search", "chat", "stream", "plan"]);
+    assert_eq!(
+        checked,
+        ["login", "api", "search", "chat", "stream", "plan"]
+    );
 }
 
 #[test]
