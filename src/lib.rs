@@ -10,12 +10,14 @@
 //! 3. [`request`]: what a request says, checked and read before and while it is routed: its
 //!    form, path, method overrides, id, the forwarding fields sent upstream, its cost.
 //! 4. [`routes`]: the immutable rule set a request is matched against.
-//! 5. [`keys`]: the client a route's key picks, and its bucket keys.
-//! 6. [`limiter`]: the `Store` contract, its memory and Redis stores, the policies around them.
-//! 7. [`proxy`]: Pingora's `ProxyHttp` hooks: gather, decide, forward, answer.
-//! 8. [`response`]: what slidegate adds to a response or answers itself: hop-by-hop fields and
+//! 5. [`upstream_health`]: which servers of an upstream are up (active checks, passive
+//!    ejection, names looked up again), read by the route's pool when it picks one.
+//! 6. [`keys`]: the client a route's key picks, and its bucket keys.
+//! 7. [`limiter`]: the `Store` contract, its memory and Redis stores, the policies around them.
+//! 8. [`proxy`]: Pingora's `ProxyHttp` hooks: gather, decide, forward, answer.
+//! 9. [`response`]: what slidegate adds to a response or answers itself: hop-by-hop fields and
 //!    upgrades, the RateLimit fields and their `pk`, problem bodies, gRPC answers.
-//! 9. [`access_log`]: one line per request, written by a thread of its own.
+//! 10. [`access_log`]: one line per request, written by a thread of its own.
 //!
 //! Around the request path:
 //! - [`config`]: the TOML schema, validated into the typed model.
@@ -32,6 +34,8 @@ pub mod tls;
 pub mod request;
 
 pub mod routes;
+
+pub mod upstream_health;
 
 pub mod keys;
 

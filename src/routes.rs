@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use http::HeaderValue;
-use pingora::lb::{selection::RoundRobin, LoadBalancer};
 
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
@@ -99,16 +98,17 @@ impl Route {
     }
 }
 
-/// An upstream: round-robin over its servers, resolved once when the rules are built, with
-/// Pingora's keepalive pool underneath.
+/// An upstream: round-robin over its servers (resolved when the rules are built, and again
+/// every `resolve_interval`), those found dead left out, with Pingora's keepalive pool
+/// underneath.
 pub struct UpstreamPool {
     /// The `[upstreams.<name>]` name (for logs).
     pub name: String,
-    /// The load balancer over the resolved addresses.
-    pub lb: Arc<LoadBalancer<RoundRobin>>,
-    /// Number of resolved addresses (bounds connect retries).
-    pub size: usize,
-    /// The address, when there is exactly one (the common case): no balancer pick needed.
+    /// The load balancer and the health of its servers.
+    pub health: Arc<crate::upstream_health::PoolHealth>,
+    /// The address, when there is exactly one and it is never looked up again (the common
+    /// case): no balancer pick needed, and no health to weigh (a pool's last server is tried
+    /// whatever its health).
     pub only: Option<pingora::protocols::l4::socket::SocketAddr>,
     /// Connect, read, write and pool idle timeouts.
     pub timeouts: UpstreamTimeouts,
@@ -123,8 +123,9 @@ pub struct UpstreamPool {
 
 impl UpstreamPool {
     /// The server of this pool a request goes to next: the only one, or the balancer's pick
-    /// among the healthy servers it has not `failed` to connect to yet (like nginx's
-    /// `proxy_next_upstream error`).
+    /// among the servers it has not `failed` to connect to yet (like nginx's
+    /// `proxy_next_upstream error`): an up one, or when none is up, any (nginx's too: a pool
+    /// whose servers are all down is tried whole rather than refused).
     pub fn select(
         &self,
         failed: &[pingora::protocols::l4::socket::SocketAddr],
@@ -133,9 +134,15 @@ impl UpstreamPool {
         let addr = match &self.only {
             // One address: no selection to make (the balancer's pick costs ~1,500 instructions).
             Some(addr) if failed.is_empty() => Some(addr.clone()),
-            _ => (self.lb)
-                .select_with(b"", 256, |b, healthy| healthy && !failed.contains(&b.addr))
-                .map(|b| b.addr),
+            _ => {
+                let lb = &self.health.lb;
+                let pick = |up_only: bool| {
+                    lb.select_with(b"", 256, |b, up| {
+                        (up || !up_only) && !failed.contains(&b.addr)
+                    })
+                };
+                pick(true).or_else(|| pick(false)).map(|b| b.addr)
+            }
         };
         let addr = addr.ok_or_else(|| {
             Error::explain(
@@ -146,6 +153,14 @@ impl UpstreamPool {
         match addr.as_inet() {
             Some(inet) => Ok(*inet),
             None => Error::e_explain(ErrorType::InternalError, "upstream is not an IP address"),
+        }
+    }
+
+    /// Number of this pool's addresses now (bounds a request's connect retries).
+    pub fn size(&self) -> usize {
+        match self.only {
+            Some(_) => 1,
+            None => self.health.size(),
         }
     }
 
@@ -229,7 +244,7 @@ impl Rules {
     pub fn build(config: &Config) -> Result<Rules, RulesError> {
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for up in &config.upstreams {
-            let mut addrs = Vec::with_capacity(up.servers.len());
+            let mut resolved = Vec::with_capacity(up.servers.len());
             let mut hosts = Vec::with_capacity(up.servers.len());
             for server in &up.servers {
                 let failed = |source| RulesError::Resolve {
@@ -237,30 +252,30 @@ impl Rules {
                     server: server.to_string(),
                     source,
                 };
-                let before = addrs.len();
                 let target = (server.host.as_str(), server.port);
-                addrs.extend(std::net::ToSocketAddrs::to_socket_addrs(&target).map_err(failed)?);
-                if addrs.len() == before {
+                let addrs: Vec<_> = std::net::ToSocketAddrs::to_socket_addrs(&target)
+                    .map_err(failed)?
+                    .collect();
+                if addrs.is_empty() {
                     let none = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
                     return Err(failed(none));
                 }
-                hosts.extend(addrs[before..].iter().map(|a| (*a, server.host.clone())));
+                hosts.extend(addrs.iter().map(|a| (*a, server.host.clone())));
+                resolved.push(addrs);
             }
             let transport = UpstreamTransport::new(up, hosts)?;
+            let mut addrs: Vec<_> = resolved.iter().flatten().copied().collect();
             addrs.sort();
             addrs.dedup();
-            let size = addrs.len();
-            let only =
-                (size == 1).then(|| pingora::protocols::l4::socket::SocketAddr::Inet(addrs[0]));
-            let lb = LoadBalancer::try_from_iter(addrs).map_err(|source| RulesError::Resolve {
-                upstream: up.name.clone(),
-                server: String::new(),
-                source,
-            })?;
+            let fixed = addrs.len() == 1 && up.health.resolve_interval.is_none();
+            let only = fixed.then(|| pingora::protocols::l4::socket::SocketAddr::Inet(addrs[0]));
+            let template = transport.peer(addrs[0]);
+            let resolver = Arc::new(crate::upstream_health::SystemResolver);
+            let health =
+                crate::upstream_health::PoolHealth::build(up, resolved, template, resolver);
             upstreams.push(UpstreamPool {
                 name: up.name.clone(),
-                lb: Arc::new(lb),
-                size,
+                health,
                 only,
                 timeouts: up.timeouts,
                 transport,
@@ -289,6 +304,11 @@ impl Rules {
             request_id: config.routing.request_id,
             max_delayed: config.store.max_delayed,
         })
+    }
+
+    /// The health of every upstream pool, for [`crate::upstream_health::HealthService`].
+    pub fn pool_health(&self) -> Vec<Arc<crate::upstream_health::PoolHealth>> {
+        self.upstreams.iter().map(|p| p.health.clone()).collect()
     }
 
     /// The first route that takes this request, with its index.

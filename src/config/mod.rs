@@ -42,7 +42,7 @@ pub use route::{
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};
 pub use tls::{CertFiles, ConfigFile, SniCert, TlsListenerSettings, TlsVersion, UpstreamTls};
-pub use values::{HostMatch, HostPort, UpstreamTimeouts};
+pub use values::{ActiveCheck, HostMatch, HostPort, UpstreamHealth, UpstreamTimeouts};
 
 /// A configuration error: which file, which line (when the parser knows it), which key.
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +171,8 @@ pub struct UpstreamSpec {
     pub tls: Option<UpstreamTls>,
     /// Speak HTTP/2 to the servers (ALPN `h2` over TLS, prior knowledge without).
     pub h2: bool,
+    /// Active checks, passive ejection and name re-resolution.
+    pub health: UpstreamHealth,
 }
 
 /// `store.max_delayed` when not configured: requests parked waiting for room at once, over

@@ -135,3 +135,32 @@ mod tests {
         );
     }
 }
+
+/// An upstream's health settings: active checks, passive ejection and name re-resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamHealth {
+    /// `health_check`: active checks, off when `None`.
+    pub check: Option<ActiveCheck>,
+    /// `max_fails`: failed connects or 502/504-class failures within `fail_timeout` that take
+    /// a server out for `fail_timeout` (nginx's); 0 never takes one out.
+    pub max_fails: u32,
+    /// `fail_timeout`.
+    pub fail_timeout: Duration,
+    /// `resolve_interval`: how often the servers' names are looked up again; `None`: once.
+    pub resolve_interval: Option<Duration>,
+}
+
+/// `health_check`: what is asked of each server, how often, and how many answers flip it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveCheck {
+    /// `GET` this path and expect `200`; `None`: a TCP connect.
+    pub path: Option<String>,
+    /// Time between two checks of a server.
+    pub interval: Duration,
+    /// Longest time one check may take.
+    pub timeout: Duration,
+    /// Consecutive passed checks that bring a server back.
+    pub healthy: u32,
+    /// Consecutive failed checks that take a server out.
+    pub unhealthy: u32,
+}

@@ -29,6 +29,7 @@ use crate::proxy::SlideGate;
 use crate::response::ratelimit_headers::ceil_secs;
 use crate::routes::Rules;
 use crate::tls::load_listener;
+use crate::upstream_health::HealthService;
 
 /// Build the configured store (no I/O: Redis connects later, in the store's `maintain`, on its
 /// own I/O thread). Shared stores answer a bucket known to be full locally (the exact deny
@@ -397,6 +398,9 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         },
     ));
     server.add_service(admin_service(&config.server, store.clone(), rules.clone()));
+    let current = rules.clone();
+    let health = HealthService::new(move || current.load().pool_health());
+    server.add_service(background_service("upstream health", health));
     if let Some(reopen) = reopen {
         server.add_service(background_service("access log reopen", reopen));
     }

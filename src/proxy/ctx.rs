@@ -123,6 +123,26 @@ impl RequestCtx {
         Some(&self.rules.as_ref()?.routes[self.route?])
     }
 
+    /// This request's upstream failed it before any head came (a `502` or `504` of the
+    /// upstream's making): counted against the server's `max_fails`, unless its connect
+    /// failed and was counted then.
+    pub(super) fn upstream_failed(&self, e: &pingora::Error) {
+        use pingora::{ErrorSource, ErrorType};
+        let upstream_made = *e.esource() == ErrorSource::Upstream
+            && !matches!(e.etype(), ErrorType::HTTPStatus(_))
+            && self.timing.upstream_head.is_none();
+        let (Some(server), Some(route), Some(rules)) = (self.upstream, self.route(), &self.rules)
+        else {
+            return;
+        };
+        let counted = (self.failed_servers.iter()).any(|f| f.as_inet() == Some(&server));
+        if upstream_made && !counted {
+            rules.upstreams[route.spec.upstream]
+                .health
+                .failed(server, e);
+        }
+    }
+
     /// Count a decision and remember it for the access log.
     pub(super) fn record(&mut self, route: &Route, decision: Decision) {
         if crate::process::bench_switch::on(crate::process::bench_switch::Layer::Metrics) {

@@ -162,6 +162,7 @@ impl ProxyHttp for SlideGate {
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
         let code = respond::failure_status(e);
+        ctx.upstream_failed(e);
         if code > 0 {
             // A failure before `request_filter` has no rules yet: the current ones name the
             // `Server`.
@@ -194,11 +195,14 @@ impl ProxyHttp for SlideGate {
         let tried = ctx.failed_servers.len();
         let pool = (ctx.route().zip(ctx.rules.as_ref()))
             .map(|(route, rules)| &rules.upstreams[route.spec.upstream]);
-        let retry = tried < pool.map_or(1, |p| p.size);
+        let retry = tried < pool.map_or(1, |p| p.size());
         if let Some(pool) = pool {
             // Counted, and one WARN line per upstream per interval instead of Pingora's
             // ERROR line per request (`suppress_error_log`).
             crate::logs::hygiene::connect_failed(pool, peer, &e, retry);
+            if let Some(server) = peer._address.as_inet() {
+                pool.health.failed(*server, &e);
+            }
         }
         if retry {
             e.set_retry(true);

@@ -72,4 +72,5 @@ mod route_stacked;
 mod settle_h1_trailer;
 mod tls_certs;
 mod tls_h2;
+mod upstream_health;
 mod upstream_responses_r5;

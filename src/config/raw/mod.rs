@@ -25,10 +25,12 @@ use super::OnError;
 mod bounded;
 mod key;
 mod threads;
+mod upstream;
 pub use bounded::MAX_WINDOW;
 pub(super) use bounded::*;
 pub(super) use key::RawKey;
 pub(super) use threads::Threads;
+pub(super) use upstream::*;
 
 /// The whole file.
 #[derive(Deserialize, Serialize)]
@@ -267,37 +269,6 @@ pub(super) struct RawClientIp {
     pub trusted_proxies: Vec<IpNet>,
     pub ipv4_prefix: Option<Spanned<u8>>,
     pub ipv6_prefix: Option<Spanned<u8>>,
-}
-
-/// `[upstreams.<name>]`.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawUpstream {
-    /// `${NAME}` substituted, so a container image's config can take its upstream from the
-    /// environment.
-    pub servers: Spanned<Vec<EnvText>>,
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout: UpstreamTimeout,
-    #[serde(default = "default_upstream_io_timeout")]
-    pub read_timeout: UpstreamTimeout,
-    #[serde(default = "default_upstream_io_timeout")]
-    pub write_timeout: UpstreamTimeout,
-    #[serde(default = "default_upstream_io_timeout")]
-    pub idle_timeout: UpstreamTimeout,
-    #[serde(default)]
-    pub tls: bool,
-    pub sni: Option<Spanned<String>>,
-    pub verify: Option<Spanned<bool>>,
-    pub ca_file: Option<Spanned<PathBuf>>,
-    #[serde(default)]
-    pub h2: bool,
-}
-
-fn default_connect_timeout() -> UpstreamTimeout {
-    BoundedDuration(Duration::from_secs(5))
-}
-fn default_upstream_io_timeout() -> UpstreamTimeout {
-    BoundedDuration(Duration::from_secs(60))
 }
 
 /// `[log]`.

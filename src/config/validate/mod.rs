@@ -26,6 +26,7 @@ mod secrets;
 mod sections;
 mod slots;
 mod tls;
+mod upstream_health;
 
 /// 1-based line of a byte offset.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {

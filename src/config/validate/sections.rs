@@ -273,6 +273,7 @@ impl Validator<'_> {
         for (name, up) in raw {
             let servers = self.upstream_servers(&name, &up)?;
             let tls = self.upstream_tls(&name, &up)?;
+            let health = self.upstream_health(&name, &up)?;
             out.push(UpstreamSpec {
                 name,
                 servers,
@@ -284,6 +285,7 @@ impl Validator<'_> {
                 },
                 tls,
                 h2: up.h2,
+                health,
             });
         }
         Ok(out)

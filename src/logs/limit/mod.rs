@@ -73,6 +73,12 @@ pub fn demoted(target: &str, message: &str) -> bool {
     if CLIENT_CAUSED.iter().any(|p| message.starts_with(p)) {
         return true;
     }
+    // A backend's health flips: slidegate writes its own line for each (upstream_health).
+    if target.starts_with("pingora_load_balancing")
+        && (message.contains(" becomes unhealthy") || message.contains(" becomes healthy"))
+    {
+        return true;
+    }
     // A head that could not be read (reset, closed, timed out): Pingora's line names the
     // downstream session type, which only that line does.
     message.starts_with("Fail to proxy") && message.contains("downstream session type")
@@ -247,6 +253,11 @@ mod tests {
         assert!(demoted(
             "pingora_proxy",
             "Fail to proxy: Downstream ConnectionClosed, downstream session type: HTTP/1.1"
+        ));
+        // slidegate writes its own line for a server's health flip (upstream_health).
+        assert!(demoted(
+            "pingora_load_balancing",
+            "Backend { addr: Inet(127.0.0.1:3001), weight: 1 } becomes unhealthy, refused"
         ));
     }
 
