@@ -417,13 +417,18 @@ async fn client_aborts_are_counted_and_errors_carry_no_query_string() {
     assert!(errors.is_empty(), "no ERROR line: {errors:#?}");
     let warns: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("WARN") && l.contains("upstream dead"))
+        .filter(|l| l.contains("WARN") && l.contains("upstream dead: 1 failed connect"))
         .collect();
     assert_eq!(
         warns.len(),
         1,
-        "one WARN line for the dead upstream:\n{log}"
+        "one WARN line for the dead upstream's failed connects:\n{log}"
     );
+    // And one for its server taken out (passive ejection, `max_fails = 1` by default).
+    let down = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("is down: out for"));
+    assert_eq!(down.count(), 1, "one line for the server taken out:\n{log}");
     assert!(warns[0].contains("1 failed connect"), "{warns:?}");
     assert!(!log.contains(SECRET), "a secret reached the log:\n{log}");
     assert_eq!(

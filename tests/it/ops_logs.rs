@@ -364,9 +364,18 @@ async fn a_flood_of_client_noise_is_counted_and_the_log_stays_bounded() {
     }
     let dead_lines = flood_lines
         .iter()
-        .filter(|l| l.contains("upstream dead:"))
+        .filter(|l| l.contains("upstream dead:") && l.contains("failed connect"))
         .count();
-    assert_eq!(dead_lines, 1, "one line for the refused upstream");
+    assert_eq!(
+        dead_lines, 1,
+        "one line for the refused upstream's connects"
+    );
+    // Its one server taken out (passive ejection): one line, not one per refused request.
+    let down_lines = flood_lines
+        .iter()
+        .filter(|l| l.contains("upstream dead:") && l.contains("is down: out for"))
+        .count();
+    assert_eq!(down_lines, 1, "one line for the refused upstream's server");
     let store_lines: Vec<&&str> = (flood_lines.iter())
         .filter(|l| l.contains("route store:"))
         .collect();
