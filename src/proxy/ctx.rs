@@ -139,7 +139,9 @@ impl RequestCtx {
         if upstream_made && !counted {
             rules.upstreams[route.spec.upstream]
                 .health
-                .failed(server, e);
+                // Its kind only: a refused head's context quotes the head (cookies, tokens),
+                // which the log must never carry (issue 52 row 11).
+                .failed(server, &e.etype().as_str());
         }
     }
 

@@ -201,7 +201,8 @@ impl ProxyHttp for SlideGate {
             // ERROR line per request (`suppress_error_log`).
             crate::logs::hygiene::connect_failed(pool, peer, &e, retry);
             if let Some(server) = peer._address.as_inet() {
-                pool.health.failed(*server, &e);
+                // Its kind only: an error's context may quote what the upstream sent.
+                pool.health.failed(*server, &e.etype().as_str());
             }
         }
         if retry {
