@@ -26,7 +26,9 @@ use crate::common::cli::check_config;
 use crate::common::config::{assert_invalid, ConfigBuilder};
 use crate::common::control::poll_until;
 use crate::common::http::get;
+use crate::common::kept::Kept;
 use crate::common::proxy::Proxy;
+use crate::common::tls::{tls_options, Protocol, TestCa};
 
 /// Requests a [`Switch`] answered: client requests, and `GET /healthz` checks.
 #[derive(Default)]
@@ -186,10 +188,21 @@ fn three(lines: &str) -> (Vec<Switch>, String) {
 const CHECKED: &str = "health_check = { path = \"/healthz\", interval = \"100ms\", \
                        timeout = \"200ms\", healthy = 2, unhealthy = 2 }\nmax_fails = 0";
 
+/// The status of `GET /x` on a new connection of `protocol`.
+async fn get_over(proxy: &Proxy, ca: &TestCa, protocol: Protocol) -> u16 {
+    let mut conn = Kept::open(proxy, protocol, &ca.ca_pem()).await;
+    let reply = conn.send("GET", "/x", &[], bytes::Bytes::new()).await;
+    reply.unwrap_or_else(|e| panic!("{protocol:?}: {e}")).status
+}
+
+/// The clients' protocols in turn: the choice of a server is the same for each.
+const PROTOCOLS: [Protocol; 3] = [Protocol::H1, Protocol::H2c, Protocol::H2Tls];
+
 #[tokio::test]
 async fn a_dead_server_gets_no_request_once_its_checks_fail_and_traffic_once_they_pass() {
     let (mut servers, config) = three(CHECKED);
-    let proxy = Proxy::start(&config);
+    let ca = TestCa::new("ca");
+    let proxy = Proxy::start_with(&config, tls_options(&ca, "h2c = true"));
     for s in &servers {
         wait_up(&proxy, s.addr, 1.0, Duration::from_secs(5));
         assert!(poll_until(Duration::from_secs(5), || s.checks() >= 1).is_some());
@@ -204,8 +217,9 @@ async fn a_dead_server_gets_no_request_once_its_checks_fail_and_traffic_once_the
     wait_up(&proxy, dead, 0.0, Duration::from_secs(5));
     let failures = connect_failures(&proxy);
     let before: Vec<u64> = servers.iter().map(Switch::hits).collect();
-    for _ in 0..30 {
-        assert_eq!(get(proxy.addr(), "/x").await.status, 200);
+    for i in 0..30 {
+        let protocol = PROTOCOLS[i % 3];
+        assert_eq!(get_over(&proxy, &ca, protocol).await, 200, "{protocol:?}");
     }
     assert_eq!(
         connect_failures(&proxy),
@@ -224,8 +238,9 @@ async fn a_dead_server_gets_no_request_once_its_checks_fail_and_traffic_once_the
         servers[1].checks() >= checks + 2,
         "back before `healthy` checks passed"
     );
-    for _ in 0..30 {
-        assert_eq!(get(proxy.addr(), "/x").await.status, 200);
+    for i in 0..30 {
+        let protocol = PROTOCOLS[i % 3];
+        assert_eq!(get_over(&proxy, &ca, protocol).await, 200, "{protocol:?}");
     }
     assert!(
         servers[1].hits() >= 5,
