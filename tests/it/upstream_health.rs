@@ -449,3 +449,39 @@ fn the_defaults_are_nginx_s_and_the_health_keys_are_accepted() {
     assert_eq!(check["healthy"].as_integer(), Some(2));
     assert_eq!(check["unhealthy"].as_integer(), Some(3));
 }
+
+/// A burst of 300 h2c connections × 10 streams while one of three servers is dead: every
+/// request answered 200 by the two up, none sent to the dead one, no failed connect.
+#[test]
+fn an_h2_burst_never_reaches_a_dead_server() {
+    use crate::common::load::{h2load, Burst};
+    use crate::common::proxy::ProxyOptions;
+    let (mut servers, config) = three(CHECKED);
+    let proxy = Proxy::start_with(&config, ProxyOptions::h2c_two_threads());
+    let dead = servers[1].addr;
+    servers[1].kill();
+    wait_up(&proxy, dead, 0.0, Duration::from_secs(5));
+    let failures = connect_failures(&proxy);
+    let before = servers[1].hits();
+    let burst = Burst {
+        connections: 300,
+        streams: 10,
+        requests: 3000,
+        headers: vec![],
+        path: "/x".into(),
+    };
+    let r = h2load(proxy.addr(), &burst);
+    println!("300 x 10 h2c, one of three servers dead: {r:?}");
+    assert_eq!((r.s2xx, r.failed), (3000, 0), "{r:?}");
+    assert_eq!(
+        servers[1].hits(),
+        before,
+        "a request reached the dead server"
+    );
+    assert_eq!(
+        connect_failures(&proxy),
+        failures,
+        "a request paid a failed connect"
+    );
+    assert!(servers[0].hits() + servers[2].hits() >= 3000);
+}
