@@ -59,8 +59,10 @@ impl UsagePaths {
         if terms.len() > MOST_TERMS {
             return Err(PathError::TooLong);
         }
+        // An array index is no key: the last key before it is looked for (none: always read).
+        let key = |t: &Vec<String>| t.iter().rev().find(|s| !is_index(s)).cloned();
         let needles = (terms.iter())
-            .map(|t| format!("\"{}\"", t[t.len() - 1]).into_bytes())
+            .map(|t| key(t).map_or(Vec::new(), |k| format!("\"{k}\"").into_bytes()))
             .collect();
         Ok(UsagePaths { terms, needles })
     }
@@ -77,7 +79,8 @@ impl UsagePaths {
 
     /// True when `text` may carry one of the paths (it names a last segment).
     pub(super) fn may_carry(&self, text: &[u8]) -> bool {
-        let has = |needle: &[u8]| text.windows(needle.len()).any(|w| w == needle);
+        let has =
+            |needle: &[u8]| needle.is_empty() || text.windows(needle.len()).any(|w| w == needle);
         self.needles.iter().any(|n| has(n))
     }
 
@@ -88,7 +91,9 @@ impl UsagePaths {
         for segment in &self.terms[i] {
             at = match at {
                 Value::Object(map) => map.get(segment)?,
-                Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+                Value::Array(items) if is_index(segment) => {
+                    items.get(segment.parse::<usize>().ok()?)?
+                }
                 _ => return None,
             };
         }
@@ -97,6 +102,11 @@ impl UsagePaths {
             v => Some(v.as_u64().ok_or(())),
         }
     }
+}
+
+/// A segment of digits: an array's index (or an object's key of digits).
+fn is_index(segment: &str) -> bool {
+    segment.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl std::fmt::Display for UsagePaths {
@@ -159,5 +169,10 @@ mod tests {
         let p = UsagePaths::parse("usage.total_tokens").unwrap();
         assert!(p.may_carry(br#"{"usage":{"total_tokens":1}}"#));
         assert!(!p.may_carry(br#"{"choices":[{"delta":{"content":"total tokens"}}]}"#));
+        // A path ending in an index looks for the key before it; all indexes: always read.
+        let p = UsagePaths::parse("usage.counts.1").unwrap();
+        assert!(p.may_carry(br#"{"usage":{"counts":[1,2]}}"#));
+        assert!(!p.may_carry(br#"{"choices":[]}"#));
+        assert!(UsagePaths::parse("0").unwrap().may_carry(b"[7]"));
     }
 }
