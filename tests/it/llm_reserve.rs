@@ -1,8 +1,8 @@
 //! `reserve = "max_cost"`: every request reserves the route's `max_cost` at admission, whatever
 //! it claims, and settles down to its real cost, so a cost quota is never exceeded however many
 //! run at once. Through the real binary and the stand-in model server: 300 requests in flight
-//! at once (each claiming 1, each really costing `max_cost`) on the memory store and on two
-//! proxies sharing one Redis; the same burst on a route without `reserve` shows the overshoot
+//! at once (each claiming 1, each really costing `max_cost`; a third each over HTTP/1.1, h2c and
+//! HTTP/2 over TLS) on the memory store and on two proxies sharing one Redis; the same burst on a route without `reserve` shows the overshoot
 //! it prevents. And the config checks of `reserve` and `settle = "json:…"`.
 
 use crate::common;
@@ -36,17 +36,23 @@ fn config(model: &ModelServer, store: &str) -> String {
         .build()
 }
 
-/// [`BURST`] requests at once as `who` on `prefix`, spread over `proxies`, each claiming 1 and
-/// answered after 1 s with a usage of `max_cost`: how many were admitted.
-async fn burst(proxies: &[Proxy], prefix: &str, who: &str) -> u64 {
-    let http = reqwest::Client::new();
+/// [`BURST`] requests at once as `who` on `prefix`, spread over `proxies` and the client
+/// protocols (HTTP/1.1, h2c, HTTP/2 over TLS), each claiming 1 and answered after 1 s with a
+/// usage of `max_cost`: how many were admitted.
+async fn burst(proxies: &[Proxy], ca: &TestCa, prefix: &str, who: &str) -> u64 {
+    let protocols = [Protocol::H1, Protocol::H2c, Protocol::H2Tls];
+    let clients = protocols.map(|p| p.client(&ca.ca_pem()));
     let answer = Answer {
         usage: Some(MAX_COST),
         delay_ms: Some(1000),
         ..Answer::default()
     };
     let sends = (0..BURST).map(|i| {
-        let mut request = http.post(url(&proxies[i % proxies.len()], Protocol::H1, prefix));
+        let (k, proxy) = (
+            i % protocols.len(),
+            &proxies[i / protocols.len() % proxies.len()],
+        );
+        let mut request = clients[k].post(url(proxy, protocols[k], prefix));
         for (name, value) in answer.headers() {
             request = request.header(name, value);
         }
@@ -68,9 +74,9 @@ async fn burst(proxies: &[Proxy], prefix: &str, who: &str) -> u64 {
     admitted as u64
 }
 
-async fn never_over_the_quota(proxies: &[Proxy], store: &str) {
+async fn never_over_the_quota(proxies: &[Proxy], ca: &TestCa, store: &str) {
     let who = format!("{store}-reserve");
-    let admitted = burst(proxies, "/v1/", &who).await;
+    let admitted = burst(proxies, ca, "/v1/", &who).await;
     // Each reserved 500 of 10 000: 20 at once, and no give-back (each really used 500).
     assert!(admitted * MAX_COST <= QUOTA, "{admitted} admitted");
     assert_eq!(
@@ -85,7 +91,7 @@ async fn never_over_the_quota(proxies: &[Proxy], store: &str) {
     // Without reserve, the same lying burst: every request admitted on its claim of 1, then
     // charged its real 500 into debt, 15 times the quota.
     let who = format!("{store}-loose");
-    let admitted = burst(proxies, "/loose/", &who).await;
+    let admitted = burst(proxies, ca, "/loose/", &who).await;
     assert_eq!(admitted, BURST as u64, "{store}: loose admits on the claim");
     let over = proxies[0].count_when("loose", &who, |c| c == admitted * MAX_COST);
     assert_eq!(
@@ -99,7 +105,7 @@ async fn never_over_the_quota(proxies: &[Proxy], store: &str) {
 async fn memory_store_never_lets_a_burst_past_the_quota() {
     let (ca, model) = (TestCa::new("ca"), ModelServer::start());
     let proxies = ready_on_every_protocol(&config(&model, "backend = \"memory\""), &ca, 1);
-    never_over_the_quota(&proxies, "memory").await;
+    never_over_the_quota(&proxies, &ca, "memory").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +118,7 @@ async fn two_proxies_on_one_redis_never_let_a_burst_past_the_quota() {
     // A decision made locally during a store timeout would not see the others' reservations.
     let store = format!("{}\ntimeout = \"5s\"", redis.store_toml());
     let proxies = ready_on_every_protocol(&config(&model, &store), &ca, 2);
-    never_over_the_quota(&proxies, "two").await;
+    never_over_the_quota(&proxies, &ca, "two").await;
 }
 
 /// `settle = "json:…"`, `settle_scan_bytes` and `reserve` are checked at load, naming the
