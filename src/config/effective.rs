@@ -95,6 +95,10 @@ impl Config {
                 .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
             lease_ttls(route);
             add_cost_resolutions(route, &spec.limits);
+            if let Some((_, scan_bytes)) = spec.cost.body_settle() {
+                let bytes = Value::Integer(scan_bytes as i64);
+                route.entry("settle_scan_bytes").or_insert(bytes);
+            }
         }
     }
 }

@@ -75,7 +75,7 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// `slidegate_settlements_total{route,result}`: requests of a `settle` route whose real
     /// cost corrected the charge (`given_back`, `charged`, `unchanged`), or did not (`missing`,
-    /// `invalid`, `error`: the charge stands).
+    /// `invalid`, `cut_off`, `oversized`, `encoded`, `error`: the charge stands).
     pub settlements: IntCounterVec,
     /// `slidegate_request_duration_seconds{route}`: whole requests, from the first hook to the
     /// logging hook. `route=""` holds requests that matched no route (no route name is empty).

@@ -95,6 +95,8 @@ pub struct RequestCtx {
     pub(super) lease: Option<crate::limiter::lease::Lease>,
     /// Who ended an upgraded request's tunnel first, for `settle` (see [`Tunnel`]).
     pub(super) tunnel: Tunnel,
+    /// `settle = "json:…"`: the scan of the response body for its usage, until its end.
+    pub(super) scan: Option<Box<crate::response::usage::Scan>>,
 }
 
 /// An upgraded request (`101`): its tunnel ends cleanly whichever side closes, so a client

@@ -33,6 +33,7 @@ mod settle;
 #[cfg(test)]
 mod tests;
 mod upstream_fields;
+mod usage;
 
 use ctx::Tunnel;
 pub use ctx::{RequestCtx, Timing};
@@ -114,12 +115,18 @@ impl ProxyHttp for SlideGate {
     fn response_body_filter(
         &self,
         _session: &mut Session,
-        _body: &mut Option<bytes::Bytes>,
+        body: &mut Option<bytes::Bytes>,
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<std::time::Duration>> {
         if end_of_stream && ctx.tunnel == Tunnel::Open {
             ctx.tunnel = Tunnel::UpstreamEnded;
+        }
+        // `settle = "json:…"`: read as it passes, never held back.
+        if let Some(scan) = ctx.scan.as_mut() {
+            if usage::feed(scan, ctx.ticket.as_mut(), body.as_ref(), end_of_stream) {
+                ctx.scan = None;
+            }
         }
         Ok(None)
     }
@@ -223,6 +230,9 @@ impl ProxyHttp for SlideGate {
         if on(Layer::RequestForm) {
             form::forward(&ctx.form, upstream_request, upstream_name)?;
         }
+        if let Some(route) = ctx.route() {
+            usage::ask_identity(route, upstream_request)?;
+        }
         if !on(Layer::Forwarding) {
             return Ok(());
         }
@@ -271,9 +281,10 @@ impl ProxyHttp for SlideGate {
         }
         // The admission is given back once the response has gone out whole (`logging`): a client
         // that leaves before it keeps its admission counted.
-        let held = ticket.and_then(|t| settle::answered(t, route, upstream_response));
+        let mut held = ticket.and_then(|t| settle::answered(t, route, upstream_response));
         // A 1xx other than 101 (e.g. `100 Continue`) is followed by the real response head.
         let final_head = !upstream_fields::is_interim(status);
+        let scan = final_head.then(|| usage::start(route, upstream_response, held.as_mut()));
         if final_head && ctx.timing.upstream_head.is_none() {
             let now = Instant::now();
             if let (Some(start), true) = (ctx.timing.upstream_start, metrics) {
@@ -283,6 +294,7 @@ impl ProxyHttp for SlideGate {
             ctx.timing.upstream_head = Some(now);
         }
         ctx.ticket = held;
+        ctx.scan = scan.flatten();
         Ok(())
     }
 
@@ -349,6 +361,10 @@ impl ProxyHttp for SlideGate {
         }
         // Done: leave the in-flight gauge now rather than whenever the context is dropped.
         ctx.in_flight = None;
+        // A body whose end came with its trailers: what its scan found is final.
+        if let (Some(mut scan), None) = (ctx.scan.take(), e) {
+            usage::finish(&mut scan, ctx.ticket.as_mut());
+        }
         let settled_cost = (ctx.ticket.as_ref()).and_then(|t| t.settled?.cost());
         // `count_status` and `settle` correct the admission (how depends on how it ended).
         if let (Some(ticket), Some(route)) = (ctx.ticket.take(), ctx.route()) {

@@ -102,10 +102,14 @@ impl Limiter {
         &self,
         route: &Route,
         (bucket, own): (&str, &[String]),
-        ticket: Ticket,
+        mut ticket: Ticket,
         ended: Ended,
     ) {
         let cost = &route.spec.cost;
+        // `reserve = "max_cost"`: no report takes the charge past the reservation.
+        if let Some(Reported::Cost(real)) = ticket.settled {
+            ticket.settled = Some(Reported::Cost(cost.capped(real)));
+        }
         let (part, weight, change) =
             match correction(&ticket, cost.settle.is_some(), cost.max, ended) {
                 Correction::Nothing(result) => {

@@ -1,10 +1,14 @@
 //! A request's cost (`cost`, `max_cost` of a route): what it weighs in the route's cost limits
 //! (`unit = "cost"`), read from a request header or fixed, and why a cost is refused (`400`,
 //! nothing counted); and its settlement (`settle`): the real cost the upstream reports in a
-//! response header or trailer, and what that does to the charge. Pure: the proxy reads the
-//! fields, this decides.
+//! response header or trailer, or in its JSON body, and what that does to the charge. Pure:
+//! the proxy reads the fields, this decides.
+
+use std::sync::Arc;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::response::usage::UsagePaths;
 
 use crate::keys::canonical::cgi_same;
 
@@ -33,10 +37,32 @@ pub struct Cost {
     /// The smallest `quota` of the route's cost limits (`None`: it has none): a cost above it
     /// could never be admitted, so it is refused at once rather than denied forever.
     pub fits: Option<u32>,
-    /// `settle = "header:<Name>"`: the response header or trailer of this name carries the
-    /// request's real cost, which corrects the charge.
-    pub settle: Option<HeaderName>,
+    /// `settle`: where the upstream reports the request's real cost, which corrects the
+    /// charge.
+    pub settle: Option<Settle>,
+    /// `reserve = "max_cost"`: every request reserves `max_cost` (not its claim) and settles
+    /// down to its real cost, so the quota is never exceeded.
+    pub reserve_max: bool,
 }
+
+/// Where the upstream reports a request's real cost (`settle`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// `"header:<Name>"`: the response header or trailer of this name.
+    Field(HeaderName),
+    /// `"json:<path>[+<path>…]"`: the response's JSON body, or the last event carrying each
+    /// path of a `text/event-stream`, read as it passes; a body or event over `scan_bytes`
+    /// (`settle_scan_bytes`) is not read.
+    Body {
+        /// The paths summed.
+        paths: Arc<UsagePaths>,
+        /// The most bytes of a body, or of one event, kept to be read.
+        scan_bytes: usize,
+    },
+}
+
+/// `settle_scan_bytes` when not configured: 1 MiB, far above a chat completion's JSON.
+pub const DEFAULT_SCAN_BYTES: usize = 1 << 20;
 
 pub use crate::limiter::settle::Settlement;
 
@@ -120,14 +146,39 @@ impl Cost {
         if let Some(quota) = self.fits.filter(|quota| cost > *quota) {
             return Err(CostError::OverQuota { cost, quota });
         }
-        Ok(cost)
+        // The claim was checked as ever; the reservation is the most a request may cost (the
+        // validator made sure `max_cost` fits the smallest quota).
+        match (self.reserve_max, self.max) {
+            (true, Some(max)) => Ok(max),
+            _ => Ok(cost),
+        }
+    }
+
+    /// The response body scan's paths and bound, on a route that settles from the body.
+    pub fn body_settle(&self) -> Option<(&Arc<UsagePaths>, usize)> {
+        match &self.settle {
+            Some(Settle::Body { paths, scan_bytes }) => Some((paths, *scan_bytes)),
+            _ => None,
+        }
+    }
+
+    /// A real cost as it is settled: on a `reserve = "max_cost"` route at most `max_cost`,
+    /// the reservation (so no report can take the quota past its end).
+    pub fn capped(&self, real: u32) -> u32 {
+        match (self.reserve_max, self.max) {
+            (true, Some(max)) => real.min(max),
+            _ => real,
+        }
     }
 
     /// The real cost the upstream reported in `fields` (the response header, or its trailers):
     /// `None` when the route does not settle or the field is absent; an error when it is not
     /// one non-negative decimal integer (the charge then stands).
     pub fn settled(&self, fields: &HeaderMap) -> Option<Result<u32, CostError>> {
-        parse(fields.get_all(self.settle.as_ref()?).iter()).transpose()
+        let Some(Settle::Field(name)) = &self.settle else {
+            return None;
+        };
+        parse(fields.get_all(name).iter()).transpose()
     }
 }
 
@@ -176,6 +227,7 @@ mod tests {
             max: Some(500),
             fits: Some(1000),
             settle: None,
+            reserve_max: false,
         }
     }
 
@@ -233,7 +285,7 @@ mod tests {
         assert_eq!(c.of(&spelled(&[("x-costs", "50"), ("xcost", "9")])), Ok(1));
         // The upstream's settle field is read as named.
         let settling = Cost {
-            settle: Some(HeaderName::from_static("x-cost")),
+            settle: Some(Settle::Field(HeaderName::from_static("x-cost"))),
             ..cost()
         };
         assert_eq!(settling.settled(&spelled(&[("x_cost", "9")])), None);
@@ -272,6 +324,7 @@ mod tests {
             max: None,
             fits: Some(2),
             settle: None,
+            reserve_max: false,
         };
         assert_eq!(
             fixed.of(&HeaderMap::new()),
@@ -282,7 +335,7 @@ mod tests {
     #[test]
     fn a_settled_cost_is_read_once_and_corrects_the_charge_either_way() {
         let c = Cost {
-            settle: Some(HeaderName::from_static("x-cost")),
+            settle: Some(Settle::Field(HeaderName::from_static("x-cost"))),
             ..cost()
         };
         assert_eq!(c.settled(&with(&[])), None);
@@ -311,5 +364,30 @@ mod tests {
         assert_eq!(Settlement::of(50, 50), Settlement::Unchanged);
         assert_eq!(Settlement::of(50, 10), Settlement::GiveBack(40));
         assert_eq!(Settlement::of(1, 5000), Settlement::Charge(4999));
+    }
+
+    #[test]
+    fn a_reserving_route_reserves_max_cost_whatever_the_claim() {
+        let c = Cost {
+            reserve_max: true,
+            settle: Some(Settle::Field(HeaderName::from_static("x-used"))),
+            ..cost()
+        };
+        assert_eq!(c.of(&with(&[])), Ok(500));
+        assert_eq!(c.of(&with(&["1"])), Ok(500));
+        assert_eq!(
+            c.of(&with(&["abc"])),
+            Err(CostError::Malformed),
+            "still checked"
+        );
+        assert_eq!(
+            c.of(&with(&["501"])),
+            Err(CostError::OverMax {
+                cost: 501,
+                max: 500
+            })
+        );
+        assert_eq!((c.capped(499), c.capped(9000)), (499, 500));
+        assert_eq!(cost().capped(9000), 9000, "not reserving: no cap");
     }
 }

@@ -8,3 +8,4 @@ pub mod partition_key;
 pub mod problem;
 pub mod ratelimit_headers;
 pub mod upgrade;
+pub mod usage;

@@ -597,7 +597,7 @@ fn the_example_config_shows_every_key_of_the_schema_with_its_default() {
 
 /// Keys whose documented default applies only with another setting, which MINIMAL leaves
 /// off, so `-T` of it rightly prints nothing for them.
-const CONDITIONAL: [(&str, &str, &str); 7] = [
+const CONDITIONAL: [(&str, &str, &str); 8] = [
     ("server", "tls_min_version", "with tls_listen"),
     ("routes", "limits[].lease_ttl", "with concurrent"),
     ("routes", "limits[].time_zone", "with per"),
@@ -605,6 +605,7 @@ const CONDITIONAL: [(&str, &str, &str); 7] = [
     ("upstreams.*", "verify", "with tls = true"),
     ("routes", "deny_content_type", "with deny_body_file"),
     ("routes", "max_queue", "with a max_delay"),
+    ("routes", "settle_scan_bytes", "with settle = \"json:…\""),
 ];
 
 /// `slidegate -T` of a minimal config against the defaults column of docs/configuration.md:

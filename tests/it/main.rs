@@ -25,6 +25,8 @@ mod kubernetes_manifests;
 mod lease_past_reset;
 mod limiter_conformance;
 mod limits_under_load;
+mod llm_budget;
+mod llm_reserve;
 mod memory_eviction;
 mod memory_lease_eviction;
 mod memory_room;

@@ -340,9 +340,16 @@ pub(super) struct RawRoute {
     /// A request claiming a higher cost is refused (`400`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<Spanned<u32>>,
-    /// `"header:<Name>"`: the response header or trailer with the request's real cost.
+    /// `"header:<Name>"`: the response header or trailer with the request's real cost;
+    /// `"json:<path>[+<path>…]"`: the response's JSON body (or event stream).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle: Option<Spanned<String>>,
+    /// The most bytes of a body, or of one event, that `settle = "json:…"` reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_scan_bytes: Option<Spanned<u64>>,
+    /// `"max_cost"`: every request reserves `max_cost` and settles down to its real cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<Spanned<String>>,
 }
 
 /// `cost`: a fixed integer or where to read it.

@@ -57,6 +57,12 @@ pub enum Reported {
     Cost(u32),
     /// A field that is no cost (the charge then stands).
     Invalid,
+    /// `settle = "json:…"`: the body, or one of its events, was over `settle_scan_bytes`,
+    /// so it was not read (the charge stands).
+    Oversized,
+    /// `settle = "json:…"`: the body came compressed (`Content-Encoding`), so it was not read
+    /// (the charge stands).
+    Encoded,
 }
 
 impl Reported {
@@ -64,7 +70,7 @@ impl Reported {
     pub fn cost(self) -> Option<u32> {
         match self {
             Reported::Cost(cost) => Some(cost),
-            Reported::Invalid => None,
+            Reported::Invalid | Reported::Oversized | Reported::Encoded => None,
         }
     }
 }
@@ -164,6 +170,8 @@ pub fn correction(
             Settlement::Charge(d) => Correction::Charge(d),
         },
         Some(Reported::Invalid) => Correction::Nothing(Some("invalid")),
+        Some(Reported::Oversized) => Correction::Nothing(Some("oversized")),
+        Some(Reported::Encoded) => Correction::Nothing(Some("encoded")),
         None if whole => Correction::Nothing(Some("missing")),
         None => match max_cost {
             Some(max) if ended == Ended::ClientLeft && ticket.answered && max > ticket.cost => {

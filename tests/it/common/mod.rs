@@ -21,6 +21,7 @@ pub mod http;
 pub mod kept;
 pub mod load;
 pub mod log_file;
+pub mod model;
 pub mod nginx;
 pub mod ports;
 pub mod process_group;
