@@ -95,7 +95,19 @@ impl Config {
                 .or_insert(Value::Integer(i64::from(spec.answers.deny.status.as_u16())));
             lease_ttls(route);
             add_cost_resolutions(route, &spec.limits);
+            plan_refresh(route, spec.plans.as_ref());
         }
+    }
+}
+
+/// A plan read from Redis: its `refresh`, the default written out.
+fn plan_refresh(route: &mut Table, plans: Option<&super::RoutePlans>) {
+    let Some(super::PlanSource::Redis { refresh }) = plans.map(|p| &p.source) else {
+        return;
+    };
+    if let Some(Value::Table(plan)) = route.get_mut("plan") {
+        let refresh = humantime::format_duration(*refresh).to_string();
+        plan.entry("refresh").or_insert(Value::String(refresh));
     }
 }
 
