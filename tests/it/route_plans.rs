@@ -8,7 +8,7 @@
 //!   downgrade is refused until its window allows (usage carries over both ways).
 //! - From Redis, two proxies: `HSET <prefix>:plans <key> <plan>` applies on both within 5 s
 //!   without a reload, usage carries over both ways; a plan the config lacks gives the default,
-//!   counted and logged.
+//!   counted and logged; a flood of 2,000 made-up keys is read once each, all on the default.
 //! - A bad `plan` names its file, line and key; so does a bad plan file (`slidegate -t`).
 
 use crate::common;
@@ -279,6 +279,31 @@ async fn plans_from_redis_apply_on_every_proxy_within_five_seconds() {
         "{}",
         a.log()
     );
+
+    // A flood of made-up keys: each read once and given the default plan (every answer 200
+    // under free's 3), no read failed, the hash untouched, and the pro client still on pro.
+    let hgets = |conn: &mut ::redis::Connection| -> u64 {
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query(conn)
+            .unwrap();
+        let line = info.lines().find(|l| l.starts_with("cmdstat_hget:"));
+        let calls = line.and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok());
+        calls.unwrap_or(0)
+    };
+    let before = hgets(&mut conn);
+    let seen = common::flood::flood(b.addr(), ("/", "X-Client"), "made-up", 0, 2000, 1);
+    assert_eq!(seen.get(&200), Some(&2000), "{seen:?}");
+    assert_eq!(hgets(&mut conn) - before, 2000, "one read per made-up key");
+    let errors = b.counter("slidegate_plan_fallbacks_total{reason=\"store_error\",route=\"api\"}");
+    assert_eq!(errors, 0);
+    let entries: u64 = ::redis::cmd("HLEN")
+        .arg("slidegate:plans")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(entries, 3, "gus, hank and ivy only");
+    let v = window(b, "api", "gus").await;
+    assert_eq!(v["plan"], "pro", "{v}");
 }
 
 #[test]
