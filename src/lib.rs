@@ -13,11 +13,12 @@
 //! 5. [`upstream_health`]: which servers of an upstream are up (active checks, passive
 //!    ejection, names looked up again), read by the route's pool when it picks one.
 //! 6. [`keys`]: the client a route's key picks, and its bucket keys.
-//! 7. [`limiter`]: the `Store` contract, its memory and Redis stores, the policies around them.
-//! 8. [`proxy`]: Pingora's `ProxyHttp` hooks: gather, decide, forward, answer.
-//! 9. [`response`]: what slidegate adds to a response or answers itself: hop-by-hop fields and
-//!    upgrades, the RateLimit fields and their `pk`, problem bodies, gRPC answers.
-//! 10. [`access_log`]: one line per request, written by a thread of its own.
+//! 7. [`plans`]: on a route with `plan`, the customer plan whose limits count the client.
+//! 8. [`limiter`]: the `Store` contract, its memory and Redis stores, the policies around them.
+//! 9. [`proxy`]: Pingora's `ProxyHttp` hooks: gather, decide, forward, answer.
+//! 10. [`response`]: what slidegate adds to a response or answers itself: hop-by-hop fields and
+//!     upgrades, the RateLimit fields and their `pk`, problem bodies, gRPC answers.
+//! 11. [`access_log`]: one line per request, written by a thread of its own.
 //!
 //! Around the request path:
 //! - [`config`]: the TOML schema, validated into the typed model.
@@ -38,6 +39,8 @@ pub mod routes;
 pub mod upstream_health;
 
 pub mod keys;
+
+pub mod plans;
 
 pub mod limiter;
 

@@ -34,6 +34,18 @@ pub struct Route {
     pub deny_body: Option<bytes::Bytes>,
     /// What the `pk` of this route's buckets is hashed with (shared by every route).
     pub partition_keys: Arc<PartitionKeys>,
+    /// On a route with `plan`: where its clients' plans are read, and the route as each plan
+    /// counts it. `None` for other routes and for the plans' own copies.
+    pub plans: Option<PlanChoice>,
+}
+
+/// A route's plans in the rules: the directory, and per plan the index of its copy of the
+/// route in [`Rules::routes`] (the default plan's is the route itself).
+pub struct PlanChoice {
+    /// Where a client's plan is read.
+    pub directory: crate::plans::PlanDirectory,
+    /// Per plan, the index of the route as that plan counts it.
+    pub routes: Vec<usize>,
 }
 
 pub use crate::config::file::MAX_DENY_BODY;
@@ -58,6 +70,7 @@ impl Route {
             state_log: StateLog::default(),
             deny_body,
             partition_keys: partition_keys.clone(),
+            plans: None,
         })
     }
 
@@ -183,8 +196,11 @@ impl UpstreamPool {
 
 /// A complete, immutable rule set.
 pub struct Rules {
-    /// Routes in file order.
+    /// Routes in file order, then each plan's copy of the routes with plans (see
+    /// [`PlanChoice`]): only the first [`Rules::configured`] are matched.
     pub routes: Vec<Route>,
+    /// How many of `routes` the file configures.
+    pub configured: usize,
     /// Upstream pools, indexed by [`RouteSpec::upstream`].
     pub upstreams: Vec<UpstreamPool>,
     /// Client address resolution.
@@ -215,6 +231,14 @@ pub enum RulesError {
     /// An upstream's `ca_file` that cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsFileError),
+    /// A route's plan file that cannot be read or names a plan the config lacks.
+    #[error("routes.{route}.plan: {source}")]
+    PlanFile {
+        /// The route's name.
+        route: String,
+        /// What is wrong, with the file, line and key.
+        source: crate::plans::file::PlanFileError,
+    },
     /// A route's `deny_body_file` that cannot be read, or is too large.
     #[error("routes.{route}.deny_body_file: {file}: {reason}")]
     DenyBody {
@@ -290,12 +314,45 @@ impl Rules {
             secret.map(|s| s.expose().as_bytes()),
             &config.store.prefix,
         ));
+        let mut routes = (config.routes.iter())
+            .map(|spec| Route::new(spec, &partition_keys))
+            .collect::<Result<Vec<_>, _>>()?;
+        let configured = routes.len();
+        for i in 0..configured {
+            let Some(plans) = config.routes[i].plans.as_ref() else {
+                continue;
+            };
+            let name = &config.routes[i].name;
+            let directory = crate::plans::PlanDirectory::build(name, plans).map_err(|source| {
+                RulesError::PlanFile {
+                    route: name.clone(),
+                    source,
+                }
+            })?;
+            let mut indexes = Vec::with_capacity(plans.each.len());
+            for (p, plan) in plans.each.iter().enumerate() {
+                if p == plans.default {
+                    indexes.push(i);
+                    continue;
+                }
+                let mut spec = config.routes[i].clone();
+                spec.limits = plan.limits.clone();
+                spec.limit_keys = plan.limit_keys.clone();
+                spec.cost = plan.cost.clone();
+                if let Some(own) = spec.plans.as_mut() {
+                    own.chosen = p;
+                }
+                indexes.push(routes.len());
+                routes.push(Route::new(&spec, &partition_keys)?);
+            }
+            routes[i].plans = Some(PlanChoice {
+                directory,
+                routes: indexes,
+            });
+        }
         Ok(Rules {
-            routes: config
-                .routes
-                .iter()
-                .map(|spec| Route::new(spec, &partition_keys))
-                .collect::<Result<_, _>>()?,
+            routes,
+            configured,
             upstreams,
             client_ip: ClientIpResolver::new(config.client_ip.trusted_proxies.clone())
                 .with_prefixes(config.client_ip.key_prefixes),
@@ -318,9 +375,14 @@ impl Rules {
         path: &str,
         methods: &Methods,
     ) -> Option<(usize, &Route)> {
-        self.routes
+        self.configured_routes()
             .iter()
             .enumerate()
             .find(|(_, r)| r.matches(host, path, methods))
+    }
+
+    /// The routes the file configures, in its order (without the plans' copies).
+    pub fn configured_routes(&self) -> &[Route] {
+        &self.routes[..self.configured]
     }
 }

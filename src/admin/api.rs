@@ -87,7 +87,7 @@ fn limits_json(route: &Route) -> Vec<Value> {
 /// `GET /api/v1/routes`.
 pub fn routes(rules: &Rules) -> Response<Vec<u8>> {
     let routes: Vec<Value> = rules
-        .routes
+        .configured_routes()
         .iter()
         .map(|r| {
             let mut v = json!({
@@ -100,6 +100,17 @@ pub fn routes(rules: &Rules) -> Response<Vec<u8>> {
             });
             for (decision, count) in r.metrics.decision_counts() {
                 v[decision.as_str()] = count.into();
+            }
+            if let Some(plans) = &r.plans {
+                // Each plan's limits as this route counts them; the route's own `limits` are
+                // the default plan's.
+                let each: Vec<Value> = (plans.directory.names().iter().zip(&plans.routes))
+                    .map(
+                        |(name, &i)| json!({"name": name, "limits": limits_json(&rules.routes[i])}),
+                    )
+                    .collect();
+                v["plans"] = each.into();
+                v["plan_default"] = r.spec.plans.as_ref().map(|p| p.chosen_name()).into();
             }
             v
         })
@@ -174,10 +185,23 @@ fn target<'a>(rules: &'a Rules, query: &str) -> Result<Target<'a>, Rejection> {
     let Some(name) = route.filter(|r| !r.is_empty()) else {
         return Err(Rejection::Bad("missing query parameter \"route\"".into()));
     };
-    let Some(route) = rules.routes.iter().find(|r| r.spec.name == name) else {
+    let Some(route) = rules
+        .configured_routes()
+        .iter()
+        .find(|r| r.spec.name == name)
+    else {
         return Err(Rejection::NoRoute(format!("no route named {name:?}")));
     };
-    let client = client.unwrap_or_default();
+    target_in(rules, route, client.unwrap_or_default())
+}
+
+/// The buckets `client` names on `route` (a configured route, or a plan's copy of one).
+fn target_in<'a>(
+    rules: &'a Rules,
+    route: &'a Route,
+    client: String,
+) -> Result<Target<'a>, Rejection> {
+    let name = &route.spec.name;
     let mut bucket = String::new();
     // The bucket of an address is its network's when `[client_ip]` keys by prefix.
     route
@@ -214,10 +238,34 @@ fn store_error(e: &crate::limiter::StoreError) -> Response<Vec<u8>> {
     )
 }
 
+/// On a route with plans, the target as the client's plan counts it (the plan read as a
+/// request's would be, uncounted), with the plan's name.
+async fn planned<'a>(
+    rules: &'a Rules,
+    store: &dyn Store,
+    t: Target<'a>,
+) -> Result<(Target<'a>, Option<&'a str>), Rejection> {
+    let Some(plans) = &t.route.plans else {
+        return Ok((t, None));
+    };
+    let client = Some(t.client.as_bytes()).filter(|c| !c.is_empty());
+    let plan = plans.directory.plan_of(client, store).await;
+    let name = plans.directory.names().get(plan).map(String::as_str);
+    let route = plans
+        .routes
+        .get(plan)
+        .map_or(t.route, |&i| &rules.routes[i]);
+    Ok((target_in(rules, route, t.client)?, name))
+}
+
 /// `GET /api/v1/window?route=R&client=C`.
 pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<Vec<u8>> {
-    let t = match target(rules, query) {
-        Ok(t) => t,
+    let planned = match target(rules, query) {
+        Ok(t) => planned(rules, store, t).await,
+        Err(rejection) => Err(rejection),
+    };
+    let (t, plan) = match planned {
+        Ok(planned) => planned,
         Err(rejection) => return rejection.response(),
     };
     let (now_us, views) = match inspect_all(&t, store).await {
@@ -271,6 +319,7 @@ pub async fn window(rules: &Rules, store: &dyn Store, query: &str) -> Response<V
         &json!({
             "route": t.route.spec.name,
             "client": t.client,
+            "plan": plan,
             "backend": store.backend(),
             "now_ms": us_to_ms(now_us),
             "limits": limits,
@@ -314,18 +363,20 @@ pub async fn reset(rules: &Rules, store: &dyn Store, query: &str) -> Response<Ve
         Ok(t) => t,
         Err(rejection) => return rejection.response(),
     };
-    // The client's own buckets: a limit under a `global` key of its own counts every client,
-    // so one client's reset leaves it (the route's key `global` resets the route-wide bucket).
-    let limits = &t.route.spec.limits;
-    for (bucket, members) in t.groups() {
-        let shared = members
-            .iter()
-            .all(|&i| t.route.spec.limit_keys.key_of(i) == Some(&KeySpec::Global));
-        let Some(bucket) = bucket.ok().filter(|_| !shared) else {
-            continue;
+    // On a route with plans, the client's buckets under every plan's limits: a plan changed
+    // later must not find what this reset was meant to forget.
+    let copies = t.route.plans.as_ref().map_or(&[][..], |p| &p.routes[..]);
+    for &i in copies {
+        let copy = match target_in(rules, &rules.routes[i], t.client.clone()) {
+            Ok(copy) => copy,
+            Err(rejection) => return rejection.response(),
         };
-        let sub: Vec<_> = members.iter().map(|&i| limits[i]).collect();
-        if let Err(e) = store.reset(bucket, &sub).await {
+        if let Err(e) = reset_target(&copy, store).await {
+            return store_error(&e);
+        }
+    }
+    if copies.is_empty() {
+        if let Err(e) = reset_target(&t, store).await {
             return store_error(&e);
         }
     }
@@ -335,4 +386,22 @@ pub async fn reset(rules: &Rules, store: &dyn Store, query: &str) -> Response<Ve
         StatusCode::OK,
         &json!({"route": t.route.spec.name, "client": t.client, "reset": true}),
     )
+}
+
+/// Forget the client's own buckets of `t`: a limit under a `global` key of its own counts every
+/// client, so one client's reset leaves it (the route's key `global` resets the route-wide
+/// bucket).
+async fn reset_target(t: &Target<'_>, store: &dyn Store) -> Result<(), crate::limiter::StoreError> {
+    let limits = &t.route.spec.limits;
+    for (bucket, members) in t.groups() {
+        let shared = members
+            .iter()
+            .all(|&i| t.route.spec.limit_keys.key_of(i) == Some(&KeySpec::Global));
+        let Some(bucket) = bucket.ok().filter(|_| !shared) else {
+            continue;
+        };
+        let sub: Vec<_> = members.iter().map(|&i| limits[i]).collect();
+        store.reset(bucket, &sub).await?;
+    }
+    Ok(())
 }

@@ -75,7 +75,10 @@ fn readyz(store_ready: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
     let answer = if readiness::wants_store(query) {
         readiness::of_store(store_ready)
     } else {
-        readiness::of_routes(store_ready, rules.routes.iter().map(|r| &r.spec))
+        readiness::of_routes(
+            store_ready,
+            rules.configured_routes().iter().map(|r| &r.spec),
+        )
     };
     let status = match answer.ready {
         true => StatusCode::OK,

@@ -99,7 +99,19 @@ impl Config {
                 let bytes = Value::Integer(scan_bytes as i64);
                 route.entry("settle_scan_bytes").or_insert(bytes);
             }
+            plan_refresh(route, spec.plans.as_ref());
         }
+    }
+}
+
+/// A plan read from Redis: its `refresh`, the default written out.
+fn plan_refresh(route: &mut Table, plans: Option<&super::RoutePlans>) {
+    let Some(super::PlanSource::Redis { refresh }) = plans.map(|p| &p.source) else {
+        return;
+    };
+    if let Some(Value::Table(plan)) = route.get_mut("plan") {
+        let refresh = humantime::format_duration(*refresh).to_string();
+        plan.entry("refresh").or_insert(Value::String(refresh));
     }
 }
 

@@ -37,7 +37,8 @@ pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
 pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
 pub use route::{
-    Answers, Counting, DenyAnswer, DenyBody, LimitKeys, RouteMatch, RouteSpec, Smoothing,
+    Answers, Counting, DenyAnswer, DenyBody, LimitKeys, PlanLimits, PlanSource, RouteMatch,
+    RoutePlans, RouteSpec, Smoothing,
 };
 pub use secrets::{fingerprint, redacted_url, Secret};
 pub use store::{Backend, OnError, RedisTls, RedisUrl, SentinelMaster, StoreSettings};

@@ -39,6 +39,57 @@ pub struct RouteSpec {
     pub smoothing: Option<Smoothing>,
     /// `cost`, `max_cost`: what a request weighs in the cost limits (`unit = "cost"`).
     pub cost: crate::request::cost::Cost,
+    /// `plan`: the limits above are those of one customer plan ([`RoutePlans::chosen`]); the
+    /// rules hold the route once per plan and pick the client's after its key.
+    pub plans: Option<RoutePlans>,
+}
+
+/// A route's `plan`: where a client's plan is read, and every plan's limits as the route
+/// counts them (the plan's own, then the route's `limits`, which every plan shares).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutePlans {
+    /// Where each client's plan is read.
+    pub source: PlanSource,
+    /// The plan of a client the source does not name (an index into `each`).
+    pub default: usize,
+    /// The plan whose limits the route's `limits` are (an index into `each`).
+    pub chosen: usize,
+    /// Every `[plans.<name>]`, in name order.
+    pub each: Vec<PlanLimits>,
+}
+
+impl RoutePlans {
+    /// The name of the plan whose limits the route holds.
+    pub fn chosen_name(&self) -> &str {
+        &self.each[self.chosen].name
+    }
+}
+
+/// One plan's limits on one route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanLimits {
+    /// The `[plans.<name>]` name.
+    pub name: String,
+    /// Its limits, then the route's own.
+    pub limits: Vec<Limit>,
+    /// Which of them count under keys of their own.
+    pub limit_keys: LimitKeys,
+    /// What a request weighs in its cost limits (the route's `cost` against this plan's quotas).
+    pub cost: crate::request::cost::Cost,
+}
+
+/// `plan.from`: where a client's plan is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanSource {
+    /// `"file:<path>"`: a TOML table of client key to plan name, read with the rules (at start,
+    /// on every reload, and when `--watch` sees it change).
+    File(PathBuf),
+    /// `"redis"`: the hash `<prefix>:plans` (field: the client's key, value: the plan name),
+    /// which a billing system writes; each client's entry is read again after `refresh`.
+    Redis {
+        /// How long a plan read is used before it is read again.
+        refresh: Duration,
+    },
 }
 
 impl RouteSpec {
@@ -58,9 +109,19 @@ impl RouteSpec {
     /// Each limit's policy name, in order (`RateLimit-Policy`, `RateLimit`, the inspector):
     /// see [`policy_name`].
     pub fn policy_names(&self) -> Vec<String> {
+        let prefix = self.policy_prefix();
         (self.limits.iter().enumerate())
-            .map(|(i, l)| policy_name(&self.name, l, self.limit_keys.key_of(i)))
+            .map(|(i, l)| policy_name(&prefix, l, self.limit_keys.key_of(i)))
             .collect()
+    }
+
+    /// What the policy names start with: the route's name, and on a route with plans the
+    /// plan's too (`api-pro`), so that the RateLimit fields and the metrics name the plan.
+    pub fn policy_prefix(&self) -> String {
+        match &self.plans {
+            None => self.name.clone(),
+            Some(plans) => format!("{}-{}", self.name, plans.chosen_name()),
+        }
     }
 }
 

@@ -292,6 +292,11 @@ pub trait Store: Send + Sync + 'static {
     /// was reset), which renews nothing, so a lapsed lease never comes back.
     async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError>;
 
+    /// The value of `field` in the hash `<prefix>:<hash>` that a system outside the proxy
+    /// writes (a customer's plan: `HSET <prefix>:plans <key> <plan>`); `None` when absent. The
+    /// memory store holds no such hash: always `None`.
+    async fn read_shared(&self, hash: &str, field: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
     /// The backend name used as a metric label (`memory`, `redis`, `redis_cluster`,
     /// `redis_sentinel`).
     fn backend(&self) -> &'static str;
@@ -393,6 +398,15 @@ pub(crate) mod fixtures {
         async fn renew(&self, admission: Admission<'_>) -> Result<Vec<u64>, StoreError> {
             self.store.renew(admission).await
         }
+
+        async fn read_shared(
+            &self,
+            hash: &str,
+            field: &[u8],
+        ) -> Result<Option<Vec<u8>>, StoreError> {
+            self.store.read_shared(hash, field).await
+        }
+
         fn backend(&self) -> &'static str {
             "counting"
         }

@@ -73,6 +73,13 @@ pub struct Metrics {
     pub limit_admissions: IntCounterVec,
     /// `slidegate_build_info{version,commit}`: 1, naming the running build.
     pub build_info: IntGaugeVec,
+    /// `slidegate_plan_requests_total{route,plan}`: limited requests of a route with plans,
+    /// by the plan their client's limits came from (bounded by the config's plans).
+    pub plan_requests: IntCounterVec,
+    /// `slidegate_plan_fallbacks_total{route,reason}`: client plans read that could not be
+    /// used: `unknown_plan` (the store names a plan the config lacks: the default counts the
+    /// client) or `store_error` (the read failed: the plan read before, else the default).
+    pub plan_fallbacks: IntCounterVec,
     /// `slidegate_settlements_total{route,result}`: requests of a `settle` route whose real
     /// cost corrected the charge (`given_back`, `charged`, `unchanged`), or did not (`missing`,
     /// `invalid`, `cut_off`, `oversized`, `encoded`, `error`: the charge stands).
@@ -324,6 +331,18 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         &["route", "limit"]
     )
     .expect("register slidegate_limit_denials_total"),
+    plan_requests: register_int_counter_vec!(
+        "slidegate_plan_requests_total",
+        "Limited requests of a route with plans, by their client's plan",
+        &["route", "plan"]
+    )
+    .expect("register slidegate_plan_requests_total"),
+    plan_fallbacks: register_int_counter_vec!(
+        "slidegate_plan_fallbacks_total",
+        "Client plan reads that could not be used (reason: unknown_plan, store_error)",
+        &["route", "reason"]
+    )
+    .expect("register slidegate_plan_fallbacks_total"),
     limit_admissions: register_int_counter_vec!(
         "slidegate_limit_admissions_total",
         "Admissions, counted in each limit of the route (limit: its policy name)",

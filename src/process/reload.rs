@@ -41,6 +41,17 @@ impl ReloadOutcome {
     }
 }
 
+/// The files `--watch` follows: the config, and the plan files its routes read.
+fn watched_files(config: &Config) -> Vec<std::path::PathBuf> {
+    let plan_files = (config.routes.iter()).filter_map(|r| match &r.plans.as_ref()?.source {
+        crate::config::PlanSource::File(path) => Some(path.clone()),
+        crate::config::PlanSource::Redis { .. } => None,
+    });
+    std::iter::once(config.source.clone())
+        .chain(plan_files)
+        .collect()
+}
+
 /// Owns the running config and swaps rules in on reload.
 pub struct Reloader {
     current: Mutex<Config>,
@@ -82,16 +93,15 @@ impl Reloader {
         self
     }
 
-    /// Modification time and size of the config file, to notice edits when watching.
-    fn fingerprint(&self) -> Option<(std::time::SystemTime, u64)> {
-        let path = self
-            .current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .source
-            .clone();
-        let meta = std::fs::metadata(path).ok()?;
-        Some((meta.modified().ok()?, meta.len()))
+    /// Modification time and size of the config file and of each plan file it names, to
+    /// notice edits when watching (`None` for a file that cannot be read now).
+    fn fingerprint(&self) -> Vec<Option<(std::time::SystemTime, u64)>> {
+        let paths = watched_files(&self.current.lock().unwrap_or_else(|e| e.into_inner()));
+        let stamp = |path: &std::path::Path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        };
+        paths.iter().map(|p| stamp(p)).collect()
     }
 
     /// Re-read the config file and apply it if it is valid. Counts
@@ -176,12 +186,14 @@ impl BackgroundService for Reloader {
                 }
                 _ = poll.tick(), if self.watch => {
                     let now = self.fingerprint();
-                    match (settled.take(), now) {
-                        (Some(before), Some(now)) if Some(now) != seen && now == before => {
-                            seen = Some(now);
+                    // A file that cannot be read now (mid-replace) is waited out.
+                    let readable = now.iter().all(Option::is_some);
+                    match settled.take() {
+                        Some(before) if readable && now != seen && now == before => {
                             self.reload();
+                            seen = self.fingerprint();
                         }
-                        (_, Some(now)) if Some(now) != seen => settled = Some(now),
+                        _ if readable && now != seen => settled = Some(now),
                         _ => {}
                     }
                 }

@@ -7,7 +7,7 @@ use pingora::proxy::Session;
 
 use super::outcome::{DecidedBy, Findings, Outcome};
 use super::{respond, RequestCtx, SlideGate};
-use crate::keys::{Ambiguous, KeyInput};
+use crate::keys::{Ambiguous, KeyInput, KeySpec, PartValue};
 use crate::limiter::settle::Ticket;
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::METRICS;
@@ -15,7 +15,6 @@ use crate::process::bench_switch::{on, Layer};
 use crate::request::form::{self, BadRequest};
 use crate::request::method_override::Methods;
 use crate::request::path::normalize_path;
-use crate::response::ratelimit_headers::policy_name;
 use crate::routes::{Route, Rules};
 
 impl SlideGate {
@@ -48,7 +47,8 @@ impl SlideGate {
             return Findings::NoRoute;
         };
         ctx.route = Some(idx);
-        if !route.spec.is_limited() {
+        // A route with plans is limited as its client's plan says, known after the key.
+        if !route.spec.is_limited() && route.plans.is_none() {
             return Findings::Unlimited;
         }
         let exempt = &route.spec.counting.exempt;
@@ -63,7 +63,26 @@ impl SlideGate {
             ip: rules.client_ip.key_address(client),
         };
         let key = (route.spec.key).write_request_key(&mut ctx.key, &route.spec.name, &input);
-        if key.is_err() || own_keys(route, &mut ctx.limit_keys, &input).is_err() {
+        if key.is_err() {
+            return Findings::BadForm(BadRequest::AmbiguousKey);
+        }
+        let route = match &route.plans {
+            None => route,
+            Some(plans) => {
+                let client = plan_client(&route.spec.key, &input);
+                let store = self.limiter.fallback().shared();
+                let plan = plans.directory.plan_of(client.as_deref(), &**store).await;
+                plans.directory.count(plan);
+                let idx = plans.routes.get(plan).copied().unwrap_or(idx);
+                ctx.route = Some(idx);
+                let route = &rules.routes[idx];
+                if !route.spec.is_limited() {
+                    return Findings::Unlimited;
+                }
+                route
+            }
+        };
+        if own_keys(route, &mut ctx.limit_keys, &input).is_err() {
             return Findings::BadForm(BadRequest::AmbiguousKey);
         }
         if route.spec.cost.is_weighted() {
@@ -186,12 +205,24 @@ fn count_cost(route: &Route, outcome: &Outcome<'_>, cost: u32) {
         _ => return,
     };
     let spec = &route.spec;
-    for (j, limit) in spec.limits.iter().enumerate() {
+    for (limit, policy) in spec.limits.iter().zip(&route.policy_names) {
         if limit.unit() == crate::limiter::Unit::Cost {
-            let policy = policy_name(&spec.name, limit, spec.limit_keys.key_of(j));
             (counter.with_label_values(&[spec.name.as_str(), policy.as_str()]))
                 .inc_by(u64::from(cost));
         }
+    }
+}
+
+/// The customer a route with plans counts: its key's value (`None` for a request without one,
+/// keyed by its address, which takes the default plan). The config allows only one-part keys
+/// there.
+fn plan_client<'a>(key: &KeySpec, input: &KeyInput<'a>) -> Option<std::borrow::Cow<'a, [u8]>> {
+    match key {
+        KeySpec::One(part) => match part.value_of(input).ok()? {
+            PartValue::Text(_, bytes) => Some(bytes),
+            PartValue::Ip(_) => None,
+        },
+        KeySpec::Global | KeySpec::Composite(_) => None,
     }
 }
 

@@ -221,7 +221,7 @@ fn shipped_example_config_routes_each_path_on_localhost() {
     }
     assert_eq!(
         checked,
-        ["login", "api", "search", "chat", "stream", "plan"]
+        ["login", "api", "search", "chat", "stream", "reports"]
     );
 }
 

@@ -447,6 +447,7 @@ fn schema_fields() -> BTreeSet<(String, String)> {
             MINIMAL.replace("servers =", &format!("{PROBE}servers =")),
         ),
         ("routes", format!("{MINIMAL}{PROBE}")),
+        ("plans.*", format!("{MINIMAL}[plans.x]\n{PROBE}")),
         (
             "routes.limits",
             format!("{MINIMAL}limits = [{{ requests = 1, window = \"1s\", zz_probe = 1 }}]\n"),
@@ -497,6 +498,7 @@ fn example_keys(text: &str) -> (BTreeSet<String>, Vec<ExampleLine>) {
             let name = &name[..name.find(']').expect("a closed header")];
             section = match name.split_once('.') {
                 Some(("upstreams", _)) => "upstreams.*".to_string(),
+                Some(("plans", _)) => "plans.*".to_string(),
                 _ => name.to_string(),
             };
             tables.insert(section.clone());
@@ -597,7 +599,8 @@ fn the_example_config_shows_every_key_of_the_schema_with_its_default() {
 
 /// Keys whose documented default applies only with another setting, which MINIMAL leaves
 /// off, so `-T` of it rightly prints nothing for them.
-const CONDITIONAL: [(&str, &str, &str); 8] = [
+const CONDITIONAL: [(&str, &str, &str); 9] = [
+    ("routes", "plan.refresh", "with from = \"redis\""),
     ("server", "tls_min_version", "with tls_listen"),
     ("routes", "limits[].lease_ttl", "with concurrent"),
     ("routes", "limits[].time_zone", "with per"),

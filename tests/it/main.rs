@@ -65,6 +65,7 @@ mod route_delay;
 mod route_delay_cap;
 mod route_keys;
 mod route_keys_checks;
+mod route_plans;
 mod route_policies;
 mod route_refunds;
 mod route_resolution;

@@ -75,9 +75,13 @@ function renderRoutes(rates) {
     const name = el("th", { scope: "row" }, r.name);
     if (r.shadow) name.append(" ", el("span", { class: "shadow-tag", title: "shadow: never denies" }, "shadow"));
     tr.append(name, el("td", {}, r.key));
-    const limits = r.limits.length
-      ? r.limits.map((l) => `${l.requests} per ${fmtWindow(l.window_ms)}`).join(", ")
+    const list = (ls) => ls.length
+      ? ls.map((l) => `${l.requests} per ${fmtWindow(l.window_ms)}`).join(", ")
       : "none";
+    // A route with plans: each plan's limits (the bucket view names the client's plan).
+    const limits = r.plans
+      ? r.plans.map((p) => `${p.name}: ${list(p.limits)}`).join("; ")
+      : list(r.limits);
     tr.append(el("td", {}, limits));
     const rate = rates[r.name];
     tr.append(el("td", { class: "num rate-allowed" }, rate ? rate.allowed.toFixed(1) : "–"));

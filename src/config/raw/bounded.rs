@@ -64,8 +64,9 @@ pub(in crate::config) type KeepaliveTimeout = BoundedDuration<0, 3_600_000>;
 /// 1 ms ..= 1 h. Zero would fail every request (or pool nothing); Pingora takes them as-is.
 pub(in crate::config) type UpstreamTimeout = BoundedDuration<1, 3_600_000>;
 
-/// `store.deny_cache_max_age`: 1 ms ..= 1 h; how long a cached denial is trusted without asking
-/// the store again.
+/// A route's `plan.refresh`: 100 ms ..= 60 s (default 2 s).
+pub(in crate::config) type PlanRefresh = BoundedDuration<100, 60_000>;
+
 /// A concurrency limit's `lease_ttl`: 1 s ..= 1 h (a crashed proxy's leases stay held for
 /// at most this long).
 pub(in crate::config) type LeaseTtl = BoundedDuration<1000, 3_600_000>;

@@ -45,10 +45,35 @@ pub(super) struct RawConfig {
     pub client_ip: RawClientIp,
     #[serde(default)]
     pub upstreams: BTreeMap<String, RawUpstream>,
+    /// `[plans.<name>]`: the limits of each customer plan, for routes with a `plan`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plans: BTreeMap<String, RawPlan>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
     #[serde(default)]
     pub log: RawLog,
+}
+
+/// `[plans.<name>]`: one customer plan.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlan {
+    /// The plan's limits, as a route's (`limits[].key` included).
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
+}
+
+/// A route's `plan`: where each client's plan is read, and the plan of a client it lacks.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlanChoice {
+    /// `"file:<path>"` or `"redis"`.
+    pub from: Spanned<String>,
+    /// The plan of a client the source does not name.
+    pub default: Spanned<String>,
+    /// `from = "redis"`: how long a client's plan is used before it is read again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<Spanned<PlanRefresh>>,
 }
 
 /// `[server]`.
@@ -350,6 +375,9 @@ pub(super) struct RawRoute {
     /// `"max_cost"`: every request reserves `max_cost` and settles down to its real cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<Spanned<String>>,
+    /// Limits from the client's plan (`[plans.<name>]`), besides the route's own `limits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Spanned<RawPlanChoice>>,
 }
 
 /// `cost`: a fixed integer or where to read it.

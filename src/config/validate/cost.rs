@@ -19,17 +19,17 @@ use crate::response::usage::UsagePaths;
 const SCAN_BYTES: std::ops::RangeInclusive<u64> = 1 << 10..=64 << 20;
 
 impl Validator<'_> {
-    /// Limit `j` of route `i` over its `window` `w`: a request limit (`requests`, a log or
+    /// The limit at `base` over its `window` `w`: a request limit (`requests`, a log or
     /// slotted by `resolution`) or a cost limit (`quota`, `unit = "cost"`, always slotted: by
     /// its `resolution`, or the largest whole-ms divisor of the window up to a sixtieth of it).
     pub(super) fn windowed(
         &self,
-        (i, j): (usize, usize),
+        base: &str,
         l: &RawLimit,
         w: &Spanned<Window>,
     ) -> Result<Limit, ConfigError> {
         let window = w.get_ref().0;
-        let at = |field: &str| format!("routes[{i}].limits[{j}].{field}");
+        let at = |field: &str| format!("{base}.{field}");
         let unit = l.unit.as_ref().map_or(RawUnit::Requests, |u| *u.get_ref());
         let (requests, quota) = (l.requests.as_ref(), l.quota.as_ref());
         let amount = match (

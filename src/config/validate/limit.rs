@@ -11,18 +11,17 @@ use crate::limiter::algo::{KindOptions, OptionError};
 use crate::limiter::{Kind, Limit, LimitKind, Unit};
 
 impl Validator<'_> {
-    /// `routes[i].limits[j]` as a [`Limit`], with the span to point at when the route names it
-    /// twice.
+    /// The limit at `base` (`routes[i].limits[j]`, `plans.<name>.limits[j]`) as a [`Limit`],
+    /// with the span to point at when the route names it twice.
     pub(super) fn limit(
         &self,
-        i: usize,
-        j: usize,
+        base: &str,
         l: &RawLimit,
     ) -> Result<(Limit, Range<usize>), ConfigError> {
-        let at = |field: &str| format!("routes[{i}].limits[{j}].{field}");
+        let at = |field: &str| format!("{base}.{field}");
         let options = l.kind_options();
         if !options.is_empty() {
-            return self.kind_limit((i, j), l, &options);
+            return self.kind_limit(base, l, &options);
         }
         let windowed = l.requests.is_some() || l.quota.is_some();
         match (windowed, &l.concurrent) {
@@ -33,7 +32,7 @@ impl Validator<'_> {
             ),
             (false, None) => self.err(
                 None,
-                format!("routes[{i}].limits[{j}]"),
+                base.to_string(),
                 "a limit needs `requests` (with a `window`), `quota` (with unit = \"cost\") or \
                  `concurrent`",
             ),
@@ -64,7 +63,7 @@ impl Validator<'_> {
                     let span = amount.map(|a| a.span());
                     return self.err(span, at("window"), "`requests` and `quota` need a `window`");
                 };
-                Ok((self.windowed((i, j), l, w)?, w.span()))
+                Ok((self.windowed(base, l, w)?, w.span()))
             }
         }
     }
@@ -74,11 +73,11 @@ impl Validator<'_> {
     /// options as the kind reads them, each error naming the option at fault.
     fn kind_limit(
         &self,
-        (i, j): (usize, usize),
+        base: &str,
         l: &RawLimit,
         options: &[(&'static str, Range<usize>, String)],
     ) -> Result<(Limit, Range<usize>), ConfigError> {
-        let at = |field: &str| format!("routes[{i}].limits[{j}].{field}");
+        let at = |field: &str| format!("{base}.{field}");
         let (first, span) = (options[0].0, options[0].1.clone());
         let stray = [("window", l.window.as_ref().map(|w| w.span()))]
             .into_iter()

@@ -18,6 +18,7 @@ mod answers;
 mod cost;
 mod key;
 mod limit;
+mod plan;
 mod policy;
 mod redis_nodes;
 mod request_headers;
@@ -136,9 +137,10 @@ impl Validator<'_> {
         let upstreams = self.upstreams(raw.upstreams)?;
         let log = self.log(raw.log)?;
         let mut names = HashSet::new();
+        let plans = self.plan_entries(&raw.plans)?;
         let mut routes = Vec::with_capacity(raw.routes.len());
         for (i, r) in raw.routes.into_iter().enumerate() {
-            routes.push(self.route(i, r, &upstreams, defaults, &mut names)?);
+            routes.push(self.route(i, r, &upstreams, defaults, &mut names, &plans)?);
         }
         Ok(Config {
             source: self.path.to_path_buf(),

@@ -13,6 +13,7 @@ use super::super::{
     Answers, ConfigError, Counting, HostMatch, KeySpec, LimitKeys, RouteMatch, RouteSpec,
     UpstreamSpec,
 };
+use super::plan::RawPlanEntry;
 use super::{RouteDefaults, Validator};
 use crate::limiter::Limit;
 use crate::response::ratelimit_headers::policy_name;
@@ -26,6 +27,7 @@ impl Validator<'_> {
         upstreams: &[UpstreamSpec],
         defaults: RouteDefaults,
         names: &mut HashSet<String>,
+        plans: &[RawPlanEntry<'_>],
     ) -> Result<RouteSpec, ConfigError> {
         self.route_name(i, &r, names)?;
         let matching = self.route_match(i, &r)?;
@@ -38,12 +40,28 @@ impl Validator<'_> {
             );
         };
         let key = self.key(&r.key, &format!("routes[{i}].key"))?;
-        let (limits, limit_keys) = self.limits(i, &r, &key)?;
-        self.policy_names(i, &r, &limits, &limit_keys)?;
+        let own: Vec<_> = (r.limits.iter().enumerate())
+            .map(|(j, l)| (format!("routes[{i}].limits[{j}]"), l))
+            .collect();
+        let plans = self.route_plans(i, &r, plans, &key, &own, defaults.shared)?;
+        let (limits, limit_keys, cost) = match &plans {
+            Some(p) => {
+                let chosen = &p.each[p.chosen];
+                (
+                    chosen.limits.clone(),
+                    chosen.limit_keys.clone(),
+                    chosen.cost.clone(),
+                )
+            }
+            None => {
+                let (limits, keys) = self.limits(r.name.get_ref(), &own, &key)?;
+                let cost = self.cost(i, &r, &limits)?;
+                (limits, keys, cost)
+            }
+        };
         let answers = self.answers(i, &r, defaults)?;
         let smoothing = self.smoothing(i, &r, defaults.smoothing)?;
         let counting = self.counting(i, &r, defaults)?;
-        let cost = self.cost(i, &r, &limits)?;
         Ok(RouteSpec {
             name: r.name.into_inner(),
             matching,
@@ -55,6 +73,7 @@ impl Validator<'_> {
             answers,
             smoothing,
             cost,
+            plans,
         })
     }
 
@@ -146,20 +165,22 @@ impl Validator<'_> {
         Ok(methods)
     }
 
-    /// `limits`: each a log, or slots when it has a `resolution`, under the route's `key` or
-    /// its own; no two with one id under one key.
-    fn limits(
+    /// `limits` (each given with where it is written: `routes[i].limits[j]`,
+    /// `plans.<name>.limits[j]`) of the route whose policy names start with `prefix`: each a
+    /// log, or slots when it has a `resolution`, under the route's `key` or its own; no two with
+    /// one id under one key, nor with one policy name.
+    pub(super) fn limits(
         &self,
-        i: usize,
-        r: &RawRoute,
+        prefix: &str,
+        list: &[(String, &RawLimit)],
         key: &KeySpec,
     ) -> Result<(Vec<Limit>, LimitKeys), ConfigError> {
-        let mut limits = Vec::with_capacity(r.limits.len());
+        let mut limits = Vec::with_capacity(list.len());
         let mut keys = LimitKeys::default();
-        let mut of_limit = Vec::with_capacity(r.limits.len());
-        for (j, l) in r.limits.iter().enumerate() {
-            let k = self.limit_key(i, j, l, key, &mut keys.keys)?;
-            let (limit, span) = self.limit(i, j, l)?;
+        let mut of_limit = Vec::with_capacity(list.len());
+        for (base, l) in list {
+            let k = self.limit_key(base, l, key, &mut keys.keys)?;
+            let (limit, span) = self.limit(base, l)?;
             // Two limits with one id under one key would share one log (one Redis key, one
             // policy name).
             let same = |(x, xk): (&Limit, &u8)| x.id() == limit.id() && *xk == k;
@@ -171,8 +192,8 @@ impl Validator<'_> {
                 let window = humantime::format_duration(limit.window);
                 return self.err(
                     Some(span),
-                    format!("routes[{i}].limits[{j}].{field}"),
-                    format!("duplicate {what} {window} on route {:?}", r.name.get_ref()),
+                    format!("{base}.{field}"),
+                    format!("duplicate {what} {window} in the limits of {prefix:?}"),
                 );
             }
             limits.push(limit);
@@ -182,6 +203,7 @@ impl Validator<'_> {
         if of_limit.iter().any(|&k| k > 0) {
             keys.of_limit = of_limit;
         }
+        self.policy_names(prefix, list, &limits, &keys)?;
         Ok((limits, keys))
     }
 
@@ -189,39 +211,37 @@ impl Validator<'_> {
     /// [`key_suffix`](crate::response::ratelimit_headers::key_suffix)).
     fn policy_names(
         &self,
-        i: usize,
-        r: &RawRoute,
+        prefix: &str,
+        list: &[(String, &RawLimit)],
         limits: &[Limit],
         keys: &LimitKeys,
     ) -> Result<(), ConfigError> {
-        let name = r.name.get_ref();
         let mut seen = HashSet::new();
         for (j, limit) in limits.iter().enumerate() {
-            let policy = policy_name(name, limit, keys.key_of(j));
+            let policy = policy_name(prefix, limit, keys.key_of(j));
             if !seen.insert(policy.clone()) {
-                let raw = &r.limits[j];
+                let (base, raw) = &list[j];
                 let span = (raw.key.as_ref().map(|k| k.span()))
                     .or_else(|| raw.window.as_ref().map(|w| w.span()))
                     .or_else(|| raw.concurrent.as_ref().map(|c| c.span()));
                 let message = format!("a second limit with the policy name {policy:?}");
-                return self.err(span, format!("routes[{i}].limits[{j}].key"), message);
+                return self.err(span, format!("{base}.key"), message);
             }
         }
         Ok(())
     }
 
-    /// `limits[j].key`: 0 for the route's key (none given, or the same key), else the limit's
-    /// own key's place in `keys` plus 1 (added there when new).
+    /// `<base>.key` of a limit: 0 for the route's key (none given, or the same key), else the
+    /// limit's own key's place in `keys` plus 1 (added there when new).
     fn limit_key(
         &self,
-        i: usize,
-        j: usize,
+        base: &str,
         l: &RawLimit,
         route_key: &KeySpec,
         keys: &mut Vec<KeySpec>,
     ) -> Result<u8, ConfigError> {
         let Some(raw) = &l.key else { return Ok(0) };
-        let at = format!("routes[{i}].limits[{j}].key");
+        let at = format!("{base}.key");
         let key = self.key(raw, &at)?;
         if key == *route_key {
             return Ok(0);

@@ -32,6 +32,9 @@ impl Store for Down {
     async fn renew(&self, _: Admission<'_>) -> Result<Vec<u64>, StoreError> {
         Err(self.0.clone())
     }
+    async fn read_shared(&self, _: &str, _: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Err(self.0.clone())
+    }
     fn backend(&self) -> &'static str {
         "down"
     }

@@ -352,6 +352,11 @@ impl Store for MemoryStore {
         Ok(self.check_stacked(route, buckets, limits))
     }
 
+    /// One process: no system outside it writes here.
+    async fn read_shared(&self, _: &str, _: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(None)
+    }
+
     fn backend(&self) -> &'static str {
         "memory"
     }

@@ -55,6 +55,19 @@ impl Inner {
         parse_inspect(&reply, limits)
     }
 
+    /// `HGET <prefix>:<hash> <field>` (see [`Store::read_shared`](crate::limiter::Store)).
+    pub(super) async fn read_field(
+        &self,
+        hash: &str,
+        field: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut conn = self.live_conn().map(|conn| (*conn).clone())?;
+        let mut hget = redis::cmd("HGET");
+        hget.arg(format!("{}:{hash}", self.target.prefix))
+            .arg(field);
+        within(self.target.timeout, hget.query_async(&mut conn)).await
+    }
+
     /// `DEL` of every key of the bucket (one slot: they share the hash tag).
     pub(super) async fn reset_bucket(
         &self,

@@ -257,6 +257,12 @@ impl Store for RedisStore {
         self.decide_stacked(buckets, limits).await
     }
 
+    async fn read_shared(&self, hash: &str, field: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let (inner, hash, field) = (self.inner.clone(), hash.to_owned(), field.to_vec());
+        let read = async move { inner.read_field(&hash, &field).await };
+        self.inner.io.run(read).await
+    }
+
     fn backend(&self) -> &'static str {
         self.inner.target.label()
     }
