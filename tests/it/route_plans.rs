@@ -10,6 +10,7 @@
 //!   without a reload, usage carries over both ways; a plan the config lacks gives the default,
 //!   counted and logged; a flood of 2,000 made-up keys is read once each, all on the default.
 //! - A bad `plan` names its file, line and key; so does a bad plan file (`slidegate -t`).
+//! - The inspector page (headless chromium) lists each plan's limits and a client's plan.
 
 use crate::common;
 
@@ -358,4 +359,41 @@ fn a_bad_plan_names_its_key_and_line() {
     for (lines, (key, line), message) in cases {
         assert_invalid(&route(lines), key, line, message);
     }
+}
+
+/// The inspector page in headless chromium: the routes table lists each plan's limits, and a
+/// pro client's window shows its plan's policy (`api-pro-60s`, 2 of 6 used).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_page_shows_each_plan_and_the_clients() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let plans = dir.path().join("plans.toml");
+    std::fs::write(&plans, "\"alice\" = \"pro\"\n").unwrap();
+    let from = format!("\"file:{}\"", plans.display());
+    let proxy = Proxy::start(&config(&up, "backend = \"memory\"", &from));
+    for _ in 0..2 {
+        let reply = common::http::send(proxy.addr(), "GET", "/", &[("x-client", "alice")]).await;
+        assert_eq!(reply.status, 200);
+    }
+    let browser = common::browser::Browser::start().await;
+    let url = format!("http://{}/?route=api&client=alice", proxy.admin_addr());
+    browser.goto(&url).await;
+    let cell = browser
+        .wait_for(
+            "the plans listed",
+            "const r = document.querySelector('#routes tbody tr[data-route=\"api\"]');
+             return r ? r.querySelectorAll('td')[1].textContent : null;",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(cell, "free: 3 per 1m; pro: 6 per 1m");
+    let card = browser
+        .wait_for(
+            "the client's plan",
+            "const c = document.querySelector('[data-limit=\"api-pro-60s\"]');
+             return c ? c.querySelector('.remaining').textContent : null;",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(card.as_str().unwrap_or_default().contains('4'), "{card}");
 }
