@@ -5,6 +5,7 @@ mod access_log;
 mod access_log_malformed;
 mod admin_api;
 mod admin_guard;
+mod build_script;
 mod calendar_quota;
 mod common;
 mod config_secrets;

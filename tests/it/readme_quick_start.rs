@@ -6,7 +6,7 @@
 //! - the ports: the example config listens on 8080 (proxy) and 9090 (admin) and proxies to
 //!   3000, which other programs (or other tests) may hold here. Each is replaced by a free
 //!   port, in the copy of `config/slidegate.toml` the block reads and in the block's text;
-//! - the build: `cargo build --release` becomes `:` (a no-op), and `target/release/slidegate`
+//! - the build: `scripts/build` becomes `:` (a no-op), and `target/release/slidegate`
 //!   in the temporary directory is the binary this test run built.
 
 use crate::common;
@@ -36,13 +36,7 @@ fn the_quick_start_works_and_leaves_no_process_behind() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     let block = quick_start_block(&readme);
-    for needed in [
-        "cargo build --release",
-        "8080",
-        "9090",
-        "3000",
-        "kill $SG $APP",
-    ] {
+    for needed in ["scripts/build", "8080", "9090", "3000", "kill $SG $APP"] {
         assert!(
             block.contains(needed),
             "the quick start no longer has {needed:?}"
@@ -65,7 +59,7 @@ fn the_quick_start_works_and_leaves_no_process_behind() {
         dir.path().join("target/release/slidegate"),
     )
     .unwrap();
-    let script = ports(block).replacen("cargo build --release", ":", 1);
+    let script = ports(block).replacen("scripts/build", ":", 1);
 
     let mut cmd = Command::new("bash");
     cmd.arg("-c")
