@@ -30,6 +30,7 @@ use pingora_prometheus::PrometheusHttpApp;
 
 use crate::config::{HostMatch, ServerSettings};
 use crate::limiter::Store;
+use crate::process::stopping::Stopping;
 use crate::routes::Rules;
 
 /// The admin HTTP application.
@@ -43,6 +44,8 @@ pub struct AdminApp {
     hosts: Vec<HostMatch>,
     /// Failed authentications per client address.
     throttle: throttle::Throttle,
+    /// SIGTERM received: `/readyz` says 503 until exit.
+    stopping: Stopping,
 }
 
 /// What a request's credentials are worth.
@@ -71,9 +74,11 @@ fn text_owned(status: StatusCode, body: String) -> Response<Vec<u8>> {
 }
 
 /// `/readyz` and `/readyz?store` ([`readiness`]): 200 or 503 with a body saying why.
-fn readyz(store_ready: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+fn readyz(store_ready: bool, draining: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
     let answer = if readiness::wants_store(query) {
         readiness::of_store(store_ready)
+    } else if draining {
+        readiness::draining()
     } else {
         readiness::of_routes(store_ready, rules.routes.iter().map(|r| &r.spec))
     };
@@ -222,7 +227,8 @@ impl ServeHttp for AdminApp {
             "/healthz" => return text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 let query = session.req_header().uri.query().unwrap_or("");
-                return readyz(self.store.is_ready(), &self.rules.load(), query);
+                let draining = self.stopping.is_draining();
+                return readyz(self.store.is_ready(), draining, &self.rules.load(), query);
             }
             _ => {}
         }
@@ -256,6 +262,7 @@ pub fn admin_service(
     server: &ServerSettings,
     store: Arc<dyn Store>,
     rules: Arc<ArcSwap<Rules>>,
+    stopping: Stopping,
 ) -> Service<HttpServer<AdminApp>> {
     if server.admin_token.is_none() && !server.admin_listen.ip().is_loopback() {
         log::warn!(
@@ -273,6 +280,7 @@ pub fn admin_service(
             listen: server.admin_listen,
             hosts: server.admin_hosts.clone(),
             throttle: throttle::Throttle::default(),
+            stopping,
         }),
     );
     service.add_tcp(&server.admin_listen.to_string());

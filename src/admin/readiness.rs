@@ -10,6 +10,10 @@
 //! refused anyway, and `/readyz` says 503. A route without limits, a shadow route, or one on
 //! `allow` or `local` keeps it 200. The store's own state is in the body, in
 //! `slidegate_store_ready`, and on `/readyz?store` (200 only while the store answers).
+//!
+//! From SIGTERM until exit `/readyz` says 503 *draining* whatever the store
+//! ([`crate::process::stopping`]): the process still serves for `shutdown_delay`, so that the
+//! endpoints that send it traffic are removed before its listeners close.
 
 use crate::config::{OnError, RouteSpec};
 
@@ -61,6 +65,16 @@ fn while_down(route: &RouteSpec) -> &'static str {
 /// Whether a route refuses every request while the store is down.
 fn fails_closed(route: &RouteSpec) -> bool {
     route.is_limited() && !route.counting.shadow && route.counting.on_error == OnError::Deny
+}
+
+/// `/readyz` after SIGTERM: 503 until exit.
+pub fn draining() -> Readiness {
+    Readiness {
+        ready: false,
+        body: "not ready: draining (SIGTERM received; still serving until shutdown_delay \
+               ends, then finishing what is in flight)\n"
+            .to_string(),
+    }
 }
 
 /// `/readyz`: see the module documentation for the rule.
@@ -166,5 +180,12 @@ mod tests {
         assert_eq!(of_store(false).body, "store: down\n");
         assert!(of_store(true).ready);
         assert!(!of_store(false).ready);
+    }
+
+    #[test]
+    fn draining_is_not_ready() {
+        let r = draining();
+        assert!(!r.ready);
+        assert!(r.body.starts_with("not ready: draining"), "{}", r.body);
     }
 }

@@ -25,6 +25,8 @@ use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
 use crate::process::limits_os::raise_nofile;
 use crate::process::reload::Reloader;
+use crate::process::state_file::StateFile;
+use crate::process::stopping::{ServeUntilExit, Signals, Stopping};
 use crate::proxy::SlideGate;
 use crate::response::ratelimit_headers::ceil_secs;
 use crate::routes::Rules;
@@ -117,6 +119,8 @@ struct ProxyWithStore<S> {
     listen: Vec<String>,
     pid_file: std::path::PathBuf,
     grace_period: Duration,
+    /// Written once the drain has ended, before the process exits.
+    state_file: Option<Arc<StateFile>>,
 }
 
 #[async_trait]
@@ -140,7 +144,14 @@ impl<S: Service> Service for ProxyWithStore<S> {
         self.proxy
             .start_service(fds, shutdown, listeners_per_fd)
             .await;
-        crate::process::drain::exit_when_drained(self.grace_period, self.pid_file.clone()).await;
+        let state_file = self.state_file.clone();
+        let before_exit = move || {
+            if let Some(f) = state_file {
+                f.save("after the drain");
+            }
+        };
+        let pid_file = self.pid_file.clone();
+        crate::process::drain::exit_when_drained(self.grace_period, pid_file, before_exit).await;
     }
 
     fn name(&self) -> &str {
@@ -357,7 +368,12 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     crate::metrics::init();
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let store = build_store(&config)?;
+    let memory = (config.store.redis_target().is_none()).then(|| Arc::new(memory_store(&config)));
+    let store: Arc<dyn Store> = match &memory {
+        Some(m) => m.clone(),
+        None => build_store(&config)?,
+    };
+    let state_file = StateFile::of(&config, memory.as_ref());
     let local = build_local_fallback(&config);
     let tls = tls_port(&config)?;
     let access_log =
@@ -373,6 +389,11 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
     server.bootstrap();
+    // After the bootstrap: with -u it returns once the old process handed its sockets over,
+    // which it does only after writing this file (`persist`'s order of a hand-over).
+    if let Some(f) = &state_file {
+        f.load(&config);
+    }
 
     log_nofile(&config);
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
@@ -389,6 +410,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         listen,
         pid_file: config.server.pid_file.clone(),
         grace_period: config.server.grace_period,
+        state_file: state_file.clone(),
     });
 
     server.add_service(background_service(
@@ -397,7 +419,14 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             stores: std::iter::once(store.clone()).chain(local).collect(),
         },
     ));
-    server.add_service(admin_service(&config.server, store.clone(), rules.clone()));
+    let stopping = Stopping::new();
+    let admin = admin_service(
+        &config.server,
+        store.clone(),
+        rules.clone(),
+        stopping.clone(),
+    );
+    server.add_service(ServeUntilExit::new(admin, stopping.clone()));
     let current = rules.clone();
     let health = HealthService::new(move || current.load().pool_health());
     server.add_service(background_service("upstream health", health));
@@ -407,6 +436,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     log_listeners(&config);
     log_partition_keys(&config);
     let pid_file = config.server.pid_file.clone();
+    let config_delay = config.server.shutdown_delay;
     server.add_service(background_service(
         "config reload",
         Reloader::new(config, rules, store, options.watch).with_tls(tls),
@@ -414,7 +444,20 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     catch_sighup_from_now_on()?;
     log::info!("slidegate starting");
-    server.run(RunArgs::default());
+    let handover = state_file.clone();
+    let signals = Signals::new(stopping, config_delay, move || {
+        if let Some(f) = &handover {
+            f.save("before handing the sockets over (SIGQUIT)");
+        }
+    });
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    // The runtimes are down: no decision is made any more (nothing is written after a
+    // hand-over: the successor owns the file).
+    if let Some(f) = &state_file {
+        f.save("at exit");
+    }
     // Only after a grace period that ran out, or SIGINT: a drain that finished exits earlier.
     crate::process::pid_file::remove_if_ours(&pid_file);
     Ok(())
