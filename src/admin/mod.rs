@@ -73,14 +73,21 @@ fn text_owned(status: StatusCode, body: String) -> Response<Vec<u8>> {
         .expect("a text response is valid")
 }
 
-/// `/readyz` and `/readyz?store` ([`readiness`]): 200 or 503 with a body saying why.
-fn readyz(store_ready: bool, draining: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+/// `/readyz`, `/readyz?store` and `/readyz?verbose` ([`readiness`]): 200 or 503 with a body
+/// saying why.
+fn readyz(store: &dyn Store, draining: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+    let store_ready = store.is_ready();
+    let specs = || rules.routes.iter().map(|r| &r.spec);
     let answer = if readiness::wants_store(query) {
         readiness::of_store(store_ready)
     } else if draining {
         readiness::draining()
     } else {
-        readiness::of_routes(store_ready, rules.routes.iter().map(|r| &r.spec))
+        readiness::of_routes(store_ready, specs())
+    };
+    let answer = match readiness::wants_verbose(query) && !readiness::wants_store(query) {
+        true => readiness::verbose(answer, draining, (store_ready, store.backend()), specs()),
+        false => answer,
     };
     let status = match answer.ready {
         true => StatusCode::OK,
@@ -228,7 +235,7 @@ impl ServeHttp for AdminApp {
             "/readyz" => {
                 let query = session.req_header().uri.query().unwrap_or("");
                 let draining = self.stopping.is_draining();
-                return readyz(self.store.is_ready(), draining, &self.rules.load(), query);
+                return readyz(&*self.store, draining, &self.rules.load(), query);
             }
             _ => {}
         }

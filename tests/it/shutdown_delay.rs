@@ -34,6 +34,13 @@ async fn sigterm_turns_readyz_503_at_once_and_serves_every_protocol_through_the_
     opts.grace_period = "2s";
     let mut proxy = Proxy::start_with(&config, opts);
     assert_eq!(proxy.admin_get("/readyz").0, 200);
+    let (status, body) = proxy.admin_get("/readyz?verbose");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        "ready\nphase: serving\nstore: up (memory)\n\
+         route api: while the store is down, on_error = \"allow\", proxied without limits\n"
+    );
     let mut kept = Vec::new();
     for p in PROTOCOLS {
         let mut conn = Kept::open(&proxy, p, &ca.ca_pem()).await;
@@ -53,6 +60,14 @@ async fn sigterm_turns_readyz_503_at_once_and_serves_every_protocol_through_the_
     let not_ready = not_ready.unwrap_or_else(|| panic!("/readyz not 503; log:\n{}", proxy.log()));
     let (_, body) = proxy.admin_get("/readyz");
     assert!(body.starts_with("not ready: draining"), "{body}");
+    let (status, body) = proxy.admin_get("/readyz?verbose");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("\nphase: draining (SIGTERM received)\nstore: up (memory)\n"),
+        "{body}"
+    );
+    // The store's own state is not the process's readiness.
+    assert_eq!(proxy.admin_get("/readyz?store").0, 200);
 
     // Until shortly before the delay ends: every protocol, new and kept connections, answered.
     let (mut rounds, mut answered) = (0, 0);
