@@ -14,3 +14,4 @@ pub mod reload;
 pub mod server;
 pub mod state_file;
 pub mod stopping;
+pub mod stores;
