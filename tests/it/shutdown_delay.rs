@@ -137,3 +137,35 @@ async fn sigterm_turns_readyz_503_at_once_and_serves_every_protocol_through_the_
         "{log}"
     );
 }
+
+/// A long `shutdown_delay` never traps an operator: SIGINT during it stops at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_during_the_delay_stops_at_once() {
+    let up = Upstream::start();
+    let config = ConfigBuilder::unlimited(up.addr());
+    let opts = common::proxy::ProxyOptions {
+        server_extra: "shutdown_delay = \"60s\"".into(),
+        ..Default::default()
+    };
+    let mut proxy = Proxy::start_with(&config, opts);
+    proxy.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    proxy.signal(libc::SIGTERM).expect("SIGTERM");
+    let draining = common::control::poll_until(Duration::from_secs(2), || {
+        proxy.admin_get("/readyz").0 == 503
+    });
+    assert!(draining.is_some(), "{}", proxy.log());
+    // Still serving in the delay.
+    assert_eq!(common::http::get(proxy.addr(), "/").await.status, 200);
+    let sent = Instant::now();
+    proxy.signal(libc::SIGINT).expect("SIGINT");
+    let status = proxy.wait_exit(Duration::from_secs(5));
+    println!(
+        "SIGINT in a 60 s shutdown_delay: exit {status:?} {:?} after it",
+        sent.elapsed()
+    );
+    assert!(
+        status.is_some(),
+        "still running 5 s after SIGINT; log:\n{}",
+        proxy.log()
+    );
+}

@@ -157,11 +157,14 @@ async fn a_zero_downtime_upgrade_hands_the_windows_to_the_new_process() {
     let state = state_path(&dir);
     // Pingora keeps the old process accepting 5 s after SIGQUIT, then its grace period (1 s):
     // the window outlasts that, so the new process is asked alone while the bucket is full.
+    // A shutdown_delay is SIGTERM's alone: the upgrade must not wait it.
     let config = config(&up, &state, "12s");
-    let mut a = Proxy::start_with(&config, options(&ca));
+    let mut opts = options(&ca);
+    opts.server_extra.push_str("\nshutdown_delay = \"30s\"");
+    let mut a = Proxy::start_with(&config, opts.clone());
     let firsts = fill(&a, &ca).await;
     a.wait_signal_handler(libc::SIGQUIT, Duration::from_secs(10));
-    let mut b = a.spawn_upgrade(&options(&ca));
+    let mut b = a.spawn_upgrade(&opts);
     a.signal(libc::SIGQUIT).unwrap();
     b.wait_upgraded(Duration::from_secs(30));
     assert!(
