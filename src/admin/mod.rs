@@ -30,6 +30,7 @@ use pingora_prometheus::PrometheusHttpApp;
 
 use crate::config::{HostMatch, ServerSettings};
 use crate::limiter::Store;
+use crate::process::stopping::Stopping;
 use crate::routes::Rules;
 
 /// The admin HTTP application.
@@ -43,6 +44,8 @@ pub struct AdminApp {
     hosts: Vec<HostMatch>,
     /// Failed authentications per client address.
     throttle: throttle::Throttle,
+    /// SIGTERM received: `/readyz` says 503 until exit.
+    stopping: Stopping,
 }
 
 /// What a request's credentials are worth.
@@ -70,15 +73,21 @@ fn text_owned(status: StatusCode, body: String) -> Response<Vec<u8>> {
         .expect("a text response is valid")
 }
 
-/// `/readyz` and `/readyz?store` ([`readiness`]): 200 or 503 with a body saying why.
-fn readyz(store_ready: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+/// `/readyz`, `/readyz?store` and `/readyz?verbose` ([`readiness`]): 200 or 503 with a body
+/// saying why.
+fn readyz(store: &dyn Store, draining: bool, rules: &Rules, query: &str) -> Response<Vec<u8>> {
+    let store_ready = store.is_ready();
+    let specs = || rules.configured_routes().iter().map(|r| &r.spec);
     let answer = if readiness::wants_store(query) {
         readiness::of_store(store_ready)
+    } else if draining {
+        readiness::draining()
     } else {
-        readiness::of_routes(
-            store_ready,
-            rules.configured_routes().iter().map(|r| &r.spec),
-        )
+        readiness::of_routes(store_ready, specs())
+    };
+    let answer = match readiness::wants_verbose(query) && !readiness::wants_store(query) {
+        true => readiness::verbose(answer, draining, (store_ready, store.backend()), specs()),
+        false => answer,
     };
     let status = match answer.ready {
         true => StatusCode::OK,
@@ -225,7 +234,8 @@ impl ServeHttp for AdminApp {
             "/healthz" => return text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 let query = session.req_header().uri.query().unwrap_or("");
-                return readyz(self.store.is_ready(), &self.rules.load(), query);
+                let draining = self.stopping.is_draining();
+                return readyz(&*self.store, draining, &self.rules.load(), query);
             }
             _ => {}
         }
@@ -259,6 +269,7 @@ pub fn admin_service(
     server: &ServerSettings,
     store: Arc<dyn Store>,
     rules: Arc<ArcSwap<Rules>>,
+    stopping: Stopping,
 ) -> Service<HttpServer<AdminApp>> {
     if server.admin_token.is_none() && !server.admin_listen.ip().is_loopback() {
         log::warn!(
@@ -276,6 +287,7 @@ pub fn admin_service(
             listen: server.admin_listen,
             hosts: server.admin_hosts.clone(),
             throttle: throttle::Throttle::default(),
+            stopping,
         }),
     );
     service.add_tcp(&server.admin_listen.to_string());

@@ -10,6 +10,14 @@
 //! refused anyway, and `/readyz` says 503. A route without limits, a shadow route, or one on
 //! `allow` or `local` keeps it 200. The store's own state is in the body, in
 //! `slidegate_store_ready`, and on `/readyz?store` (200 only while the store answers).
+//!
+//! From SIGTERM until exit `/readyz` says 503 *draining* whatever the store
+//! ([`crate::process::stopping`]): the process still serves for `shutdown_delay`, so that the
+//! endpoints that send it traffic are removed before its listeners close.
+//!
+//! `/readyz?verbose` answers as `/readyz` with every detail in the body: the phase (serving or
+//! draining), the store's state and backend, and what each route answers while the store is
+//! down, whether it is down or not.
 
 use crate::config::{OnError, RouteSpec};
 
@@ -27,6 +35,42 @@ pub fn wants_store(query: &str) -> bool {
     query
         .split('&')
         .any(|item| item == "store" || item == "store=1")
+}
+
+/// Does the query ask for every detail (`/readyz?verbose` or `?verbose=1`)?
+pub fn wants_verbose(query: &str) -> bool {
+    query
+        .split('&')
+        .any(|item| item == "verbose" || item == "verbose=1")
+}
+
+/// `/readyz?verbose`: `answer`'s status and first line, then the phase, the store (`backend`)
+/// and each route's answer while the store is down.
+pub fn verbose<'a>(
+    answer: Readiness,
+    draining: bool,
+    (store_ready, backend): (bool, &str),
+    routes: impl IntoIterator<Item = &'a RouteSpec>,
+) -> Readiness {
+    let mut body = answer.body.lines().next().unwrap_or_default().to_string();
+    body.push('\n');
+    body.push_str(match draining {
+        true => "phase: draining (SIGTERM received)\n",
+        false => "phase: serving\n",
+    });
+    let state = if store_ready { "up" } else { "down" };
+    body.push_str(&format!("store: {state} ({backend})\n"));
+    for route in routes {
+        let name = &route.name;
+        body.push_str(&format!(
+            "route {name}: while the store is down, {}\n",
+            while_down(route)
+        ));
+    }
+    Readiness {
+        ready: answer.ready,
+        body,
+    }
 }
 
 /// `/readyz?store`: ready only while the store answers.
@@ -61,6 +105,16 @@ fn while_down(route: &RouteSpec) -> &'static str {
 /// Whether a route refuses every request while the store is down.
 fn fails_closed(route: &RouteSpec) -> bool {
     route.is_limited() && !route.counting.shadow && route.counting.on_error == OnError::Deny
+}
+
+/// `/readyz` after SIGTERM: 503 until exit.
+pub fn draining() -> Readiness {
+    Readiness {
+        ready: false,
+        body: "not ready: draining (SIGTERM received; still serving until shutdown_delay \
+               ends, then finishing what is in flight)\n"
+            .to_string(),
+    }
 }
 
 /// `/readyz`: see the module documentation for the rule.
@@ -166,5 +220,35 @@ mod tests {
         assert_eq!(of_store(false).body, "store: down\n");
         assert!(of_store(true).ready);
         assert!(!of_store(false).ready);
+    }
+
+    #[test]
+    fn verbose_keeps_the_answer_and_names_phase_store_and_every_route() {
+        let rs = routes(
+            &(route("login", "on_error = \"deny\"") + &route("api", "on_error = \"local\"")),
+        );
+        assert!(wants_verbose("verbose") && wants_verbose("a=b&verbose=1"));
+        assert!(!wants_verbose("verbose=0") && !wants_verbose(""));
+        let r = verbose(of_routes(true, &rs), false, (true, "redis"), &rs);
+        assert!(r.ready);
+        assert_eq!(
+            r.body,
+            "ready\nphase: serving\nstore: up (redis)\n\
+             route login: while the store is down, on_error = \"deny\", 503\n\
+             route api: while the store is down, on_error = \"local\", limited by this process alone\n"
+        );
+        let r = verbose(draining(), true, (false, "redis"), &rs);
+        assert!(!r.ready);
+        assert!(r.body.starts_with("not ready: draining"), "{}", r.body);
+        assert!(r
+            .body
+            .contains("\nphase: draining (SIGTERM received)\nstore: down (redis)\n"));
+    }
+
+    #[test]
+    fn draining_is_not_ready() {
+        let r = draining();
+        assert!(!r.ready);
+        assert!(r.body.starts_with("not ready: draining"), "{}", r.body);
     }
 }

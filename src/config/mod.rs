@@ -81,6 +81,8 @@ pub struct ServerSettings {
     pub threads: usize,
     /// How long SIGTERM waits for in-flight requests.
     pub grace_period: Duration,
+    /// How long SIGTERM keeps serving, `/readyz` at 503, before the drain starts.
+    pub shutdown_delay: Duration,
     /// Pingora pid file; defaults to a path derived from the listen address so instances on one
     /// host never collide.
     pub pid_file: PathBuf,

@@ -205,6 +205,9 @@ pub struct StoreSettings {
     pub max_delayed: u32,
     /// Buckets the local fallback remembers the shared store's answers of (`fallback_buckets`).
     pub fallback_buckets: usize,
+    /// Memory backend: the file its windows are written to at a stop and read from at the
+    /// start (`state_file`; `crate::limiter::memory::persist`).
+    pub state_file: Option<std::path::PathBuf>,
     /// TLS material for `rediss://` URLs beyond the system roots.
     pub tls: Option<RedisTls>,
     /// `partition_key_secret_file`: what the RateLimit fields' `pk` is keyed with (`None`: a

@@ -32,8 +32,9 @@ const LOG_SETTLE: Duration = Duration::from_millis(50);
 
 /// Call once the proxy service has stopped accepting (its `start_service` returned after the
 /// shutdown broadcast): waits until no client connection is open (at most `grace`, after
-/// which Pingora's own sleep ends first), removes the pid file if it is ours and exits 0.
-pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
+/// which Pingora's own sleep ends first), calls `before_exit` (no connection is left, so no
+/// decision is made any more), removes the pid file if it is ours and exits 0.
+pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf, before_exit: impl FnOnce()) {
     // After a SIGQUIT upgrade the successor serves the sockets: leave the old process to
     // Pingora's whole grace period, as nginx's old master waits for its workers. Exiting at
     // the first moment without a connection there cut one request in a few thousand (the
@@ -55,6 +56,7 @@ pub async fn exit_when_drained(grace: Duration, pid_file: PathBuf) {
         "graceful shutdown: no client connection left after {:?}, exiting",
         started.elapsed()
     );
+    before_exit();
     tokio::time::sleep(LOG_SETTLE).await;
     crate::process::pid_file::remove_if_ours(&pid_file);
     std::process::exit(0);

@@ -12,3 +12,6 @@ pub mod pid_file;
 pub mod quiet;
 pub mod reload;
 pub mod server;
+pub mod state_file;
+pub mod stopping;
+pub mod stores;

@@ -18,7 +18,8 @@ use pingora::server::ListenFds;
 pub enum Command {
     /// Re-read the config file (SIGHUP).
     Reload,
-    /// Finish in-flight requests, at most `grace_period`, and exit (SIGTERM).
+    /// Serve `shutdown_delay` more, then finish in-flight requests, at most `grace_period`,
+    /// and exit (SIGTERM).
     Stop,
     /// Reopen the access log file, after logrotate moved it (SIGUSR1).
     Reopen,

@@ -12,7 +12,6 @@ use pingora::prelude::{background_service, Opt};
 use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{ListenFds, RunArgs, RuntimeOpts, Server, ShutdownWatch};
-use pingora::services::background::BackgroundService;
 use pingora::services::listening::Service as ListeningService;
 use pingora::services::Service;
 
@@ -20,86 +19,19 @@ use crate::access_log::AccessLog;
 use crate::admin::admin_service;
 use crate::config::Config;
 use crate::edge::{ConnLimits, EdgeApp, TlsPort};
-use crate::limiter::memory::MemoryStore;
-use crate::limiter::redis::RedisStore;
 use crate::limiter::Store;
 use crate::process::limits_os::raise_nofile;
 use crate::process::reload::Reloader;
+use crate::process::state_file::StateFile;
+use crate::process::stopping::{ServeUntilExit, Signals, Stopping};
+use crate::process::stores::{
+    build_local_fallback, build_store, maintain_store, memory_store, StoreSweeper,
+};
 use crate::proxy::SlideGate;
 use crate::response::ratelimit_headers::ceil_secs;
 use crate::routes::Rules;
 use crate::tls::load_listener;
 use crate::upstream_health::HealthService;
-
-/// Build the configured store (no I/O: Redis connects later, in the store's `maintain`, on its
-/// own I/O thread). Shared stores answer a bucket known to be full locally (the exact deny
-/// cache) unless it is disabled.
-pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let settings = &config.store;
-    let Some(target) = settings.redis_target() else {
-        return Ok(Arc::new(memory_store(config)));
-    };
-    let store = RedisStore::new(&target).context("cannot set up the Redis store")?;
-    Ok(Arc::new(if settings.local_deny_cache {
-        store.with_deny_cache(settings.deny_cache_max_age)
-    } else {
-        store
-    }))
-}
-
-/// This proxy's own sliding-window log for `on_error = "local"`: present with a shared store,
-/// bounded by `store.max_memory` like the memory store. Its entries are never merged into the
-/// shared store when it answers again.
-pub fn build_local_fallback(config: &Config) -> Option<Arc<dyn Store>> {
-    config.store.redis_target()?;
-    Some(Arc::new(memory_store(config)))
-}
-
-/// A memory store bounded by `max_memory`, with a room for every limited route from the start
-/// (so a flood before another route's first request cannot take its share).
-fn memory_store(config: &Config) -> MemoryStore {
-    let limited = config.routing.routes.iter().filter(|r| r.is_limited());
-    let metrics = &crate::metrics::METRICS;
-    MemoryStore::with_max_memory(config.store.max_memory)
-        .with_overflow_counter(metrics.memory_overflow.clone())
-        .with_routes(limited.map(|r| r.name.as_str()))
-        .with_eviction_counter(metrics.store_evictions.clone())
-}
-
-/// Calls [`Store::maintain`] once a second until shutdown: connects to Redis, reconnects.
-async fn maintain_store(store: Arc<dyn Store>, mut shutdown: ShutdownWatch) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                store.maintain().await;
-                crate::metrics::METRICS.store_ready.set(i64::from(store.is_ready()));
-            }
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
-/// Calls [`Store::sweep_expired`] once a second on a background runtime of its own, so that
-/// sweeping a million idle buckets never stalls the proxy's workers.
-struct StoreSweeper {
-    stores: Vec<Arc<dyn Store>>,
-}
-
-#[async_trait]
-impl BackgroundService for StoreSweeper {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => self.stores.iter().for_each(|s| s.sweep_expired()),
-                _ = shutdown.changed() => return,
-            }
-        }
-    }
-}
 
 /// The proxy service, with the store's maintenance running on the proxy's own runtime.
 ///
@@ -117,6 +49,8 @@ struct ProxyWithStore<S> {
     listen: Vec<String>,
     pid_file: std::path::PathBuf,
     grace_period: Duration,
+    /// Written once the drain has ended, before the process exits.
+    state_file: Option<Arc<StateFile>>,
 }
 
 #[async_trait]
@@ -140,7 +74,14 @@ impl<S: Service> Service for ProxyWithStore<S> {
         self.proxy
             .start_service(fds, shutdown, listeners_per_fd)
             .await;
-        crate::process::drain::exit_when_drained(self.grace_period, self.pid_file.clone()).await;
+        let state_file = self.state_file.clone();
+        let before_exit = move || {
+            if let Some(f) = state_file {
+                f.save("after the drain");
+            }
+        };
+        let pid_file = self.pid_file.clone();
+        crate::process::drain::exit_when_drained(self.grace_period, pid_file, before_exit).await;
     }
 
     fn name(&self) -> &str {
@@ -357,7 +298,12 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     crate::metrics::init();
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
-    let store = build_store(&config)?;
+    let memory = (config.store.redis_target().is_none()).then(|| Arc::new(memory_store(&config)));
+    let store: Arc<dyn Store> = match &memory {
+        Some(m) => m.clone(),
+        None => build_store(&config)?,
+    };
+    let state_file = StateFile::of(&config, memory.as_ref());
     let local = build_local_fallback(&config);
     let tls = tls_port(&config)?;
     let access_log =
@@ -373,6 +319,11 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(opt, server_conf(&config));
     server.bootstrap();
+    // After the bootstrap: with -u it returns once the old process handed its sockets over,
+    // which it does only after writing this file (`persist`'s order of a hand-over).
+    if let Some(f) = &state_file {
+        f.load(&config);
+    }
 
     log_nofile(&config);
     let reopen = access_log.as_ref().map(AccessLog::reopen_on_sigusr1);
@@ -389,6 +340,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         listen,
         pid_file: config.server.pid_file.clone(),
         grace_period: config.server.grace_period,
+        state_file: state_file.clone(),
     });
 
     server.add_service(background_service(
@@ -397,7 +349,14 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
             stores: std::iter::once(store.clone()).chain(local).collect(),
         },
     ));
-    server.add_service(admin_service(&config.server, store.clone(), rules.clone()));
+    let stopping = Stopping::new();
+    let admin = admin_service(
+        &config.server,
+        store.clone(),
+        rules.clone(),
+        stopping.clone(),
+    );
+    server.add_service(ServeUntilExit::new(admin, stopping.clone()));
     let current = rules.clone();
     let health = HealthService::new(move || current.load().pool_health());
     server.add_service(background_service("upstream health", health));
@@ -407,6 +366,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     log_listeners(&config);
     log_partition_keys(&config);
     let pid_file = config.server.pid_file.clone();
+    let config_delay = config.server.shutdown_delay;
     server.add_service(background_service(
         "config reload",
         Reloader::new(config, rules, store, options.watch).with_tls(tls),
@@ -414,7 +374,20 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
 
     catch_sighup_from_now_on()?;
     log::info!("slidegate starting");
-    server.run(RunArgs::default());
+    let handover = state_file.clone();
+    let signals = Signals::new(stopping, config_delay, move || {
+        if let Some(f) = &handover {
+            f.save("before handing the sockets over (SIGQUIT)");
+        }
+    });
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    // The runtimes are down: no decision is made any more (nothing is written after a
+    // hand-over: the successor owns the file).
+    if let Some(f) = &state_file {
+        f.save("at exit");
+    }
     // Only after a grace period that ran out, or SIGINT: a drain that finished exits earlier.
     crate::process::pid_file::remove_if_ours(&pid_file);
     Ok(())

@@ -584,6 +584,33 @@ fn bad_configs_are_refused_with_file_key_and_line() {
             message: "longer than 1h",
         },
         Case {
+            what: "shutdown delay over 10 min",
+            toml: edit("grace_period = \"1s\"", "shutdown_delay = \"11min\""),
+            key: "server.shutdown_delay",
+            line_of: Some("\"11min\""),
+            message: "longer than 10m",
+        },
+        Case {
+            what: "state file with a shared store",
+            toml: edit(
+                "backend = \"memory\"",
+                "backend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nstate_file = \"/tmp/w\"",
+            ),
+            key: "store.state_file",
+            line_of: Some("state_file"),
+            message: "only with backend = \"memory\"",
+        },
+        Case {
+            what: "state file in a directory that does not exist",
+            toml: edit(
+                "backend = \"memory\"",
+                "backend = \"memory\"\nstate_file = \"/nonexistent-dir/windows.state\"",
+            ),
+            key: "store.state_file",
+            line_of: Some("state_file"),
+            message: "directory /nonexistent-dir does not exist",
+        },
+        Case {
             what: "unparseable grace period",
             toml: edit("grace_period = \"1s\"", "grace_period = \"soon\""),
             key: "server.grace_period",

@@ -6,7 +6,7 @@
 //!   the config: selectors, named ports, probes on `/readyz` and `/healthz` at `admin_listen`'s
 //!   port, the ConfigMap mounted as a directory at `--config`'s path with `--watch`, every
 //!   `${NAME}` of the config set in the container's env, `terminationGracePeriodSeconds` covering
-//!   the `preStop` delay and the drain, a non-root read-only container with a writable `/tmp`;
+//!   `shutdown_delay` and the drain, a non-root read-only container with a writable `/tmp`;
 //! - the ConfigMap's TOML passes `slidegate -t`;
 //! - the binary runs that TOML as the pod would (real Redis, env as the Deployment sets it, the
 //!   config under the kubelet's ConfigMap layout with `--watch`), and a ConfigMap update, swapped
@@ -263,26 +263,35 @@ fn manifests_validate_and_agree_with_each_other_and_the_config() {
         );
     }
 
-    // Draining: the preStop delay, then SIGTERM and at most grace_period of drain, then (if
-    // connections are still open) Pingora's runtime shutdown, as long again.
-    let pre_stop: u64 = c["lifecycle"]["preStop"]["exec"]["command"]
-        .as_array()
-        .unwrap()[1]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let grace = humantime::parse_duration(toml_value(&toml, "grace_period"))
-        .unwrap()
-        .as_secs();
-    let termination = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
-    println!(
-        "preStop {pre_stop} s, grace_period {grace} s, terminationGracePeriodSeconds {termination}"
-    );
-    assert!(pre_stop >= 5, "endpoint removal takes seconds to propagate");
+    // Draining: SIGTERM, then shutdown_delay of serving with /readyz at 503 (no preStop: the
+    // process does it), then at most grace_period of drain, then (if connections are still
+    // open) Pingora's runtime shutdown, as long again.
     assert!(
-        termination > pre_stop + 2 * grace,
-        "{termination} <= {pre_stop} + 2 x {grace}"
+        c["lifecycle"]["preStop"].is_null(),
+        "a preStop delay would add to shutdown_delay"
+    );
+    let secs = |key| {
+        humantime::parse_duration(toml_value(&toml, key))
+            .unwrap()
+            .as_secs()
+    };
+    let (delay, grace) = (secs("shutdown_delay"), secs("grace_period"));
+    let termination = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let probe = &c["readinessProbe"];
+    let noticed =
+        probe["periodSeconds"].as_u64().unwrap() * probe["failureThreshold"].as_u64().unwrap();
+    println!(
+        "shutdown_delay {delay} s, readiness noticed within {noticed} s, grace_period {grace} s, \
+         terminationGracePeriodSeconds {termination}"
+    );
+    assert!(delay >= 5, "endpoint removal takes seconds to propagate");
+    assert!(
+        delay >= noticed,
+        "a balancer probing /readyz notices within the delay"
+    );
+    assert!(
+        termination > delay + 2 * grace,
+        "{termination} <= {delay} + 2 x {grace}"
     );
 
     // Non-root, read-only root filesystem, a writable /tmp for the pid file and upgrade socket.

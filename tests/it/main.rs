@@ -74,6 +74,8 @@ mod route_settle;
 mod route_settle_cut_off;
 mod route_stacked;
 mod settle_h1_trailer;
+mod shutdown_delay;
+mod state_file;
 mod tls_certs;
 mod tls_h2;
 mod upstream_health;

@@ -6,7 +6,8 @@
 //!   `slidegate_store_ready` say the store is down, and the local route keeps limiting;
 //! - when every route fails closed (`on_error = "deny"`), `/readyz` is 503 while the store is
 //!   down (each request would be refused anyway) and 200 again once it answers;
-//! - between SIGTERM and exit the probe fails (the admin listener stops with the proxy's).
+//! - between SIGTERM and exit the probe fails: 503 *draining*, the admin listener answering
+//!   until the process exits.
 
 use crate::common;
 
@@ -141,8 +142,9 @@ async fn readyz_follows_what_the_routes_answer_through_a_redis_kill() {
     assert_eq!(get(closed.addr(), "/login").await.status, 200);
 }
 
-/// Between SIGTERM and exit (a request in flight holds the drain), the probe fails: the admin
-/// listener stops accepting with the proxy's, so a load balancer stops sending at once.
+/// Between SIGTERM and exit (a request in flight holds the drain), the probe fails: `/readyz`
+/// answers 503 *draining* at once (no `shutdown_delay` here) and keeps answering so until the
+/// process exits, so a load balancer reads a refusal, never a dead listener it might retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_fails_between_sigterm_and_exit() {
     let up = Upstream::start();
@@ -159,21 +161,29 @@ async fn the_probe_fails_between_sigterm_and_exit() {
     );
     let sent = Instant::now();
     proxy.signal(libc::SIGTERM).expect("SIGTERM");
-    let admin = proxy.admin_addr();
-    let refused = common::control::poll_until(Duration::from_secs(1), || {
-        matches!(
-            std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(100)),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-        )
-    });
-    assert!(
-        refused.is_some(),
-        "/readyz still reachable 1 s after SIGTERM"
-    );
+    let refused = common::control::poll_until(Duration::from_secs(1), || readyz(&proxy).0 == 503);
+    assert!(refused.is_some(), "/readyz still 200 1 s after SIGTERM");
+    let (_, body) = readyz(&proxy);
+    assert!(body.starts_with("not ready: draining"), "{body}");
     assert!(
         !slow.is_finished(),
         "the drain ended before the probe was refused"
     );
+    // While the request is in flight the probe keeps answering 503.
+    let mut probes = 0;
+    while !slow.is_finished() && sent.elapsed() < Duration::from_secs(5) {
+        // The process may exit as soon as the request is answered: no answer is fine then.
+        let probe = common::http::http_get_blocking(proxy.admin_addr(), "/readyz");
+        if !slow.is_finished() {
+            let status = probe
+                .expect("/readyz answers while the request is in flight")
+                .0;
+            assert_eq!(status, 503, "{:?} after SIGTERM", sent.elapsed());
+            probes += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(probes >= 5, "{probes} probes during the drain");
     let reply = slow
         .await
         .expect("slow request task")
@@ -183,8 +193,8 @@ async fn the_probe_fails_between_sigterm_and_exit() {
         .wait_exit(Duration::from_secs(10))
         .expect("exit after the drain");
     println!(
-        "SIGTERM: the admin listener refused {refused:?} after it, in-flight request answered, \
-         exit {exit} {:?} after it",
+        "SIGTERM: /readyz 503 {refused:?} after it and in {probes} probes of the drain, \
+         in-flight request answered, exit {exit} {:?} after it",
         sent.elapsed()
     );
     assert_eq!(exit.code(), Some(0));

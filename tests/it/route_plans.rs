@@ -11,6 +11,7 @@
 //!   counted and logged; a flood of 2,000 made-up keys is read once each, all on the default.
 //! - A bad `plan` names its file, line and key; so does a bad plan file (`slidegate -t`).
 //! - The inspector page (headless chromium) lists each plan's limits and a client's plan.
+//! - A plan's windows survive a restart with `[store] state_file`.
 
 use crate::common;
 
@@ -396,4 +397,51 @@ async fn the_inspector_page_shows_each_plan_and_the_clients() {
         )
         .await;
     assert!(card.as_str().unwrap_or_default().contains('4'), "{card}");
+}
+
+/// `[store] state_file` keeps a plan's windows across a restart: a pro client at 6 of 6, in a
+/// window the default plan lacks, is still refused by the next process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plans_windows_survive_a_restart_with_a_state_file() {
+    let up = Upstream::start();
+    let ca = TestCa::new("plans-state");
+    let dir = tempfile::tempdir().unwrap();
+    let plans = dir.path().join("plans.toml");
+    std::fs::write(&plans, "\"alice\" = \"pro\"\n").unwrap();
+    let state = dir.path().join("windows.state");
+    let store = format!(
+        "backend = \"memory\"\nstate_file = {:?}",
+        state.display().to_string()
+    );
+    // Pro's window is one the default plan lacks: the file must know every plan's limits.
+    let from = format!("\"file:{}\"", plans.display());
+    let text = config(&up, &store, &from).replace(
+        "[plans.pro]\nlimits = [{ requests = 6, window = \"1m\" }]",
+        "[plans.pro]\nlimits = [{ requests = 6, window = \"2m\" }]",
+    );
+    assert!(text.contains("\"2m\""), "{text}");
+    let mut first = Proxy::start_with(&text, tls_options(&ca, "h2c = true"));
+    common::admin::wait_readyz(&first, 200, Duration::from_secs(20));
+    assert_eq!(
+        admitted(&send(&first, &ca, Protocol::H2c, "alice", 7).await),
+        6
+    );
+    first.wait_signal_handler(libc::SIGTERM, Duration::from_secs(10));
+    first.signal(libc::SIGTERM).unwrap();
+    assert!(
+        first.wait_exit(Duration::from_secs(10)).is_some(),
+        "{}",
+        first.log()
+    );
+    let next = Proxy::start_with(&text, tls_options(&ca, "h2c = true"));
+    common::admin::wait_readyz(&next, 200, Duration::from_secs(20));
+    let seen = send(&next, &ca, Protocol::H2Tls, "alice", 1).await;
+    assert_eq!(seen[0].status, 429, "{seen:?}\n{}", next.log());
+    assert!(seen[0]
+        .policy
+        .as_deref()
+        .unwrap_or_default()
+        .contains("api-pro-120s"));
+    let v = window(&next, "api", "alice").await;
+    assert_eq!(v["limits"][0]["count"], 6, "{v}");
 }

@@ -53,6 +53,10 @@ pub(in crate::config) type StoreTimeout = BoundedDuration<1, 60_000>;
 /// sane drain and keeps the seconds pingora is given small.
 pub(in crate::config) type GracePeriod = BoundedDuration<0, 3_600_000>;
 
+/// `server.shutdown_delay`: 0 ..= 10 min. How long SIGTERM keeps serving with `/readyz` at 503
+/// before the drain: endpoint propagation takes seconds, and a longer stop only holds a deploy.
+pub(in crate::config) type ShutdownDelay = BoundedDuration<0, 600_000>;
+
 /// `server.client_header_timeout`, `client_body_timeout`, `send_timeout`: 1 ms ..= 1 h (a
 /// whole request head in more than an hour is an attack, not a client).
 pub(in crate::config) type ClientTimeout = BoundedDuration<1, 3_600_000>;

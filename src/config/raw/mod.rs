@@ -86,6 +86,8 @@ pub(super) struct RawServer {
     pub threads: Spanned<Threads>,
     #[serde(default = "default_grace")]
     pub grace_period: GracePeriod,
+    #[serde(default = "default_shutdown_delay")]
+    pub shutdown_delay: ShutdownDelay,
     pub pid_file: Option<PathBuf>,
     pub upgrade_sock: Option<PathBuf>,
     pub admin_token: Option<Spanned<EnvText>>,
@@ -154,6 +156,9 @@ fn default_threads() -> Spanned<Threads> {
 }
 fn default_grace() -> GracePeriod {
     BoundedDuration(Duration::from_secs(5))
+}
+fn default_shutdown_delay() -> ShutdownDelay {
+    BoundedDuration(Duration::ZERO)
 }
 fn default_client_header_timeout() -> ClientTimeout {
     BoundedDuration(Duration::from_secs(10))
@@ -229,6 +234,8 @@ pub(super) struct RawStore {
     /// Buckets the local fallback (`on_error = "local"`) remembers what the shared store said of.
     #[serde(default = "default_fallback_buckets")]
     pub fallback_buckets: Spanned<u32>,
+    /// Memory store: where its windows are written at a stop and read at the start.
+    pub state_file: Option<Spanned<PathBuf>>,
 }
 
 impl Default for RawStore {
@@ -257,6 +264,7 @@ impl Default for RawStore {
             max_queue: None,
             max_delayed: default_max_delayed(),
             fallback_buckets: default_fallback_buckets(),
+            state_file: None,
         }
     }
 }

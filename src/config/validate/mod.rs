@@ -26,6 +26,7 @@ mod route;
 mod secrets;
 mod sections;
 mod slots;
+mod state_file;
 mod tls;
 mod upstream_health;
 

@@ -47,6 +47,7 @@ impl Validator<'_> {
             admin_listen: admin,
             threads: threads as usize,
             grace_period: raw.grace_period.0,
+            shutdown_delay: raw.shutdown_delay.0,
             pid_file: raw
                 .pid_file
                 .unwrap_or_else(|| dir.join(format!("{tag}.pid"))),
@@ -222,8 +223,10 @@ impl Validator<'_> {
                 "from 1024 to 16777216",
             );
         }
+        let state_file = self.state_file(&raw, &backend)?;
         Ok(StoreSettings {
             backend,
+            state_file,
             max_delayed,
             fallback_buckets: fallback_buckets as usize,
             prefix: raw.prefix.into_inner(),

@@ -345,6 +345,14 @@ impl Rules for PeriodCount {
         0
     }
 
+    /// The period's count at its last µs (pushed there, it falls in the same period).
+    fn persisted(&self, _id: LimitId) -> Vec<(u64, u32)> {
+        match (self.end, self.count) {
+            (0, _) | (_, 0) => Vec::new(),
+            (end, count) => vec![(end - 1, count)],
+        }
+    }
+
     fn view(&self, limit: &Limit, now: u64, _to_unix: &dyn Fn(u64) -> u64) -> LimitView {
         let mut counted = self.clone();
         counted.evict(limit.id(), now);

@@ -278,6 +278,9 @@ macro_rules! kinds {
             fn growth(&self, id: LimitId) -> usize {
                 match self { $(Record::$variant(r) => Rules::growth(r, id),)+ }
             }
+            fn persisted(&self, id: LimitId) -> Vec<(u64, u32)> {
+                match self { $(Record::$variant(r) => Rules::persisted(r, id),)+ }
+            }
             fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
                 match self { $(Record::$variant(r) => Rules::view(r, limit, now, to_unix),)+ }
             }

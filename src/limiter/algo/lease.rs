@@ -144,6 +144,11 @@ impl Rules for Leases {
     fn growth(&self, id: LimitId) -> usize {
         self.0.growth(id)
     }
+    /// None: a lease is a request in flight, which ends with the process (the next one starts
+    /// with none held).
+    fn persisted(&self, _id: LimitId) -> Vec<(u64, u32)> {
+        Vec::new()
+    }
     /// The leases held, each by its admission time.
     fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
         let mut view = self.0.view(limit, now, to_unix);

@@ -195,6 +195,11 @@ impl Rules for Entries {
         }
     }
 
+    /// Each entry, one request at its time.
+    fn persisted(&self, _id: LimitId) -> Vec<(u64, u32)> {
+        self.0.iter().map(|&t| (t, 1)).collect()
+    }
+
     /// The in-window entries, oldest first (the view keeps the newest
     /// [`MAX_VIEW_ENTRIES`](crate::limiter::MAX_VIEW_ENTRIES)).
     fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {

@@ -33,6 +33,12 @@ pub trait Rules {
     fn heap_bytes(&self) -> usize;
     /// Heap bytes one more [`Rules::push`] may allocate.
     fn growth(&self, id: LimitId) -> usize;
+    /// What to write to the state file (`store.state_file`): the record as (time, amount)
+    /// steps, oldest first, such that pushing each amount at its time into an empty record
+    /// counts the same and frees nothing earlier (a slot's step is its last µs, so a slot
+    /// moved onto another clock's slot grid is held at most one slot longer). Empty for what
+    /// does not outlive the process (leases of requests in flight).
+    fn persisted(&self, id: LimitId) -> Vec<(u64, u32)>;
     /// For the inspector: what a decision at `now` would report for `limit`, recording
     /// nothing; `to_unix` maps the store's clock to the Unix one.
     fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView;

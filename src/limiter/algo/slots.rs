@@ -376,6 +376,13 @@ impl Rules for SlotCounts {
         SlotCounts::growth(self, SlotShape::of(id))
     }
 
+    /// Each counted slot's count at the slot's last µs.
+    fn persisted(&self, id: LimitId) -> Vec<(u64, u32)> {
+        let shape = SlotShape::of(id);
+        let last = shape.resolution_us - 1;
+        self.slots(shape).map(|(t, c)| (t + last, c)).collect()
+    }
+
     /// Each counted slot's start with its count, oldest first.
     fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
         let shape = SlotShape::of(limit.id());

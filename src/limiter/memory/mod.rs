@@ -84,6 +84,7 @@ use shard::{Admit, Bucket};
 use smallvec::SmallVec;
 
 mod chunks;
+pub mod persist;
 mod record;
 mod room;
 mod seen;
@@ -115,7 +116,9 @@ pub struct MemoryStore {
     rooms: ArcSwap<Rooms>,
     adding: Mutex<()>,
     max_memory: u64,
-    seed: u64,
+    /// The key hash's seed: random, or the one of the state file a restart read
+    /// ([`persist`]); set before any decision.
+    seed: AtomicU64,
     /// Every decision's `now` (read once, under the bucket's shard lock).
     clock: Arc<dyn Clock>,
     /// Wall-clock time of the clock's 0, µs since the Unix epoch: the inspector shows
@@ -155,7 +158,7 @@ impl MemoryStore {
             rooms: ArcSwap::default(),
             adding: Mutex::new(()),
             max_memory,
-            seed: fastrand::u64(..),
+            seed: AtomicU64::new(fastrand::u64(..)),
             clock: Arc::new(MonotonicClock::new()),
             epoch_unix_us: unix_at_zero(&MonotonicClock::new()),
             evictions: AtomicU64::new(0),
@@ -201,7 +204,7 @@ impl MemoryStore {
     }
 
     fn hash(&self, bucket: &str) -> u64 {
-        xxhash_rust::xxh3::xxh3_64_with_seed(bucket.as_bytes(), self.seed)
+        xxhash_rust::xxh3::xxh3_64_with_seed(bucket.as_bytes(), self.seed.load(Ordering::Relaxed))
     }
 
     /// The room of `route`, made (and every share resized) the first time it is seen.

@@ -90,6 +90,11 @@ impl LimitRecord {
         self.record.seed(self.id, held.count, frees_us);
     }
 
+    /// The record as (time, amount) steps for the state file (see [`Rules::persisted`]).
+    pub(super) fn persisted(&self) -> Vec<(u64, u32)> {
+        self.record.persisted(self.id)
+    }
+
     /// Heap bytes of the record (allocator size classes are multiples of 16 here).
     pub(super) fn heap_bytes(&self) -> usize {
         self.record.heap_bytes()

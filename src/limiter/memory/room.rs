@@ -109,6 +109,18 @@ impl Room {
         }
     }
 
+    /// Hold `bucket` (read from the state file) if its key is not held yet and it fits in its
+    /// shard's budget; false when it was left out.
+    pub(super) fn restore(&self, bucket: Bucket) -> bool {
+        let budget = self.shard_budget.load(Ordering::Relaxed);
+        let mut shard = self.lock(shard_of(bucket.key));
+        if shard.position(bucket.key).is_some() || shard.bytes + bucket.cost() > budget {
+            return false;
+        }
+        shard.push(bucket);
+        true
+    }
+
     /// Decisions made in the summary alone so far.
     pub(super) fn overflows(&self) -> u64 {
         self.overflows.load(Ordering::Relaxed)
