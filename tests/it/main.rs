@@ -79,4 +79,5 @@ mod state_file;
 mod tls_certs;
 mod tls_h2;
 mod upstream_health;
+mod upstream_resolve;
 mod upstream_responses_r5;

@@ -9,11 +9,9 @@
 //! A client request to a dead server shows as a failed connect
 //! (`slidegate_upstream_connect_failures_total`), retried on another server.
 //!
-//! `resolve_interval` is not tested here: a test cannot change what a name resolves to for the
-//! proxy's process (no `/etc/hosts` of its own, and `localhost` always gives the same address).
-//! `src/upstream_health/tests.rs` runs the look-ups through a resolver the test scripts
-//! (`Resolve`), on paused time: called on the interval, addresses added and removed, a failed
-//! look-up keeping the last ones, and no look-up once the pool is replaced.
+//! `resolve_interval` is tested through the binary in `upstream_resolve.rs` (a name the test
+//! points through an `LD_PRELOAD` resolver shim), and in `src/upstream_health/tests.rs` through
+//! a resolver the test scripts (`Resolve`), on paused time.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -15,32 +15,35 @@ pub const REDIS_ARGS: [&str; 2] = ["--jemalloc-bg-thread", "no"];
 /// The shared object, built at the first call (panics with the compiler's output on failure).
 pub fn shim() -> PathBuf {
     static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        super::require_tool("cc", "gcc");
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/common/fake_clock.c");
-        // Under target/ (nothing left in /tmp); built under a name of this process's and
-        // renamed, so test processes building it at once never load a half-written file.
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let (out, part) = (
-            dir.join("fake_clock.so"),
-            dir.join(format!("fake_clock.{}.so", std::process::id())),
-        );
-        let built = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&part)
-            .arg(&source)
-            .arg("-ldl")
-            .output()
-            .expect("run cc");
-        assert!(
-            built.status.success(),
-            "cc fake_clock.c: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-        std::fs::rename(&part, &out).expect("move the shim in place");
-        out
-    })
-    .clone()
+    SHIM.get_or_init(|| build_shim("fake_clock")).clone()
+}
+
+/// `tests/it/common/<name>.c` built with `cc` into a shared object under target/ (nothing left
+/// in /tmp); built under a name of this process's and renamed, so test processes building it
+/// at once never load a half-written file.
+pub fn build_shim(name: &str) -> PathBuf {
+    super::require_tool("cc", "gcc");
+    let source =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/it/common/{name}.c"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (out, part) = (
+        dir.join(format!("{name}.so")),
+        dir.join(format!("{name}.{}.so", std::process::id())),
+    );
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&part)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .expect("run cc");
+    assert!(
+        built.status.success(),
+        "cc {name}.c: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::rename(&part, &out).expect("move the shim in place");
+    out
 }
 
 /// The environment that starts a process with its wall clock at `at_unix_ms` (ms since the

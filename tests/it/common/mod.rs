@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 pub mod delay_proxy;
 pub mod fake_clock;
+pub mod fake_resolver;
 pub mod fetch;
 pub mod flood;
 pub mod grpc;

@@ -143,6 +143,15 @@ impl Upstream {
         Self::start_with(None)
     }
 
+    /// An upstream on `addr` (e.g. `127.0.0.2:<port>`: every 127.0.0.0/8 address is loopback,
+    /// so servers that differ only by address can share a port, as one name's addresses do).
+    pub fn start_on(addr: SocketAddr) -> Upstream {
+        Self::start_bound(
+            TcpListener::bind(addr).expect("bind upstream listener"),
+            None,
+        )
+    }
+
     /// An HTTPS upstream with `config` (HTTP/2 and HTTP/1.1 by ALPN).
     pub fn start_tls(config: rustls::ServerConfig) -> Upstream {
         Self::start_with(Some(Arc::new(config)))
@@ -150,6 +159,10 @@ impl Upstream {
 
     fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream listener");
+        Self::start_bound(listener, tls)
+    }
+
+    fn start_bound(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Upstream {
         listener
             .set_nonblocking(true)
             .expect("nonblocking listener");
