@@ -16,45 +16,64 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
   any window (a, a + window] is counted by the last of them, so no window ever holds more than
   `requests`; the oldest slot may hold admissions that already left the window, so a limit may
   refuse up to one slot early: a refusal at `now` means `requests` admissions in
-  (now - window - resolution, now]. An admission rewrites the whole string with one
-  SET .. PX (window + resolution in ms + TTL_MARGIN_MS): a counter stays counted until
-  (s + 1) res + window, at most window + resolution after it was written. A denial writes
+  (now - window - resolution, now]. An admission into the newest stored slot while none has
+  left the window (the common case: a client sending faster than one request per slot) changes
+  only the string's last counter: one SETRANGE of those 4 bytes, no TTL sent. Any other
+  admission rewrites the whole string with one SET .. PX (now - TIME + window + resolution, in ms,
+  + TTL_MARGIN_MS): the key then lives until at least TTL_MARGIN_MS after its newest slot leaves
+  ((s + 1) res + window), so writes into that same slot need no new TTL; a charge (refund
+  script) sets its TTL by the same rule, and a give back keeps the TTL. A counter stays counted
+  until (s + 1) res + window, at most window + resolution after it was written. A denial writes
   nothing. `remaining` is requests - sum (0 when full); `reset` is when enough of the oldest
   slots have left for the sum to drop below `requests` (full), or when the oldest leaves (not
   full), or the window (empty): (s + 1) res + window - now, at least 1. The clock guard holds
   too: now >= the start of the newest slot of any limit of the decision. The memory store
   implements the same rules (src/limiter/algo/slots.rs); a key of another type, or a string of
   another shape, fails the decision as for a log.
-  Cost: GET, then SET when admitted (TIME once per call), and Lua work linear in k. An
-  admission into the newest stored slot while none has left the window (the common case: a
-  client sending faster than one request per slot) changes only the string's last counter, so
-  its new value is the string read, less 4 bytes, plus the counter packed: no table is built
-  and nothing else is packed (scripts/bench-resolution, one client: 14.3 -> 12.1 µs per
-  decision, medians of 6 interleaved rounds). The bytes are the same either way.
+  Cost: GET, then SETRANGE or SET when admitted (TIME once per call), and Lua work linear in k.
+  Arguments are strings (a Lua number costs Redis a float formatting: about 4k instructions for
+  the PX of a SET). In a batch (REPEATS), a key admitted into once reads nothing more in the
+  call: its counters are remembered in `known`, and its write is held back in `writes`, changed
+  in place by each later admission of the call, so a client's admissions in one call cost one
+  GET and one write between them. A run of repeats (RUNS) is counted: each adds `weight` to the
+  slot of `now`, so the limit admits while the sum plus `weight` fits, and each repeat's reset
+  is found walking the counters once for the whole run. The string's layout is the one before
+  issue 57 (same key names), so proxies of both versions share the counters during a rolling
+  deploy (docs/redis.md).
 
   Scratch of limit i (its cells of `st`, j = 10i, see the skeleton):
     st[j-5] its pairs as unpacked (false: no key)   st[j-3] the first pair in the window
-    st[j-4] k, the number of pairs                 st[j-1] sum over the window
+    st[j-4] k, the number of pairs                 st[j-1] sum over the window (after an
+                                                           admission: with its weight)
+  Remembered of a key admitted into in a batch (REPEATS; `known[m ..]`, m = seen[key]):
+    known[m]   its counters after that admission, laid out as unpacked (first, then the pairs)
+    known[m+1] their number of pairs   known[m+2] its held-back write (a table in `writes`)
   (its window and requests are the skeleton's st[j-8] and st[j-9])
 --]]
 -- @when res >= 1000
 -- @section read
-            -- SLOTS: one GET; a key of another type or shape fails this decision alone.
-            local s = redis.pcall('GET', key)
-            if type(s) == 'table' then
-                failed = s.err or 'GET failed'
-                break
-            end
+            -- SLOTS: one GET, or what an admission earlier in this call left (REPEATS); a key
+            -- of another type or shape fails this decision alone.
+            local mk = seen and seen[key]
             local v, kk = false, 0
-            if s then
-                if #s < 14 or (#s - 8) % 6 ~= 0 then
-                    failed = 'sliding_window: ' .. key .. ' holds no slot counters'
+            if mk then
+                v, kk = known[mk], known[mk + 1]
+            else
+                local s = redis.pcall('GET', key)
+                if type(s) == 'table' then
+                    failed = s.err or 'GET failed'
                     break
                 end
-                kk = (#s - 8) / 6
-                v = { struct.unpack('>d' .. string.rep('HI4', kk), s) }
-                -- The string as read, for an admission into its newest slot (see answer).
-                v[0] = s
+                if s then
+                    if #s < 14 or (#s - 8) % 6 ~= 0 then
+                        failed = 'sliding_window: ' .. key .. ' holds no slot counters'
+                        break
+                    end
+                    kk = (#s - 8) / 6
+                    v = { struct.unpack('>d' .. string.rep('HI4', kk), s) }
+                end
+            end
+            if v then
                 local newest = (v[1] + v[2 * kk]) * res
                 if newest > now then
                     -- Formatted when a log limit of this decision needs it (pass 3).
@@ -84,33 +103,74 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                 local sum, r, cur = st[j - 1], st[j - 9], floor(now / res)
                 local fits = sum + wt <= r
                 if admitted and wt > 0 then
-                    local packed
+                    -- The counters after this admission (nv: first, then the pairs, nk of them);
+                    -- `tail`: only the newest counter changed.
+                    local nv, nk, tail = v, kk, false
                     if v and from == 1 and v[1] + v[2 * kk] == cur then
-                        -- Into the newest slot, and none left the window: only its counter,
-                        -- the string's last 4 bytes, changes.
-                        packed = string.sub(v[0], 1, 6 * kk + 4) .. struct.pack('>I4', v[2 * kk + 1] + wt)
+                        -- Into the newest slot, and none left the window (the common case).
+                        v[2 * kk + 1] = v[2 * kk + 1] + wt
+                        tail = true
                     else
                         -- The window's (slot, counter) pairs, plus one in slot `cur`; then the
                         -- slots as offsets from the first.
-                        local o = {}
+                        local o = { 0 }
                         if v then
                             for p = from, kk do
                                 o[#o + 1], o[#o + 2] = v[1] + v[2 * p], v[2 * p + 1]
                             end
                         end
-                        if #o > 0 and o[#o - 1] == cur then
+                        if #o > 1 and o[#o - 1] == cur then
                             o[#o] = o[#o] + wt
                         else
                             o[#o + 1], o[#o + 2] = cur, wt
                         end
-                        local first = o[1]
-                        for q = 1, #o, 2 do
+                        local first = o[2]
+                        for q = 2, #o, 2 do
                             o[q] = o[q] - first
                         end
-                        packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
+                        o[1] = first
+                        nv, nk = o, (#o - 1) / 2
                     end
-                    call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
+                    -- The write: the newest counter alone (SETRANGE: the key's TTL already
+                    -- outlives that slot, see SLOTS), or the whole string with its TTL. In a
+                    -- batch it is held back, and a later admission of the call on this key
+                    -- changes it in place (REPEATS).
+                    local wr = nil
+                    if seen then
+                        local mk = seen[key]
+                        if mk == nil then
+                            mk = #known + 1
+                            seen[key] = mk
+                            known[mk + 2] = false
+                        end
+                        known[mk], known[mk + 1] = nv, nk
+                        wr = known[mk + 2]
+                        if wr == false then
+                            wr = { 'SETRANGE', key, 0, 0 }
+                            writes[#writes + 1] = wr
+                            known[mk + 2] = wr
+                        end
+                    end
+                    if tail and (wr == nil or wr[1] == 'SETRANGE') then
+                        local off, c = string.format('%d', 6 * nk + 4), struct.pack('>I4', nv[2 * nk + 1])
+                        if wr then
+                            wr[3], wr[4] = off, c
+                        else
+                            call('SETRANGE', key, off, c)
+                        end
+                    else
+                        local packed = struct.pack('>d' .. string.rep('HI4', nk), unpack(nv, 1, 2 * nk + 1))
+                        if wr == nil then
+                            call('SET', key, packed, 'PX', string.format('%d', math.ceil((now - time + w + res) / 1000) + TTL_MARGIN_MS))
+                        elseif tail then
+                            -- A whole rewrite is held back already, with its TTL.
+                            wr[3] = packed
+                        else
+                            wr[1], wr[3], wr[4], wr[5] = 'SET', packed, 'PX', string.format('%d', math.ceil((now - time + w + res) / 1000) + TTL_MARGIN_MS)
+                        end
+                    end
                     sum = sum + wt
+                    st[j - 1] = sum
                 end
                 -- Full: when enough of the oldest slots left for `weight` to fit again; else
                 -- when the oldest leaves (the slot of this admission if it is the only one).
@@ -139,11 +199,61 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
                 end
                 reply[r0 + 2 * i], reply[r0 + 2 * i + 1] = r - sum, reset
 -- @section run-fit
-                -- RUNS: each repeat is decided in full (a repeat's reset depends on the counters
-                -- the repeats before it wrote).
-                fit = -1
+                -- RUNS: each repeat adds `weight` to the slot of `now` (nothing leaves at the
+                -- same `now`): the limit admits while what it counts plus `weight` fits.
+                if wt > 0 then
+                    local room = floor((r - st[j - 1]) / wt)
+                    if room < fit then
+                        fit = room
+                    end
+                end
 -- @section run-answer
-                -- Not reached: run-fit declines every run.
+                -- What the admission before left counted (S), then `fit` more weights in the
+                -- slot of `now`, written with the held-back write of this key.
+                if wt == 0 then
+                    -- Nothing was written: every repeat gets the first one's answer.
+                    for q = 1, m do
+                        local at = r0 + q * size + 2 * i
+                        reply[at], reply[at + 1] = reply[r0 + 2 * i], reply[r0 + 2 * i + 1]
+                    end
+                else
+                    local mk = seen[key]
+                    local v, kk, S, w = known[mk], known[mk + 1], st[j - 1], st[j - 8]
+                    -- The counters are the window's, the newest in the slot of `now`; the slot
+                    -- that frees room is found walking from the oldest (`must` only grows).
+                    local cur, p, dropped = v[1] + v[2 * kk], 1, 0
+                    for q = 1, m do
+                        local sum = S + (q <= fit and q or fit) * wt
+                        local must = sum + wt - r
+                        if must < 1 then
+                            must = 1
+                        end
+                        while p < kk and dropped + v[2 * p + 1] < must do
+                            dropped = dropped + v[2 * p + 1]
+                            p = p + 1
+                        end
+                        local reset = (p < kk and v[1] + v[2 * p] or cur) + 1
+                        reset = reset * res + w - now
+                        if reset < 1 then
+                            reset = 1
+                        end
+                        local left = r - sum
+                        if q > fit and sum + wt > r then
+                            left = 0
+                        end
+                        local at = r0 + q * size + 2 * i
+                        reply[at], reply[at + 1] = left, reset
+                    end
+                    if fit > 0 then
+                        v[2 * kk + 1] = v[2 * kk + 1] + fit * wt
+                        local wr = known[mk + 2]
+                        if wr[1] == 'SETRANGE' then
+                            wr[4] = struct.pack('>I4', v[2 * kk + 1])
+                        else
+                            wr[3] = struct.pack('>d' .. string.rep('HI4', kk), unpack(v, 1, 2 * kk + 1))
+                        end
+                    end
+                end
 -- @section inspect-read
         local s = call('GET', KEYS[i])
         local v = {}
@@ -199,7 +309,8 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
             -- pairs that left the window dropped, the key created if gone (a string of another
             -- shape is left alone, as a decision fails it).
             local t = call('TIME')
-            local cur = floor((t[1] * 1000000 + t[2]) / res)
+            local time = t[1] * 1000000 + t[2]
+            local cur = floor(time / res)
             local oldest, o = cur - w / res, {}
             for p = 1, k do
                 local idx = v[1] + v[2 * p]
@@ -213,12 +324,18 @@ SLOTS  (a limit with a resolution: bounded memory whatever the rate)
             else
                 o[#o + 1], o[#o + 2] = cur, math.min(-amount, 4294967295)
             end
+            -- The TTL outlives the slot charged, even one ahead of TIME (a decision's SETRANGE
+            -- into it then needs no new TTL, see SLOTS).
+            local ahead = o[#o - 1] * res - time
+            if ahead < 0 then
+                ahead = 0
+            end
             local first = o[1]
             for q = 1, #o, 2 do
                 o[q] = o[q] - first
             end
             local packed = struct.pack('>d' .. string.rep('HI4', #o / 2), first, unpack(o))
-            call('SET', key, packed, 'PX', math.ceil((w + res) / 1000) + TTL_MARGIN_MS)
+            call('SET', key, packed, 'PX', math.ceil((ahead + w + res) / 1000) + TTL_MARGIN_MS)
             given = given + 1
         elseif v then
             local slot, o, hit = floor(at / res), {}, false

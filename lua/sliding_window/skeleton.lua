@@ -129,8 +129,12 @@ local seen, known = nil, nil
 -- (`pending[key]`: the values, in order); a kind appends what is held back before it reads the
 -- key's stored entries.
 local pending = nil
+-- Commands a kind holds back to send once, in order, at the end of the call (`writes[q]`: a
+-- command and its arguments, which the kind may still change in place until then): a key
+-- rewritten whole by several decisions of the call is written once (see REPEATS).
+local writes = nil
 if na > 4 * (argv[1] + 0) + 1 then
-    seen, known, pending = {}, {}, {}
+    seen, known, pending, writes = {}, {}, {}, {}
 end
 
 -- Decision by decision: the n keys KEYS[k0+1 .. k0+n], with their numbers in `st`, read from
@@ -263,10 +267,13 @@ while a0 <= na do
     k0, r0 = k0 + n, r0 + 1 + 2 * n
 end
 
--- What was held back, one RPUSH per key (see REPEATS).
+-- What was held back, one RPUSH per key, then each rewrite (see REPEATS).
 if pending then
     for key, values in pairs(pending) do
         call('RPUSH', key, unpack(values))
+    end
+    for q = 1, #writes do
+        call(unpack(writes[q]))
     end
 end
 

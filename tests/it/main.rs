@@ -54,6 +54,7 @@ mod redis_script;
 mod redis_script_repeats;
 mod redis_sentinel;
 mod redis_slots;
+mod redis_slots_batch;
 mod redis_tls_acl;
 mod request_headers;
 mod request_metrics;

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::redis::RedisServer;
 use common::script::{
-    eval_decisions, eval_decisions_written, integers, redis_time, Argv, ScriptLimit,
+    calls_of, eval_decisions, eval_decisions_written, integers, redis_time, Argv, ScriptLimit,
 };
 use redis::Connection;
 
@@ -148,16 +148,6 @@ fn decide(
 
 fn length(conn: &mut Connection, key: &str) -> i64 {
     redis::cmd("LLEN").arg(key).query(conn).unwrap()
-}
-
-/// `calls` of `command` in INFO commandstats (0 when it never ran).
-fn calls_of(conn: &mut Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    let head = format!("cmdstat_{command}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(head.as_str()))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |v| v.parse().unwrap())
 }
 
 #[test]

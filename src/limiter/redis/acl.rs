@@ -37,6 +37,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     // Slotted limits' counters (SLOTS in lua/kinds/slots.lua).
     "GET",
     "SET",
+    "SETRANGE",
     // The script's cleanup, and the admin inspector's reset.
     "DEL",
 ];
@@ -65,6 +66,7 @@ fn probes(key: &str) -> redis::Pipeline {
     pipe.cmd("PEXPIRE").arg(key).arg(1000);
     pipe.cmd("GET").arg(key);
     pipe.cmd("SET").arg(key).arg(0).arg("PX").arg(1000);
+    pipe.cmd("SETRANGE").arg(key).arg(0).arg(1);
     pipe.cmd("DEL").arg(key);
     pipe.ignore_errors();
     pipe

@@ -32,6 +32,28 @@ pub fn eval_decisions_written(
     decisions: &[(&[&str], &[ScriptLimit])],
     argv: Argv,
 ) -> redis::Value {
+    let weighted: Vec<Vec<WeightedLimit>> = decisions
+        .iter()
+        .map(|(_, limits)| limits.iter().map(|&(r, w, res)| (r, w, res, 1)).collect())
+        .collect();
+    let calls: Vec<(&[&str], &[WeightedLimit])> = decisions
+        .iter()
+        .zip(&weighted)
+        .map(|((keys, _), limits)| (*keys, limits.as_slice()))
+        .collect();
+    eval_weighted(conn, &calls, argv)
+}
+
+/// One limit of a direct script call with the weight an admission counts in it (a cost
+/// limit's cost; 0 admits without counting): requests, window in ms, resolution in ms, weight.
+pub type WeightedLimit = (u32, i64, i64, u32);
+
+/// One `EVALSHA` of some decisions with weights, ARGV written as `argv` says.
+pub fn eval_weighted(
+    conn: &mut Connection,
+    decisions: &[(&[&str], &[WeightedLimit])],
+    argv: Argv,
+) -> redis::Value {
     let script = Script::new(SCRIPT_SOURCE);
     let mut call = script.prepare_invoke();
     for (keys, limits) in decisions {
@@ -40,18 +62,18 @@ pub fn eval_decisions_written(
             call.key(*key);
         }
     }
-    let mut before: Option<&[ScriptLimit]> = None;
+    let mut before: Option<&[WeightedLimit]> = None;
     for (_, limits) in decisions {
         if argv == Argv::AsTheStore && before == Some(*limits) {
             call.arg("=");
             continue;
         }
         call.arg(limits.len());
-        for (requests, window_ms, resolution_ms) in limits.iter() {
+        for (requests, window_ms, resolution_ms, weight) in limits.iter() {
             call.arg(*requests)
                 .arg(window_ms * 1000)
                 .arg(resolution_ms * 1000)
-                .arg(1);
+                .arg(*weight);
         }
         before = Some(*limits);
     }
@@ -119,4 +141,14 @@ pub fn pack_slots(slots: &[(i64, u32)]) -> Vec<u8> {
         out.extend_from_slice(&count.to_be_bytes());
     }
     out
+}
+
+/// `calls` of `command` in INFO commandstats (0 when it never ran).
+pub fn calls_of(conn: &mut Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let head = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(head.as_str()))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |v| v.parse().unwrap())
 }
