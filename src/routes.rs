@@ -34,6 +34,8 @@ pub struct Route {
     pub deny_body: Option<bytes::Bytes>,
     /// What the `pk` of this route's buckets is hashed with (shared by every route).
     pub partition_keys: Arc<PartitionKeys>,
+    /// The route's top limited clients (kept across reloads by name).
+    pub top: Arc<crate::top::RouteTop>,
 }
 
 pub use crate::config::file::MAX_DENY_BODY;
@@ -50,6 +52,7 @@ impl Route {
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
         let metrics = RouteMetrics::new(&spec.name, &policy_names);
+        let top = crate::top::BOARD.route(&spec.name, &policy_names);
         Ok(Route {
             spec: spec.clone(),
             policy_names,
@@ -58,6 +61,7 @@ impl Route {
             state_log: StateLog::default(),
             deny_body,
             partition_keys: partition_keys.clone(),
+            top,
         })
     }
 

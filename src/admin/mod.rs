@@ -14,6 +14,7 @@ pub mod guard;
 pub mod page;
 pub mod readiness;
 pub mod throttle;
+pub mod top;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub struct AdminApp {
     hosts: Vec<HostMatch>,
     /// Failed authentications per client address.
     throttle: throttle::Throttle,
+    /// `[server] admin_show_keys`: `/api/v1/top` shows clients' keys, not only their `pk`.
+    show_keys: bool,
 }
 
 /// What a request's credentials are worth.
@@ -236,11 +239,16 @@ impl ServeHttp for AdminApp {
             (Method::GET, "/api/v1/routes") => api::routes(&rules),
             (Method::GET, "/api/v1/window") => api::window(&rules, &*self.store, &query).await,
             (Method::POST, "/api/v1/reset") => api::reset(&rules, &*self.store, &query).await,
-            (_, "/api/v1/routes" | "/api/v1/window" | "/api/v1/reset") => api::problem(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "Method Not Allowed",
-                "GET /api/v1/routes, GET /api/v1/window, POST /api/v1/reset",
-            ),
+            (Method::GET, "/api/v1/top") => {
+                top::top(&rules, &*self.store, &query, self.show_keys).await
+            }
+            (_, "/api/v1/routes" | "/api/v1/window" | "/api/v1/reset" | "/api/v1/top") => {
+                api::problem(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Method Not Allowed",
+                    "GET /api/v1/routes, GET /api/v1/window, POST /api/v1/reset, GET /api/v1/top",
+                )
+            }
             (Method::GET | Method::HEAD, p) => {
                 page::asset(p).unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n"))
             }
@@ -273,6 +281,7 @@ pub fn admin_service(
             listen: server.admin_listen,
             hosts: server.admin_hosts.clone(),
             throttle: throttle::Throttle::default(),
+            show_keys: server.admin_show_keys,
         }),
     );
     service.add_tcp(&server.admin_listen.to_string());

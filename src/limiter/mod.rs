@@ -29,6 +29,7 @@ pub mod memory;
 pub mod redis;
 pub mod settle;
 pub mod smoothing;
+pub mod top;
 mod view;
 
 pub use admission::{Admission, Change};
@@ -317,6 +318,24 @@ pub trait Store: Send + Sync + 'static {
     /// from earlier decisions, like the deny cache, is void once it changes.
     fn generation(&self) -> u64 {
         0
+    }
+
+    /// True when [`Store::fold_top`] shares the top limited clients with every proxy of the
+    /// store, and [`Store::read_top`] answers for all of them (a shared store); false: each
+    /// proxy's own summary answers.
+    fn shares_top(&self) -> bool {
+        false
+    }
+
+    /// Add one fold of each route's top clients to the shared counts, in one bounded call per
+    /// route (at most [`top::FOLD_TIMEOUT`]); a fold that fails is lost, never sent again.
+    async fn fold_top(&self, _folds: Vec<top::TopFold>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// The shared counts of `query`'s route over its minutes, most denied first.
+    async fn read_top(&self, _query: top::TopQuery) -> Result<Vec<top::TopCount>, StoreError> {
+        Ok(Vec::new())
     }
 }
 

@@ -74,3 +74,4 @@ mod tls_certs;
 mod tls_h2;
 mod upstream_health;
 mod upstream_responses_r5;
+mod who_is_limited;

@@ -67,6 +67,12 @@ pub(super) struct RawServer {
     pub admin_token_file: Option<Spanned<EnvPath>>,
     #[serde(default)]
     pub admin_hosts: Vec<Spanned<String>>,
+    /// The inspector shows the clients' keys (`false`: only their `pk`).
+    #[serde(default = "default_true")]
+    pub admin_show_keys: bool,
+    /// Counters of each route's top limited clients (`/api/v1/top`).
+    #[serde(default = "default_top_clients")]
+    pub top_clients: Spanned<u32>,
     #[serde(default = "default_client_header_timeout")]
     pub client_header_timeout: ClientTimeout,
     #[serde(default = "default_keepalive_timeout")]
@@ -138,6 +144,9 @@ fn default_keepalive_timeout() -> KeepaliveTimeout {
 }
 fn default_sixty_seconds() -> ClientTimeout {
     BoundedDuration(Duration::from_secs(60))
+}
+fn default_top_clients() -> Spanned<u32> {
+    Spanned::new(0..0, crate::top::DEFAULT_TOP_CLIENTS as u32)
 }
 fn default_max_connections() -> Spanned<u32> {
     Spanned::new(0..0, 10_000)
@@ -278,17 +287,24 @@ pub(super) struct RawLog {
     /// `"off"`, `"stdout"` or a file path.
     #[serde(default = "default_access")]
     pub access: Spanned<String>,
-    #[serde(default)]
-    pub format: super::AccessFormat,
+    #[serde(default = "default_format")]
+    pub format: Spanned<super::AccessFormat>,
+    /// nginx's `log_format` syntax, with `format = "combined"`.
+    pub log_format: Option<Spanned<String>>,
 }
 
 impl Default for RawLog {
     fn default() -> Self {
         RawLog {
             access: default_access(),
-            format: super::AccessFormat::default(),
+            format: Spanned::new(0..0, super::AccessFormat::default()),
+            log_format: None,
         }
     }
+}
+
+fn default_format() -> Spanned<super::AccessFormat> {
+    Spanned::new(0..0, super::AccessFormat::default())
 }
 
 fn default_access() -> Spanned<String> {

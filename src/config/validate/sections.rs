@@ -9,8 +9,8 @@ use toml::Spanned;
 
 use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawTls, RawUpstream};
 use super::super::{
-    AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl, ServerSettings,
-    StoreSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
+    AccessFormat, AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl,
+    ServerSettings, StoreSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use super::{redis_nodes, Span, Validator};
 
@@ -34,6 +34,7 @@ impl Validator<'_> {
     ) -> Result<ServerSettings, ConfigError> {
         let (threads, max_connections) = self.server_counts(&raw)?;
         let keepalive_requests = self.keepalive_requests(&raw)?;
+        let top_clients = self.top_clients(&raw)?;
         let (listen, admin) = self.listeners(&raw)?;
         let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
@@ -55,6 +56,8 @@ impl Validator<'_> {
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
             admin_token,
             admin_hosts,
+            admin_show_keys: raw.admin_show_keys,
+            top_clients,
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
             client_body_timeout: raw.client_body_timeout.0,
@@ -86,6 +89,19 @@ impl Validator<'_> {
             );
         }
         Ok((threads, max_connections))
+    }
+
+    /// `top_clients`: 10 to 10 000 counters per route (memory: about 17 times that many
+    /// clients' bucket keys per route).
+    fn top_clients(&self, raw: &RawServer) -> Result<usize, ConfigError> {
+        match *raw.top_clients.get_ref() {
+            n @ 10..=10_000 => Ok(n as usize),
+            _ => self.err(
+                Some(raw.top_clients.span()),
+                "server.top_clients",
+                "must be between 10 and 10000",
+            ),
+        }
     }
 
     /// `keepalive_requests`: at least 1.
@@ -151,9 +167,28 @@ impl Validator<'_> {
             }
             path => AccessTarget::File(path.into()),
         };
+        let format = *raw.format.get_ref();
+        let log_format = match &raw.log_format {
+            None => None,
+            Some(text) if format != AccessFormat::Combined => {
+                return self.err(
+                    Some(text.span()),
+                    "log.log_format",
+                    "is a combined line's format: set format = \"combined\" with it",
+                );
+            }
+            Some(text) => match text
+                .get_ref()
+                .parse::<crate::config::log_format::LogFormat>()
+            {
+                Ok(parsed) => Some(parsed),
+                Err(e) => return self.err(Some(text.span()), "log.log_format", e.to_string()),
+            },
+        };
         Ok(LogSettings {
             access,
-            format: raw.format,
+            format,
+            log_format,
         })
     }
 
