@@ -87,6 +87,15 @@ impl RouteTop {
     /// Take the current period's counts (lower bounds: a counter less its error), leaving an
     /// empty summary in its place.
     fn take_period(&self) -> Vec<TopCount> {
+        // An idle route's period is left in place: no summary made for nothing.
+        if self
+            .period
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return Vec::new();
+        }
         let fresh = SpaceSaving::new(self.capacity(), self.hasher.clone());
         let taken = {
             let mut period = self.period.lock().unwrap_or_else(|e| e.into_inner());

@@ -167,6 +167,11 @@ impl SpaceSaving {
         self.last.insert(0, self.slots.len() - 1);
     }
 
+    /// True while no client holds a counter.
+    pub fn is_empty(&self) -> bool {
+        self.free == self.slots.len()
+    }
+
     /// How many counters it holds.
     pub fn capacity(&self) -> usize {
         self.slots.len()

@@ -375,6 +375,19 @@ async fn the_memory_store_answers_from_the_proxy_s_own_counts() {
         let reply = admin(proxy, "POST", "/api/v1/top?route=api", headers).await;
         assert_eq!(reply.status, 405, "{}", reply.body);
     }
+    // Issue 54 item 5: the build, named once.
+    let metrics = shown.metrics_text();
+    let info: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("slidegate_build_info{"))
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(
+        info[0].contains(&version) && info[0].ends_with("} 1"),
+        "{info:?}"
+    );
+    assert!(!info[0].contains("commit=\"\""), "{info:?}");
     // The token: none, a wrong one.
     assert_eq!(top(&hidden, "route=api", &[]).await.0, 401);
     let wrong = [("authorization", "Bearer wrong-token-0123456789")];
