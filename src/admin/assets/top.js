@@ -46,17 +46,26 @@ function renderTop(route, reply) {
   return box;
 }
 
+// The replies last drawn: the tables are redrawn only when one changed, so a link is not
+// replaced under the pointer every poll.
+let topDrawn = null;
+
 async function pollTop() {
   const limited = routes.filter((r) => r.limits.length && !r.shadow);
-  const boxes = [];
+  const replies = [];
   for (const r of limited) {
     try {
-      const reply = await api("GET", `/api/v1/top?route=${encodeURIComponent(r.name)}&minutes=${TOP_MINUTES}`);
-      boxes.push(renderTop(r.name, reply));
+      const q = `route=${encodeURIComponent(r.name)}&minutes=${TOP_MINUTES}`;
+      replies.push([r.name, await api("GET", `/api/v1/top?${q}`), null]);
     } catch (e) {
-      boxes.push(el("p", { class: "error", "data-top-route": r.name }, `${r.name}: ${e.message}`));
+      replies.push([r.name, null, e.message]);
     }
   }
-  $("#top").replaceChildren(...boxes);
+  const drawn = JSON.stringify(replies);
+  if (drawn === topDrawn) return;
+  topDrawn = drawn;
+  $("#top").replaceChildren(...replies.map(([name, reply, error]) => reply
+    ? renderTop(name, reply)
+    : el("p", { class: "error", "data-top-route": name }, `${name}: ${error}`)));
 }
 
