@@ -504,3 +504,39 @@ async fn a_frozen_store_costs_the_folds_never_a_request() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["clients"][0]["key"], "noisy", "{body}");
 }
+
+/// On a Redis Cluster a route's top keys share one slot (`{<route>}`): two proxies fold, either
+/// answers for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_answers_for_both_proxies() {
+    let (up, ca, cluster) = (
+        Upstream::start(),
+        TestCa::new("ca"),
+        common::redis::shared_cluster(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("{}\ntimeout = \"2s\"", cluster.own_store());
+    let (a, _) = proxy(&up, &ca, &store, dir.path(), 0);
+    let (b, _) = proxy(&up, &ca, &store, dir.path(), 1);
+    let calls: Vec<_> = (0..2)
+        .flat_map(|p| PROTOCOLS.map(|protocol| (p, protocol)))
+        .flat_map(|(p, protocol)| std::iter::repeat_n((p, protocol, "noisy"), 3))
+        .collect();
+    let sent = send(&[&a, &b], &ca, &calls).await;
+    let denied = sent.iter().filter(|s| s.seen.status == 429).count() as u64;
+    assert_eq!(denied, 13, "18 sent, 5 admitted");
+    for proxy in [&a, &b] {
+        let started = Instant::now();
+        loop {
+            let (status, body) = top(proxy, "route=api&minutes=1", &[]).await;
+            assert_eq!(status, 200, "{body}");
+            if body["clients"][0]["denied"] == denied {
+                assert_eq!(body["clients"][0]["key"], "noisy", "{body}");
+                assert_eq!(body["clients"][0]["allowed"].as_u64().unwrap(), 5, "{body}");
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "{body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
