@@ -24,11 +24,13 @@ use super::OnError;
 
 mod bounded;
 mod key;
+mod log;
 mod threads;
 mod upstream;
 pub use bounded::MAX_WINDOW;
 pub(super) use bounded::*;
 pub(super) use key::RawKey;
+pub(super) use log::RawLog;
 pub(super) use threads::Threads;
 pub(super) use upstream::*;
 
@@ -278,37 +280,6 @@ pub(super) struct RawClientIp {
     pub trusted_proxies: Vec<IpNet>,
     pub ipv4_prefix: Option<Spanned<u8>>,
     pub ipv6_prefix: Option<Spanned<u8>>,
-}
-
-/// `[log]`.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawLog {
-    /// `"off"`, `"stdout"` or a file path.
-    #[serde(default = "default_access")]
-    pub access: Spanned<String>,
-    #[serde(default = "default_format")]
-    pub format: Spanned<super::AccessFormat>,
-    /// nginx's `log_format` syntax, with `format = "combined"`.
-    pub log_format: Option<Spanned<String>>,
-}
-
-impl Default for RawLog {
-    fn default() -> Self {
-        RawLog {
-            access: default_access(),
-            format: Spanned::new(0..0, super::AccessFormat::default()),
-            log_format: None,
-        }
-    }
-}
-
-fn default_format() -> Spanned<super::AccessFormat> {
-    Spanned::new(0..0, super::AccessFormat::default())
-}
-
-fn default_access() -> Spanned<String> {
-    Spanned::new(0..0, "off".into())
 }
 
 /// One `[[routes]]` entry.

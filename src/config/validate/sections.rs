@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use redis::IntoConnectionInfo;
 use toml::Spanned;
 
-use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawTls, RawUpstream};
+use super::super::raw::{RawBackend, RawServer, RawStore, RawTls, RawUpstream};
 use super::super::{
-    AccessFormat, AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl,
-    ServerSettings, StoreSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
+    Backend, ConfigError, HostMatch, HostPort, RedisUrl, ServerSettings, StoreSettings,
+    UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use super::{redis_nodes, Span, Validator};
 
@@ -152,44 +152,6 @@ impl Validator<'_> {
                 ),
             })
             .collect()
-    }
-
-    pub(super) fn log(&self, raw: RawLog) -> Result<LogSettings, ConfigError> {
-        let access = match raw.access.get_ref().as_str() {
-            "off" => AccessTarget::Off,
-            "stdout" => AccessTarget::Stdout,
-            "" => {
-                return self.err(
-                    Some(raw.access.span()),
-                    "log.access",
-                    "expected \"off\", \"stdout\" or a file path",
-                )
-            }
-            path => AccessTarget::File(path.into()),
-        };
-        let format = *raw.format.get_ref();
-        let log_format = match &raw.log_format {
-            None => None,
-            Some(text) if format != AccessFormat::Combined => {
-                return self.err(
-                    Some(text.span()),
-                    "log.log_format",
-                    "is a combined line's format: set format = \"combined\" with it",
-                );
-            }
-            Some(text) => match text
-                .get_ref()
-                .parse::<crate::config::log_format::LogFormat>()
-            {
-                Ok(parsed) => Some(parsed),
-                Err(e) => return self.err(Some(text.span()), "log.log_format", e.to_string()),
-            },
-        };
-        Ok(LogSettings {
-            access,
-            format,
-            log_format,
-        })
     }
 
     pub(super) fn redis_url(
