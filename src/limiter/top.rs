@@ -14,6 +14,11 @@ pub const TOP_TTL: Duration = Duration::from_secs(16 * 60);
 /// added twice would be worse than counts missing).
 pub const FOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Most clients each of a minute's sorted sets keeps in a shared store (the most denied, the
+/// most admitted, the most often refused by a limit): however many proxies fold however many
+/// clients, a route's keys hold at most this many members per minute and set.
+pub const KEEP_PER_MINUTE: usize = 1000;
+
 /// Most clients read per minute from a shared store: twice the answer, so that a client near
 /// the top over several minutes but not in each is still found.
 pub const READ_PER_MINUTE: usize = 100;

@@ -3,9 +3,10 @@
 //! which that limit refused it). Keys `<prefix>:top:{<route>}:<minute>:d`, `…:a` and
 //! `…:l:<policy name>`: the `{<route>}` hash tag keeps a route's keys in one Cluster slot (one
 //! pipeline per route), and no bucket's key starts with `<prefix>:top:` (those are
-//! `<prefix>:{…`). Every key written lives [`TOP_TTL`] from its last fold.
+//! `<prefix>:{…`). Every key written lives [`TOP_TTL`] from its last fold and keeps its
+//! [`KEEP_PER_MINUTE`] highest scores.
 //!
-//! A fold is a pipeline of `ZINCRBY`s and `EXPIRE`s on the store's connection and I/O thread,
+//! A fold is a pipeline of `ZINCRBY`s, `ZREMRANGEBYRANK`s and `EXPIRE`s on the store's connection and I/O thread,
 //! bounded by [`FOLD_TIMEOUT`]; a read is two pipelines (each minute's most denied, then their
 //! admissions and limits by `ZMSCORE`). Neither takes part in the gate's health bookkeeping:
 //! both fail at once while the gate is closed.
@@ -14,12 +15,20 @@ use std::collections::HashMap;
 
 use super::conn::within;
 use super::Inner;
-use crate::limiter::top::{TopCount, TopFold, TopQuery, FOLD_TIMEOUT, READ_PER_MINUTE, TOP_TTL};
+use crate::limiter::top::{
+    TopCount, TopFold, TopQuery, FOLD_TIMEOUT, KEEP_PER_MINUTE, READ_PER_MINUTE, TOP_TTL,
+};
 use crate::limiter::StoreError;
 
 /// What a user needs beyond [`super::REQUIRED_COMMANDS`] for the top limited clients (without
 /// them decisions go on; the folds fail, counted and logged, and `/api/v1/top` answers 503).
-pub const TOP_COMMANDS: &[&str] = &["ZINCRBY", "EXPIRE", "ZREVRANGE", "ZMSCORE"];
+pub const TOP_COMMANDS: &[&str] = &[
+    "ZINCRBY",
+    "ZREMRANGEBYRANK",
+    "EXPIRE",
+    "ZREVRANGE",
+    "ZMSCORE",
+];
 
 impl Inner {
     /// `<prefix>:top:{<route>}:<minute>`.
@@ -73,6 +82,13 @@ impl Inner {
             }
             let keys = [&denied, &allowed].into_iter().chain(&limits);
             for (key, _) in keys.zip(&touched).filter(|(_, t)| **t) {
+                // The lowest scores past the kept ones go: bounded whatever the fleet sends.
+                let past = -(KEEP_PER_MINUTE as i64) - 1;
+                pipe.cmd("ZREMRANGEBYRANK")
+                    .arg(key)
+                    .arg(0)
+                    .arg(past)
+                    .ignore();
                 pipe.cmd("EXPIRE").arg(key).arg(ttl).ignore();
             }
             within(FOLD_TIMEOUT, pipe.query_async::<()>(&mut conn)).await?;

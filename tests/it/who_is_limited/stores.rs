@@ -92,3 +92,58 @@ async fn a_redis_cluster_answers_for_both_proxies() {
         }
     }
 }
+
+/// A fold of more clients than a minute keeps: each set keeps its highest scores
+/// (`KEEP_PER_MINUTE`), the read sums the minutes asked and names the refusing limits.
+#[tokio::test]
+async fn a_minute_keeps_its_most_denied_whatever_the_fleet_folds() {
+    use slidegate::limiter::redis::RedisStore;
+    use slidegate::limiter::top::{TopCount, TopFold, TopQuery, KEEP_PER_MINUTE};
+    use slidegate::limiter::Store;
+    let redis = RedisServer::start();
+    let store = RedisStore::new(&redis.redis_target(Duration::from_secs(2))).unwrap();
+    common::redis::wait_ready(&store, Duration::from_secs(10)).await;
+    let limits = std::sync::Arc::new(vec!["api-10s".to_string(), "api-10s-global".to_string()]);
+    let extra = 200u64;
+    let counts: Vec<TopCount> = (0..KEEP_PER_MINUTE as u64 + extra)
+        .map(|i| TopCount {
+            bucket: format!("api:h.x-api-key:c{i}"),
+            denied: i + 1,
+            allowed: 1,
+            refused: 1 << (i % 2),
+        })
+        .collect();
+    for minute in [100, 101] {
+        let fold = TopFold {
+            route: "api".into(),
+            minute,
+            limits: limits.clone(),
+            counts: counts.clone(),
+        };
+        store.fold_top(vec![fold]).await.unwrap();
+    }
+    let mut conn = redis.connection();
+    let card: u64 = ::redis::cmd("ZCARD")
+        .arg("sgtest:top:{api}:100:d")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(card, KEEP_PER_MINUTE as u64);
+    let ttl: i64 = ::redis::cmd("TTL")
+        .arg("sgtest:top:{api}:100:l:api-10s")
+        .query(&mut conn)
+        .unwrap();
+    assert!((900..=960).contains(&ttl), "{ttl}");
+    let query = TopQuery {
+        route: "api".into(),
+        minutes: vec![100, 101],
+        limits: limits.to_vec(),
+        max: 50,
+    };
+    let top = store.read_top(query).await.unwrap();
+    assert_eq!(top.len(), 50);
+    let last = KEEP_PER_MINUTE as u64 + extra - 1;
+    assert_eq!(top[0].bucket, format!("api:h.x-api-key:c{last}"));
+    assert_eq!((top[0].denied, top[0].allowed), (2 * (last + 1), 2));
+    assert_eq!(top[0].refused, 1 << (last % 2));
+    assert!(top.windows(2).all(|w| w[0].denied > w[1].denied));
+}
