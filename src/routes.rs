@@ -34,8 +34,8 @@ pub struct Route {
     pub deny_body: Option<bytes::Bytes>,
     /// What the `pk` of this route's buckets is hashed with (shared by every route).
     pub partition_keys: Arc<PartitionKeys>,
-    /// The route's top limited clients (kept across reloads by name).
-    pub top: Arc<crate::top::RouteTop>,
+    /// The route's top limited clients (kept across reloads by name); `None` without limits.
+    pub top: Option<Arc<crate::top::RouteTop>>,
 }
 
 pub use crate::config::file::MAX_DENY_BODY;
@@ -52,7 +52,7 @@ impl Route {
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
         let metrics = RouteMetrics::new(&spec.name, &policy_names);
-        let top = crate::top::BOARD.route(&spec.name, &policy_names);
+        let top = (spec.is_limited()).then(|| crate::top::BOARD.route(&spec.name, &policy_names));
         Ok(Route {
             spec: spec.clone(),
             policy_names,

@@ -184,8 +184,8 @@ fn note_top(route: &Route, outcome: &Outcome<'_>, bucket: &str, refused: u64) {
         Outcome::Denied(_) | Outcome::LocalDenied(_) => true,
         _ => return,
     };
-    if on(Layer::Metrics) {
-        route.top.record(bucket, denied, refused);
+    if let (true, Some(top)) = (on(Layer::Metrics), &route.top) {
+        top.record(bucket, denied, refused);
     }
 }
 
