@@ -23,6 +23,8 @@
 //! Around the request path:
 //! - [`config`]: the TOML schema, validated into the typed model.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`top`]: the top limited clients of each route (a Space-Saving summary per route, folded
+//!   into the shared store), for the inspector.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`logs`]: the process log and what slidegate writes about itself besides the access log.
 //! - [`process`]: the server's assembly, reload, graceful stop, pid file and signals, the
@@ -53,6 +55,8 @@ pub mod access_log;
 pub mod config;
 
 pub mod metrics;
+
+pub mod top;
 
 pub mod admin;
 

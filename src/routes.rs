@@ -37,6 +37,11 @@ pub struct Route {
     /// On a route with `plan`: where its clients' plans are read, and the route as each plan
     /// counts it. `None` for other routes and for the plans' own copies.
     pub plans: Option<PlanChoice>,
+    /// The route's top limited clients (kept across reloads by name); `None` without limits.
+    pub top: Option<Arc<crate::top::RouteTop>>,
+    /// Where this route's limits start in its summary's list of policy names: 0, or for a
+    /// plan's copy the limits of the plans before it (every plan's copy shares one summary).
+    pub top_offset: u32,
 }
 
 /// A route's plans in the rules: the directory, and per plan the index of its copy of the
@@ -62,6 +67,7 @@ impl Route {
             .then(|| HeaderValue::from_str(&policy_field(&policy_names, &spec.limits)).ok())
             .flatten();
         let metrics = RouteMetrics::new(&spec.name, &policy_names);
+        let top = (spec.is_limited()).then(|| crate::top::BOARD.route(&spec.name, &policy_names));
         Ok(Route {
             spec: spec.clone(),
             policy_names,
@@ -71,6 +77,8 @@ impl Route {
             deny_body,
             partition_keys: partition_keys.clone(),
             plans: None,
+            top,
+            top_offset: 0,
         })
     }
 
@@ -344,6 +352,17 @@ impl Rules {
                 }
                 indexes.push(routes.len());
                 routes.push(Route::new(&spec, &partition_keys)?);
+            }
+            // One summary for the route, naming every plan's limits: each copy's refusals are
+            // recorded at its plan's offset.
+            let mut names = Vec::new();
+            for &r in &indexes {
+                routes[r].top_offset = u32::try_from(names.len()).unwrap_or(u32::MAX);
+                names.extend(routes[r].policy_names.iter().cloned());
+            }
+            let top = (!names.is_empty()).then(|| crate::top::BOARD.route(name, &names));
+            for &r in &indexes {
+                routes[r].top = top.clone();
             }
             routes[i].plans = Some(PlanChoice {
                 directory,

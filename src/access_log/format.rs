@@ -142,7 +142,7 @@ pub(super) struct LocalTimeCache {
 }
 
 impl LocalTimeCache {
-    fn write(&mut self, out: &mut Vec<u8>, time: SystemTime) {
+    pub(super) fn write(&mut self, out: &mut Vec<u8>, time: SystemTime) {
         let second = time
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
@@ -166,10 +166,24 @@ fn time_local(time: SystemTime) -> String {
 }
 
 /// Append an optional arena string, or `-` (nginx's empty variable).
-fn dash_or(out: &mut Vec<u8>, text: &str, range: &Option<std::ops::Range<usize>>) {
+pub(super) fn dash_or(out: &mut Vec<u8>, text: &str, range: &Option<std::ops::Range<usize>>) {
     match range {
         Some(r) if !r.is_empty() => out.extend_from_slice(text[r.clone()].as_bytes()),
         _ => out.push(b'-'),
+    }
+}
+
+/// nginx's `$request`: the request line as sent, escaped.
+pub(super) fn write_request(out: &mut Vec<u8>, text: &str, e: &Entry) {
+    match &e.request_line {
+        // A head refused before it was parsed: the line as far as it was sent, as nginx logs it.
+        Some(line) => dash_or(out, text, &Some(line.clone())),
+        None => {
+            out.extend_from_slice(text[e.method.clone()].as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(text[e.target.clone()].as_bytes());
+            let _ = write!(out, " {:?}", e.version);
+        }
     }
 }
 
@@ -187,16 +201,7 @@ pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mu
     out.extend_from_slice(b" - - [");
     clock.write(out, e.time);
     out.extend_from_slice(b"] \"");
-    match &e.request_line {
-        // A head refused before it was parsed: the line as far as it was sent, as nginx logs it.
-        Some(line) => dash_or(out, text, &Some(line.clone())),
-        None => {
-            out.extend_from_slice(text[e.method.clone()].as_bytes());
-            out.push(b' ');
-            out.extend_from_slice(text[e.target.clone()].as_bytes());
-            let _ = write!(out, " {:?}", e.version);
-        }
-    }
+    write_request(out, text, e);
     let _ = write!(out, "\" {} {} \"", e.status, e.bytes_sent);
     dash_or(out, text, &e.referer);
     out.extend_from_slice(b"\" \"");

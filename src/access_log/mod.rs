@@ -36,6 +36,7 @@ use std::sync::LazyLock;
 use crate::config::{AccessFormat, AccessTarget, LogSettings};
 use format::{combined_line, json_line, LocalTimeCache, SecondCache};
 
+mod custom;
 mod format;
 mod record;
 mod request;
@@ -91,6 +92,7 @@ impl AccessLog {
             pending: pending.clone(),
             sink,
             format: settings.format,
+            log_format: settings.log_format.clone(),
             reopen: reopen.clone(),
             failing: false,
             line: Vec::with_capacity(512),
@@ -176,6 +178,8 @@ struct Writer {
     pending: Arc<Mutex<Batch>>,
     sink: Sink,
     format: AccessFormat,
+    /// `[log] log_format`: `combined` lines in this format instead.
+    log_format: Option<crate::config::log_format::LogFormat>,
     reopen: Arc<AtomicBool>,
     /// The last write failed (logged once until a write succeeds again).
     failing: bool,
@@ -222,9 +226,18 @@ impl Writer {
                 AccessFormat::Json => {
                     json_line(&mut self.line, &batch.text, entry, &mut self.clock)
                 }
-                AccessFormat::Combined => {
-                    combined_line(&mut self.line, &batch.text, entry, &mut self.local_clock)
-                }
+                AccessFormat::Combined => match &self.log_format {
+                    Some(f) => custom::custom_line(
+                        &mut self.line,
+                        &batch.text,
+                        entry,
+                        f.pieces(),
+                        &mut self.local_clock,
+                    ),
+                    None => {
+                        combined_line(&mut self.line, &batch.text, entry, &mut self.local_clock)
+                    }
+                },
             }
         }
         let result = match &mut self.sink {

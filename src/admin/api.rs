@@ -5,6 +5,7 @@
 //!   is what the route keys by: an address, a value, nothing for `global`, and for a composite
 //!   key a JSON list with one entry per part (see [`crate::keys::KeySpec::write_query_key`]).
 //! - `POST /api/v1/reset?route=R&client=C`: forget one bucket (and its local deny-cache entry).
+//! - `GET /api/v1/top?route=R&minutes=M`: the route's top limited clients ([`super::top`]).
 //!
 //! A route whose limits have keys of their own (`limits[].key`): the window shows every limit
 //! in its own bucket, the one `C` names under that limit's key (a `global` one: the route-wide
@@ -41,7 +42,7 @@ fn body_response(
 }
 
 /// A JSON response.
-fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response<Vec<u8>> {
     let body = serde_json::to_vec(body).expect("a JSON value serializes");
     body_response(status, "application/json", body)
 }
@@ -230,7 +231,7 @@ fn target_in<'a>(
     })
 }
 
-fn store_error(e: &crate::limiter::StoreError) -> Response<Vec<u8>> {
+pub(super) fn store_error(e: &crate::limiter::StoreError) -> Response<Vec<u8>> {
     problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "Service Unavailable",

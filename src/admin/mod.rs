@@ -14,6 +14,7 @@ pub mod guard;
 pub mod page;
 pub mod readiness;
 pub mod throttle;
+pub mod top;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub struct AdminApp {
     throttle: throttle::Throttle,
     /// SIGTERM received: `/readyz` says 503 until exit.
     stopping: Stopping,
+    /// `[server] admin_show_keys`: `/api/v1/top` shows clients' keys, not only their `pk`.
+    show_keys: bool,
 }
 
 /// What a request's credentials are worth.
@@ -249,11 +252,16 @@ impl ServeHttp for AdminApp {
             (Method::GET, "/api/v1/routes") => api::routes(&rules),
             (Method::GET, "/api/v1/window") => api::window(&rules, &*self.store, &query).await,
             (Method::POST, "/api/v1/reset") => api::reset(&rules, &*self.store, &query).await,
-            (_, "/api/v1/routes" | "/api/v1/window" | "/api/v1/reset") => api::problem(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "Method Not Allowed",
-                "GET /api/v1/routes, GET /api/v1/window, POST /api/v1/reset",
-            ),
+            (Method::GET, "/api/v1/top") => {
+                top::top(&rules, &*self.store, &query, self.show_keys).await
+            }
+            (_, "/api/v1/routes" | "/api/v1/window" | "/api/v1/reset" | "/api/v1/top") => {
+                api::problem(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Method Not Allowed",
+                    "GET /api/v1/routes, GET /api/v1/window, POST /api/v1/reset, GET /api/v1/top",
+                )
+            }
             (Method::GET | Method::HEAD, p) => {
                 page::asset(p).unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n"))
             }
@@ -288,6 +296,7 @@ pub fn admin_service(
             hosts: server.admin_hosts.clone(),
             throttle: throttle::Throttle::default(),
             stopping,
+            show_keys: server.admin_show_keys,
         }),
     );
     service.add_tcp(&server.admin_listen.to_string());

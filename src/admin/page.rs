@@ -6,6 +6,7 @@ use http::{Response, StatusCode};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
+const TOP_JS: &str = include_str!("assets/top.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
 
 /// Only same-origin scripts, styles and fetches; no framing.
@@ -17,6 +18,7 @@ pub fn asset(path: &str) -> Option<Response<Vec<u8>>> {
     let (body, content_type) = match path {
         "/" | "/index.html" => (INDEX_HTML, "text/html; charset=utf-8"),
         "/assets/app.js" => (APP_JS, "text/javascript; charset=utf-8"),
+        "/assets/top.js" => (TOP_JS, "text/javascript; charset=utf-8"),
         "/assets/style.css" => (STYLE_CSS, "text/css; charset=utf-8"),
         _ => return None,
     };

@@ -15,6 +15,7 @@
 mod answers;
 mod effective;
 pub mod file;
+pub mod log_format;
 mod raw;
 mod request_headers;
 mod route;
@@ -110,6 +111,10 @@ pub struct ServerSettings {
     /// Host names, beyond the listener's own address and loopback names, that the inspector
     /// answers to (and that may be a write's `Origin`); see [`crate::admin::guard`].
     pub admin_hosts: Vec<HostMatch>,
+    /// The inspector shows the clients' keys in `/api/v1/top` (`false`: only their `pk`).
+    pub admin_show_keys: bool,
+    /// Counters of each route's top limited clients (see [`crate::top`]).
+    pub top_clients: usize,
     /// The TLS listener (HTTP/2 and HTTP/1.1 by ALPN), if any.
     pub tls: Option<TlsListenerSettings>,
     /// Accept HTTP/2 with prior knowledge (h2c) on the plain listener.
@@ -150,6 +155,8 @@ pub struct LogSettings {
     pub access: AccessTarget,
     /// How they are written.
     pub format: AccessFormat,
+    /// `combined` written as this `log_format` instead (nginx's syntax), if set.
+    pub log_format: Option<log_format::LogFormat>,
 }
 
 /// `[client_ip]`: how the client address is found.

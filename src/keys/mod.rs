@@ -22,6 +22,7 @@ pub use query::ClientQueryError;
 mod bucket;
 pub mod canonical;
 mod client_ip;
+mod client_text;
 mod ip_text;
 mod parts;
 mod query;

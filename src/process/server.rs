@@ -296,6 +296,7 @@ pub struct RunOptions {
 /// Run slidegate until it is stopped by a signal.
 pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     crate::metrics::init();
+    crate::top::init(config.server.top_clients);
     let rules = Rules::build(&config).with_context(|| format!("{}", config.source.display()))?;
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let memory = (config.store.redis_target().is_none()).then(|| Arc::new(memory_store(&config)));
@@ -312,6 +313,7 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
     crate::edge::h2_conn::register_metrics();
     crate::admin::throttle::register_metrics();
     crate::limiter::redis::eviction::register_metrics();
+    crate::top::fold::register_metrics();
 
     let opt = Opt {
         upgrade: options.upgrade,
@@ -357,6 +359,8 @@ pub fn run(config: Config, options: RunOptions) -> anyhow::Result<()> {
         stopping.clone(),
     );
     server.add_service(ServeUntilExit::new(admin, stopping.clone()));
+    let fold = crate::top::fold::FoldService::new(&crate::top::BOARD, store.clone());
+    server.add_service(background_service("top limited clients", fold));
     let current = rules.clone();
     let health = HealthService::new(move || current.load().pool_health());
     server.add_service(background_service("upstream health", health));

@@ -153,6 +153,7 @@ impl SlideGate {
         }
         if let Some(route) = route {
             ctx.refused_by = count_limits(route, outcome, ctx.cost);
+            note_top(route, outcome, &ctx.key, ctx.refused_by);
         }
         if let Some(route) = route.filter(|r| r.spec.cost.is_weighted()) {
             count_cost(route, outcome, ctx.cost);
@@ -192,6 +193,20 @@ fn count_limits(route: &Route, outcome: &Outcome<'_>, cost: u32) -> u64 {
         }
     }
     refused
+}
+
+/// The route's top limited clients: a decided request of its client, O(1) under the route's
+/// summary's lock (see [`crate::top`]). Shadow verdicts refused nothing.
+fn note_top(route: &Route, outcome: &Outcome<'_>, bucket: &str, refused: u64) {
+    let denied = match outcome {
+        Outcome::Allowed(_) | Outcome::Delayed(_) | Outcome::LocalAllowed(_) => false,
+        Outcome::Denied(_) | Outcome::LocalDenied(_) => true,
+        _ => return,
+    };
+    if let (true, Some(top)) = (on(Layer::Metrics), &route.top) {
+        let refused = refused.checked_shl(route.top_offset).unwrap_or(0);
+        top.record(bucket, denied, refused);
+    }
 }
 
 /// `slidegate_cost_admitted_total` / `_denied_total`: a decided request's cost in each of its

@@ -82,3 +82,4 @@ mod tls_h2;
 mod upstream_health;
 mod upstream_resolve;
 mod upstream_responses_r5;
+mod who_is_limited;

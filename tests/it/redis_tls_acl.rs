@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use common::admin::{reset, wait_readyz, window};
 use common::cli::check_config;
+use common::control::poll_until;
 use common::proxy::{get, ConfigBuilder, Proxy};
 use common::redis::{RedisCluster, RedisServer};
 use common::redis_tls::TlsRedis;
 use common::tls::TestCa;
 use common::upstream::Upstream;
-use slidegate::limiter::redis::REQUIRED_COMMANDS;
+use slidegate::limiter::redis::{REQUIRED_COMMANDS, TOP_COMMANDS};
 
 /// How long a proxy may take to see its Redis (`maintain` runs once a second).
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -93,6 +94,8 @@ async fn a_private_ca_is_trusted_and_decisions_work_over_tls() {
         .arg("slidegate:*")
         .query(&mut redis.connection())
         .unwrap();
+    // The bucket's; the top limited clients' keys (`slidegate:top:{…}:…`) may be there too.
+    let keys: Vec<&String> = keys.iter().filter(|k| !k.contains(":top:{")).collect();
     assert_eq!(
         keys.len(),
         1,
@@ -169,7 +172,13 @@ fn as_app(redis: &RedisServer) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_with_exactly_the_listed_commands_decides_and_inspects() {
     let redis = RedisServer::start();
-    acl_user(&redis, REQUIRED_COMMANDS);
+    // Decisions' commands and the top limited clients' (issue 54).
+    let commands: Vec<&str> = REQUIRED_COMMANDS
+        .iter()
+        .chain(TOP_COMMANDS)
+        .copied()
+        .collect();
+    acl_user(&redis, &commands);
     let up = Upstream::start();
     let proxy = proxy(&up, &as_app(&redis));
     wait_readyz(&proxy, 200, READY_WITHIN);
@@ -178,6 +187,12 @@ async fn an_acl_user_with_exactly_the_listed_commands_decides_and_inspects() {
     assert!(view.to_string().contains("\"count\":2"), "{view}");
     reset(&proxy, "api", "127.0.0.1").await;
     assert_eq!(statuses(&proxy, 1).await, [200]);
+    // A fold of the top limited clients ran (within its 2 s) and `/api/v1/top` read it back.
+    let folded = || proxy.counter("slidegate_top_folds_total{result=\"ok\"}") >= 1;
+    assert!(poll_until(Duration::from_secs(10), folded).is_some());
+    let (status, top) = proxy.admin_get("/api/v1/top?route=api");
+    assert_eq!(status, 200, "{top}");
+    assert!(top.contains("\"denied\":1"), "{top}");
     let denied: Vec<::redis::Value> = ::redis::cmd("ACL")
         .arg("LOG")
         .query(&mut redis.connection())

@@ -124,6 +124,24 @@ async fn plans_from_a_file_on_every_protocol_and_changed_by_a_reload() {
         let plan = policy.trim_start_matches("api-").trim_end_matches("-60s");
         assert_eq!(v["plan"], plan, "{v}");
     }
+    // The top limited clients name each client's own plan's limit (one summary for the
+    // route, every plan's policy names in it).
+    let mut top = serde_json::Value::Null;
+    let named = |v: &serde_json::Value, who: &str| {
+        let clients = v["clients"].as_array().cloned().unwrap_or_default();
+        let c = clients.into_iter().find(|c| c["key"] == who)?;
+        Some((c["denied"].as_u64()?, c["limits"].clone()))
+    };
+    common::control::poll_until(Duration::from_secs(10), || {
+        top = serde_json::from_str(&proxy.admin_get("/api/v1/top?route=api&minutes=5").1)
+            .unwrap_or_default();
+        named(&top, "carol").is_some() && named(&top, "alice").is_some()
+    });
+    let pro = serde_json::json!(["api-pro-60s"]);
+    let free = serde_json::json!(["api-free-60s"]);
+    assert_eq!(named(&top, "alice"), Some((2, pro.clone())), "{top}");
+    assert_eq!(named(&top, "bob"), Some((2, pro)), "{top}");
+    assert_eq!(named(&top, "carol"), Some((5, free)), "{top}");
     let count = |plan: &str| {
         proxy.counter(&format!(
             "slidegate_plan_requests_total{{plan=\"{plan}\",route=\"api\"}}"

@@ -6,6 +6,7 @@
 
 const ROUTES_EVERY_MS = 2000;
 const WINDOW_EVERY_MS = 500;
+const TOP_EVERY_MS = 2000; // top.js: pollTop
 const SVG = "http://www.w3.org/2000/svg";
 const RING_R = 50;
 const RING_C = 2 * Math.PI * RING_R;
@@ -379,7 +380,9 @@ async function main() {
     fillClient(params.get("client") || "");
     select(params.get("route"), params.get("client") || "", false);
   }
+  pollTop();
   setInterval(pollRoutes, ROUTES_EVERY_MS);
+  setInterval(pollTop, TOP_EVERY_MS);
   setInterval(pollWindow, WINDOW_EVERY_MS);
   requestAnimationFrame(animate);
 }

@@ -24,11 +24,13 @@ use super::OnError;
 
 mod bounded;
 mod key;
+mod log;
 mod threads;
 mod upstream;
 pub use bounded::MAX_WINDOW;
 pub(super) use bounded::*;
 pub(super) use key::RawKey;
+pub(super) use log::RawLog;
 pub(super) use threads::Threads;
 pub(super) use upstream::*;
 
@@ -94,6 +96,12 @@ pub(super) struct RawServer {
     pub admin_token_file: Option<Spanned<EnvPath>>,
     #[serde(default)]
     pub admin_hosts: Vec<Spanned<String>>,
+    /// The inspector shows the clients' keys (`false`: only their `pk`).
+    #[serde(default = "default_true")]
+    pub admin_show_keys: bool,
+    /// Counters of each route's top limited clients (`/api/v1/top`).
+    #[serde(default = "default_top_clients")]
+    pub top_clients: Spanned<u32>,
     #[serde(default = "default_client_header_timeout")]
     pub client_header_timeout: ClientTimeout,
     #[serde(default = "default_keepalive_timeout")]
@@ -168,6 +176,9 @@ fn default_keepalive_timeout() -> KeepaliveTimeout {
 }
 fn default_sixty_seconds() -> ClientTimeout {
     BoundedDuration(Duration::from_secs(60))
+}
+fn default_top_clients() -> Spanned<u32> {
+    Spanned::new(0..0, crate::top::DEFAULT_TOP_CLIENTS as u32)
 }
 fn default_max_connections() -> Spanned<u32> {
     Spanned::new(0..0, 10_000)
@@ -302,30 +313,6 @@ pub(super) struct RawClientIp {
     pub trusted_proxies: Vec<IpNet>,
     pub ipv4_prefix: Option<Spanned<u8>>,
     pub ipv6_prefix: Option<Spanned<u8>>,
-}
-
-/// `[log]`.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawLog {
-    /// `"off"`, `"stdout"` or a file path.
-    #[serde(default = "default_access")]
-    pub access: Spanned<String>,
-    #[serde(default)]
-    pub format: super::AccessFormat,
-}
-
-impl Default for RawLog {
-    fn default() -> Self {
-        RawLog {
-            access: default_access(),
-            format: super::AccessFormat::default(),
-        }
-    }
-}
-
-fn default_access() -> Spanned<String> {
-    Spanned::new(0..0, "off".into())
 }
 
 /// One `[[routes]]` entry.

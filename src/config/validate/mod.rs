@@ -18,6 +18,7 @@ mod answers;
 mod cost;
 mod key;
 mod limit;
+mod log;
 mod plan;
 mod policy;
 mod redis_nodes;

@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use redis::IntoConnectionInfo;
 use toml::Spanned;
 
-use super::super::raw::{RawBackend, RawLog, RawServer, RawStore, RawTls, RawUpstream};
+use super::super::raw::{RawBackend, RawServer, RawStore, RawTls, RawUpstream};
 use super::super::{
-    AccessTarget, Backend, ConfigError, HostMatch, HostPort, LogSettings, RedisUrl, ServerSettings,
-    StoreSettings, UpstreamSpec, UpstreamTimeouts, UpstreamTls,
+    Backend, ConfigError, HostMatch, HostPort, RedisUrl, ServerSettings, StoreSettings,
+    UpstreamSpec, UpstreamTimeouts, UpstreamTls,
 };
 use super::{redis_nodes, Span, Validator};
 
@@ -34,6 +34,7 @@ impl Validator<'_> {
     ) -> Result<ServerSettings, ConfigError> {
         let (threads, max_connections) = self.server_counts(&raw)?;
         let keepalive_requests = self.keepalive_requests(&raw)?;
+        let top_clients = self.top_clients(&raw)?;
         let (listen, admin) = self.listeners(&raw)?;
         let admin_token = self.admin_token(&raw)?;
         let admin_hosts = self.admin_hosts(&raw.admin_hosts)?;
@@ -56,6 +57,8 @@ impl Validator<'_> {
                 .unwrap_or_else(|| dir.join(format!("{tag}.sock"))),
             admin_token,
             admin_hosts,
+            admin_show_keys: raw.admin_show_keys,
+            top_clients,
             client_header_timeout: raw.client_header_timeout.0,
             keepalive_timeout: raw.keepalive_timeout.0,
             client_body_timeout: raw.client_body_timeout.0,
@@ -87,6 +90,19 @@ impl Validator<'_> {
             );
         }
         Ok((threads, max_connections))
+    }
+
+    /// `top_clients`: 10 to 10 000 counters per route (memory: about 17 times that many
+    /// clients' bucket keys per route).
+    fn top_clients(&self, raw: &RawServer) -> Result<usize, ConfigError> {
+        match *raw.top_clients.get_ref() {
+            n @ 10..=10_000 => Ok(n as usize),
+            _ => self.err(
+                Some(raw.top_clients.span()),
+                "server.top_clients",
+                "must be between 10 and 10000",
+            ),
+        }
     }
 
     /// `keepalive_requests`: at least 1.
@@ -137,25 +153,6 @@ impl Validator<'_> {
                 ),
             })
             .collect()
-    }
-
-    pub(super) fn log(&self, raw: RawLog) -> Result<LogSettings, ConfigError> {
-        let access = match raw.access.get_ref().as_str() {
-            "off" => AccessTarget::Off,
-            "stdout" => AccessTarget::Stdout,
-            "" => {
-                return self.err(
-                    Some(raw.access.span()),
-                    "log.access",
-                    "expected \"off\", \"stdout\" or a file path",
-                )
-            }
-            path => AccessTarget::File(path.into()),
-        };
-        Ok(LogSettings {
-            access,
-            format: raw.format,
-        })
     }
 
     pub(super) fn redis_url(

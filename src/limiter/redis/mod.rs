@@ -74,8 +74,10 @@ mod renew;
 mod sentinel;
 mod shards;
 mod stacked;
+mod top;
 
 pub use acl::{CLUSTER_COMMANDS, REQUIRED_COMMANDS};
+pub use top::TOP_COMMANDS;
 
 /// Source of the sliding-window script, compiled into the binary (assembled from its parts:
 /// [`crate::limiter::algo::script::SLIDING_WINDOW`]).
@@ -337,5 +339,29 @@ impl Store for RedisStore {
     fn rules_changed(&self) {
         // New limits may admit what the old ones denied.
         self.inner.coalescer.known().clear();
+    }
+
+    fn shares_top(&self) -> bool {
+        true
+    }
+
+    /// On the store's I/O thread, where its connections live (`io.rs`).
+    async fn fold_top(&self, folds: Vec<crate::limiter::top::TopFold>) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        self.inner
+            .io
+            .run(async move { inner.fold_top(folds).await })
+            .await
+    }
+
+    async fn read_top(
+        &self,
+        query: crate::limiter::top::TopQuery,
+    ) -> Result<Vec<crate::limiter::top::TopCount>, StoreError> {
+        let inner = self.inner.clone();
+        self.inner
+            .io
+            .run(async move { inner.read_top(query).await })
+            .await
     }
 }
