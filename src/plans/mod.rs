@@ -7,8 +7,8 @@
 //! keeps what it used in every window the two plans share, counted against the new amount (an
 //! upgrade gets the difference at once, a downgrade is refused until the window frees enough).
 //!
-//! 1. [`file`]: a plan file, read with the rules (start, reload, `--watch`).
-//! 2. [`cache`]: plans read from the store's hash `<prefix>:plans`, kept for `refresh`.
+//! 1. [`mod@file`]: a plan file, read with the rules (start, reload, `--watch`).
+//! 2. [`mod@cache`]: plans read from the store's hash `<prefix>:plans`, kept for `refresh`.
 
 pub mod cache;
 pub mod file;
