@@ -12,6 +12,7 @@
 //! - A bad `plan` names its file, line and key; so does a bad plan file (`slidegate -t`).
 //! - The inspector page (headless chromium) lists each plan's limits and a client's plan.
 //! - A plan's windows survive a restart with `[store] state_file`.
+//! - Under an h2load burst (300 x 10 streams on each of two proxies) a client gets exactly its plan.
 
 use crate::common;
 
@@ -462,4 +463,42 @@ async fn a_plans_windows_survive_a_restart_with_a_state_file() {
         .contains("api-pro-120s"));
     let v = window(&next, "api", "alice").await;
     assert_eq!(v["limits"][0]["count"], 6, "{v}");
+}
+
+/// Under an h2load burst (300 connections x 10 streams, 4,000 requests on each of two proxies
+/// sharing Redis, at once), a pro client gets exactly pro's 6 and an unknown one the default's
+/// 3: the plan read and the decision hold under concurrency.
+#[test]
+fn a_burst_on_two_proxies_gets_exactly_the_clients_plan() {
+    use common::load::{h2load, Burst};
+    common::require_tool("h2load", "nghttp2-client");
+    let up = Upstream::start();
+    let ca = TestCa::new("plans-burst");
+    let redis = RedisServer::start();
+    let text = config(&up, &redis.store_toml(), "\"redis\"");
+    let proxies = ready_on_every_protocol(&text, &ca, 2);
+    let mut conn = redis.connection();
+    let _: i64 = ::redis::cmd("HSET")
+        .arg("slidegate:plans")
+        .arg("burst-pro")
+        .arg("pro")
+        .query(&mut conn)
+        .unwrap();
+    for (key, want) in [("burst-pro", 6), ("burst-unknown", 3)] {
+        let mut burst = Burst::keyed(300, key);
+        burst.headers = vec![format!("X-Client: {key}")];
+        let results: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> = (proxies.iter())
+                .map(|p| s.spawn(|| h2load(p.addr(), &burst)))
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let admitted: u64 = results.iter().map(|r| r.s2xx).sum();
+        let failed: u64 = results.iter().map(|r| r.failed).sum();
+        assert_eq!((admitted, failed), (want, 0), "{key}: {results:?}");
+        println!(
+            "{key}: {admitted} of 8,000 admitted (max {:?})",
+            results[0].max_latency
+        );
+    }
 }
