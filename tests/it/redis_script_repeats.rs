@@ -131,19 +131,7 @@ fn decide(
             .flat_map(|one| integers(eval_decisions(conn, std::slice::from_ref(one))))
             .collect()
     };
-    let mut answers = Vec::new();
-    let mut at = 0;
-    for lists in decisions {
-        let n = lists.len();
-        let states = raw[at + 1..at + 1 + 2 * n]
-            .chunks(2)
-            .map(|c| (c[0], c[1]))
-            .collect();
-        answers.push((raw[at] > 0, states));
-        at += 1 + 2 * n;
-    }
-    assert_eq!(at, raw.len(), "reply shape: {raw:?}");
-    answers
+    common::script::answers_of(decisions.iter().map(|d| d.len()), &raw)
 }
 
 fn length(conn: &mut Connection, key: &str) -> i64 {

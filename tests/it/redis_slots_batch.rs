@@ -84,19 +84,7 @@ fn decide(conn: &mut Connection, prefix: &str, decisions: &[Decision], batch: bo
             .flat_map(|one| integers(eval_weighted(conn, std::slice::from_ref(one), Argv::Full)))
             .collect()
     };
-    let mut answers = Vec::new();
-    let mut at = 0;
-    for d in decisions {
-        let n = d.len();
-        let states = raw[at + 1..at + 1 + 2 * n]
-            .chunks(2)
-            .map(|c| (c[0], c[1]))
-            .collect();
-        answers.push((raw[at] > 0, states));
-        at += 1 + 2 * n;
-    }
-    assert_eq!(at, raw.len(), "reply shape: {raw:?}");
-    answers
+    common::script::answers_of(decisions.iter().map(|d| d.len()), &raw)
 }
 
 /// Random batches, most decisions repeating the one before (RUNS), over one to three slotted

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::admin::wait_readyz;
 use common::fetch::{fetch_with, url};
-use common::load::{h2load, Burst};
+use common::load::{h2load_each, Burst};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::redis::{shared_cluster, RedisServer};
 use common::tls::{ready_on_every_protocol, Protocol, TestCa};
@@ -61,12 +61,8 @@ fn never_more_than_n(proxies: &[Proxy], up: &Upstream) {
         headers: vec!["X-Client: one".into(), format!("{DELAY_HEADER}: 30")],
         path: "/".into(),
     };
-    let results: Vec<_> = std::thread::scope(|s| {
-        let runs: Vec<_> = (proxies.iter())
-            .map(|p| s.spawn(|| h2load(p.addr(), &burst)))
-            .collect();
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
-    });
+    let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
+    let results = h2load_each(&addrs, &burst);
     let admitted: u64 = results.iter().map(|r| r.s2xx).sum();
     assert!(
         up.max_in_flight() <= N,

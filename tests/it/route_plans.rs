@@ -470,7 +470,7 @@ async fn a_plans_windows_survive_a_restart_with_a_state_file() {
 /// 3: the plan read and the decision hold under concurrency.
 #[test]
 fn a_burst_on_two_proxies_gets_exactly_the_clients_plan() {
-    use common::load::{h2load, Burst};
+    use common::load::{h2load_each, Burst};
     common::require_tool("h2load", "nghttp2-client");
     let up = Upstream::start();
     let ca = TestCa::new("plans-burst");
@@ -487,12 +487,8 @@ fn a_burst_on_two_proxies_gets_exactly_the_clients_plan() {
     for (key, want) in [("burst-pro", 6), ("burst-unknown", 3)] {
         let mut burst = Burst::keyed(300, key);
         burst.headers = vec![format!("X-Client: {key}")];
-        let results: Vec<_> = std::thread::scope(|s| {
-            let runs: Vec<_> = (proxies.iter())
-                .map(|p| s.spawn(|| h2load(p.addr(), &burst)))
-                .collect();
-            runs.into_iter().map(|r| r.join().unwrap()).collect()
-        });
+        let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
+        let results = h2load_each(&addrs, &burst);
         let admitted: u64 = results.iter().map(|r| r.s2xx).sum();
         let failed: u64 = results.iter().map(|r| r.failed).sum();
         assert_eq!((admitted, failed), (want, 0), "{key}: {results:?}");

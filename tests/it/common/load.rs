@@ -51,6 +51,16 @@ pub fn h2load(addr: SocketAddr, burst: &Burst) -> BurstResult {
     run_h2load(addr, burst, &format!("-n{}", burst.requests), &[])
 }
 
+/// [`h2load`] of one `burst` against every address at once (a thread each), results in order.
+pub fn h2load_each(addrs: &[SocketAddr], burst: &Burst) -> Vec<BurstResult> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (addrs.iter())
+            .map(|&a| s.spawn(move || h2load(a, burst)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
 /// [`h2load`] for `seconds` (h2load's `-D`) instead of `burst.requests` requests.
 pub fn h2load_for(addr: SocketAddr, burst: &Burst, seconds: u32) -> BurstResult {
     run_h2load(addr, burst, &format!("-D{seconds}"), &[])

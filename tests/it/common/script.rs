@@ -152,3 +152,23 @@ pub fn calls_of(conn: &mut Connection, command: &str) -> u64 {
         .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
         .map_or(0, |v| v.parse().unwrap())
 }
+
+/// A reply of decisions split per decision (`lens[i]`: decision `i`'s limits): whether it was
+/// admitted, and each limit's `(remaining, reset)`; panics unless the reply has that shape.
+pub fn answers_of(
+    lens: impl IntoIterator<Item = usize>,
+    raw: &[i64],
+) -> Vec<(bool, Vec<(i64, i64)>)> {
+    let mut answers = Vec::new();
+    let mut at = 0;
+    for n in lens {
+        let states = raw[at + 1..at + 1 + 2 * n]
+            .chunks(2)
+            .map(|c| (c[0], c[1]))
+            .collect();
+        answers.push((raw[at] > 0, states));
+        at += 1 + 2 * n;
+    }
+    assert_eq!(at, raw.len(), "reply shape: {raw:?}");
+    answers
+}
