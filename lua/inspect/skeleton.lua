@@ -16,7 +16,7 @@ ARGV  (3n + 1 integers, in decimal)
   ARGV[3i-2]    requests of limit i (>= 1)
   ARGV[3i-1]    window of limit i, in MICROseconds
   ARGV[3i]      resolution of limit i in MICROseconds, 0 for a log (see SLOTS in
-                lua/kinds/slots.lua, the deciding script)
+                lua/kinds/slots/, the deciding script)
   ARGV[3n+1]    the most entries to return per limit (the newest ones); >= 1
 
 REPLY  an array of integers: now, then for each limit i a group of 4 + k values

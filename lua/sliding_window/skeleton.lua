@@ -1,7 +1,7 @@
 --[[
 sliding_window (lua/sliding_window/skeleton.lua with lua/kinds/*.lua): exact sliding-window
 decisions, each over every limit of a route, for every kind of limit (lua/kinds/log/: the
-exact log; lua/kinds/slots.lua: slotted counters).
+exact log; lua/kinds/slots/: slotted counters).
 
 One call decides one request or a batch of them (the store coalesces the decisions pending at
 the same instant for one Redis into one EVALSHA: one dispatch and one TIME for all). The script
@@ -55,7 +55,7 @@ REPLY  one binary string of integers, each an IEEE 754 double, 8 bytes, big endi
                 counted after the decision; when the limit is full (remaining = 0), exactly
                 the time until it admits again; otherwise when the oldest counted request
                 leaves. Always > 0 and <= window (slots: <= window + resolution). Each kind
-                details it (lua/kinds/log/: DATA; lua/kinds/slots.lua: SLOTS).
+                details it (lua/kinds/log/: DATA; lua/kinds/slots/: SLOTS).
   These three are every field the reply carries (docs/redis.md names the same).
 
 ASSEMBLY, REPEATS, RUNS, CLOCK, DENIAL and COST: lua/sliding_window/README.md (the design;

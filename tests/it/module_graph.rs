@@ -285,3 +285,32 @@ fn the_reader_expands_use_groups_and_finds_a_planted_circle() {
     edges.insert(c.clone(), BTreeSet::from([a.clone()]));
     assert_eq!(circles(&edges), vec![vec![a.clone(), b, c, a]]);
 }
+
+/// Files of `dir` (recursively) ending in `ext`, with their line counts.
+fn line_counts(dir: &Path, ext: &str, out: &mut Vec<(PathBuf, usize)>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            line_counts(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
+            let lines = fs::read_to_string(&path).unwrap().lines().count();
+            out.push((path, lines));
+        }
+    }
+}
+
+/// A file a reader can hold: no Rust file of `src/` over 450 lines, no Lua file over 300
+/// (a kind or a skeleton that grows is split by concern: `lua/kinds/<kind>/`).
+#[test]
+fn no_source_file_outgrows_a_reader() {
+    for (dir, ext, most) in [("src", "rs", 450), ("lua", "lua", 300)] {
+        let mut files = Vec::new();
+        line_counts(Path::new(dir), ext, &mut files);
+        assert!(files.len() > 5, "read only {} files of {dir}/", files.len());
+        let long: Vec<String> = (files.iter())
+            .filter(|(_, lines)| *lines > most)
+            .map(|(path, lines)| format!("{}: {lines} lines", path.display()))
+            .collect();
+        assert!(long.is_empty(), "over {most} lines:\n{}", long.join("\n"));
+    }
+}

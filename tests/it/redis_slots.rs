@@ -1,4 +1,4 @@
-//! Script-level tests of slotted limits (SLOTS in `lua/kinds/slots.lua`) against a real
+//! Script-level tests of slotted limits (SLOTS in `lua/kinds/slots/`) against a real
 //! `redis-server`: the packed counters, their bound at full rate, TTLs, denials that write
 //! nothing, the clock guard, keys of another type, and the bytes a client costs.
 

@@ -1,4 +1,4 @@
-//! Slotted limits decided several times in one call (REPEATS and RUNS in `lua/kinds/slots.lua`):
+//! Slotted limits decided several times in one call (REPEATS and RUNS in `lua/kinds/slots/`):
 //! a batch, with weights, answers what one call per decision answers and leaves the same
 //! counters, with one GET and one write per key and call; a write into the newest slot alone
 //! (SETRANGE) leaves a TTL that outlives that slot. Against a real `redis-server`.

@@ -1,6 +1,6 @@
 //! Property tests of the slotted limit (`resolution`) against a brute-force checker: for random
 //! arrival sequences, the slot counters both stores share ([`SlotCounts`], the rules
-//! `lua/kinds/slots.lua` implements too) never admit more than `requests` in any window, refuse
+//! `lua/kinds/slots/` implements too) never admit more than `requests` in any window, refuse
 //! only where the exact log of a window one slot longer would refuse as well, keep at most
 //! window/resolution + 1 counters, and report a `reset` that is exact: the limit is still full
 //! a microsecond before it and admits at it.

@@ -34,7 +34,7 @@ pub const REQUIRED_COMMANDS: &[&str] = &[
     "LREM",
     "PTTL",
     "PEXPIRE",
-    // Slotted limits' counters (SLOTS in lua/kinds/slots.lua).
+    // Slotted limits' counters (SLOTS in lua/kinds/slots/).
     "GET",
     "SET",
     "SETRANGE",

@@ -108,7 +108,7 @@ pub fn redis_time(conn: &mut Connection) -> i64 {
     s * 1_000_000 + us
 }
 
-/// A slotted limit's stored value (see SLOTS in `lua/kinds/slots.lua`): its non-empty slots,
+/// A slotted limit's stored value (see SLOTS in `lua/kinds/slots/`): its non-empty slots,
 /// (slot index, counter) oldest first; `None` when the key does not exist.
 pub fn slot_counters(conn: &mut Connection, key: &str) -> Option<Vec<(i64, u32)>> {
     let raw: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
