@@ -28,7 +28,10 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, and the inspector (JSON API and page).
 //! - [`logs`]: the process log and what slidegate writes about itself besides the access log.
 //! - [`process`]: the server's assembly, reload, graceful stop, pid file and signals, the
-//!   health probe, OS limits, the allocator, benchmark switches.
+//!   health probe, OS limits, the allocator.
+//!
+//! That is the order a request meets them; which may use which is another order, the layers
+//! `docs/design.md` draws (checked by `tests/it/module_graph.rs`).
 
 pub mod edge;
 

@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         }
         None => {}
     }
-    let off = slidegate::process::bench_switch::describe();
+    let off = slidegate::proxy::bench_switch::describe();
     if !off.is_empty() {
         log::warn!("benchmark build: layers switched off: {}", off.join(", "));
     }

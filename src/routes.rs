@@ -11,6 +11,7 @@ use http::HeaderValue;
 
 use crate::config::{Config, RouteSpec, UpstreamTimeouts};
 use crate::keys::ClientIpResolver;
+use crate::logs::limit::EVENT_INTERVAL;
 use crate::logs::state::StateLog;
 use crate::metrics::RouteMetrics;
 use crate::request::method_override::Methods;
@@ -137,12 +138,38 @@ pub struct UpstreamPool {
     pub transport: UpstreamTransport,
     /// `slidegate_upstream_connect_failures_total{upstream}` of this upstream.
     pub connect_failures: prometheus::IntCounter,
-    /// One WARN line per [`EVENT_INTERVAL`](crate::logs::limit::EVENT_INTERVAL) about failed
+    /// One WARN line per [`EVENT_INTERVAL`] about failed
     /// connects, with their count.
     pub connect_log: crate::logs::limit::Throttled,
 }
 
 impl UpstreamPool {
+    /// A connect to one of this pool's servers failed: count it, and write one WARN line per
+    /// upstream per [`EVENT_INTERVAL`] saying how many failed since the last one, instead of a
+    /// line per request.
+    pub fn connect_failed(
+        &self,
+        server: &impl std::fmt::Display,
+        error: &pingora::Error,
+        retry: bool,
+    ) {
+        self.connect_failures.inc();
+        let Some(n) = self.connect_log.note(EVENT_INTERVAL) else {
+            return;
+        };
+        let next = if retry {
+            ", trying the next server"
+        } else {
+            ""
+        };
+        log::warn!(
+            "upstream {}: {n} failed connect(s) since the last line (at most one line per {}s); \
+             last: {server}: {error}{next}",
+            self.name,
+            EVENT_INTERVAL.as_secs()
+        );
+    }
+
     /// The server of this pool a request goes to next: the only one, or the balancer's pick
     /// among the servers it has not `failed` to connect to yet (like nginx's
     /// `proxy_next_upstream error`): an up one, or when none is up, any (nginx's too: a pool

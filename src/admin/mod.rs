@@ -13,6 +13,7 @@ pub mod api;
 pub mod guard;
 pub mod page;
 pub mod readiness;
+pub mod stopping;
 pub mod throttle;
 pub mod top;
 
@@ -29,9 +30,9 @@ use pingora::protocols::http::ServerSession;
 use pingora::services::listening::Service;
 use pingora_prometheus::PrometheusHttpApp;
 
+use crate::admin::stopping::Stopping;
 use crate::config::{HostMatch, ServerSettings};
 use crate::limiter::Store;
-use crate::process::stopping::Stopping;
 use crate::routes::Rules;
 
 /// The admin HTTP application.

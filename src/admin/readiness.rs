@@ -12,7 +12,7 @@
 //! `slidegate_store_ready`, and on `/readyz?store` (200 only while the store answers).
 //!
 //! From SIGTERM until exit `/readyz` says 503 *draining* whatever the store
-//! ([`crate::process::stopping`]): the process still serves for `shutdown_delay`, so that the
+//! ([`crate::admin::stopping`]): the process still serves for `shutdown_delay`, so that the
 //! endpoints that send it traffic are removed before its listeners close.
 //!
 //! `/readyz?verbose` answers as `/readyz` with every detail in the body: the phase (serving or

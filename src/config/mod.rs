@@ -17,7 +17,6 @@ mod effective;
 pub mod file;
 pub mod log_format;
 mod raw;
-mod request_headers;
 mod route;
 mod secrets;
 mod store;
@@ -33,10 +32,10 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub use crate::keys::KeySpec;
+pub use crate::request::additions::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
 pub use answers::{refused_response_header, ResponseField, ResponseHeaders};
 pub use effective::REDACTED;
 pub use raw::MAX_WINDOW;
-pub use request_headers::{ForwardedHeader, ForwardedHeaders, RequestIdMode};
 pub use route::{
     Answers, Counting, DenyAnswer, DenyBody, LimitKeys, PlanLimits, PlanSource, RouteMatch,
     RoutePlans, RouteSpec, Smoothing,

@@ -84,7 +84,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             _ => stream,
         };
         let mut next = Some(
-            if crate::process::bench_switch::on(crate::process::bench_switch::Layer::Edge) {
+            if crate::proxy::bench_switch::on(crate::proxy::bench_switch::Layer::Edge) {
                 Box::new(
                     EdgeStream::new(stream, self.limits)
                         .silent_until_first_byte(silent)

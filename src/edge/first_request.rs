@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::process::quiet::Quiet;
+use crate::edge::quiet::Quiet;
 
 /// How often the count is read while waiting.
 const POLL: Duration = Duration::from_millis(10);

@@ -20,6 +20,7 @@
 //! | `peek` | the h2c preface peek, under the head deadline |
 //! | [`h2_conn`] | HTTP/2: the requests-per-connection cap and the streams in flight per connection |
 //! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
+//! | [`quiet`] | "nothing left, and nothing new for a while": the pure rule both ends of a graceful stop wait on |
 //! | `refused` | access log lines for the heads Pingora answers itself (`400`, `405`) and our `408` |
 //! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
 //! | `passthrough` | the Pingora stream traits, forwarded to the wrapped stream |
@@ -35,6 +36,7 @@ pub mod h2_conn;
 mod passthrough;
 mod peek;
 mod phase;
+pub mod quiet;
 mod refused;
 mod stream;
 pub mod tls_accept;

@@ -13,10 +13,6 @@ use prometheus::{register_int_counter, IntCounter};
 use std::sync::LazyLock;
 
 use pingora::proxy::Session;
-use std::fmt::Display;
-
-use crate::logs::limit::EVENT_INTERVAL;
-use crate::routes::UpstreamPool;
 
 pub mod head;
 
@@ -66,29 +62,8 @@ pub fn is_connect_failure(error: &Error) -> bool {
         )
 }
 
-/// A connect to one of `pool`'s servers failed: count it, and write one WARN line per
-/// upstream per [`EVENT_INTERVAL`] saying how many failed since the last one, instead of a
-/// line per request.
-pub fn connect_failed(pool: &UpstreamPool, server: &impl Display, error: &Error, retry: bool) {
-    pool.connect_failures.inc();
-    let Some(n) = pool.connect_log.note(EVENT_INTERVAL) else {
-        return;
-    };
-    let next = if retry {
-        ", trying the next server"
-    } else {
-        ""
-    };
-    log::warn!(
-        "upstream {}: {n} failed connect(s) since the last line (at most one line per {}s); \
-         last: {server}: {error}{next}",
-        pool.name,
-        EVENT_INTERVAL.as_secs()
-    );
-}
-
 /// Pingora's `suppress_error_log`: count a client abort and log it at debug level instead;
-/// leave out a failed connect `connect_failed` already logged (`connect_logged`); write a
+/// leave out a failed connect `UpstreamPool::connect_failed` already logged (`connect_logged`); write a
 /// refused upstream head (from `upstream`) as its summary (Pingora's line would hold the head).
 pub fn suppress(session: &Session, connect_logged: bool, upstream: &str, error: &Error) -> bool {
     if connect_logged && is_connect_failure(error) {

@@ -14,8 +14,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::edge::quiet::Quiet;
 use crate::metrics::METRICS;
-use crate::process::quiet::Quiet;
 
 /// How often the connection gauge is read while draining.
 const POLL: Duration = Duration::from_millis(10);

@@ -17,13 +17,13 @@ use pingora::services::Service;
 
 use crate::access_log::AccessLog;
 use crate::admin::admin_service;
+use crate::admin::stopping::{ServeUntilExit, Signals, Stopping};
 use crate::config::Config;
 use crate::edge::{ConnLimits, EdgeApp, TlsPort};
 use crate::limiter::Store;
 use crate::process::limits_os::raise_nofile;
 use crate::process::reload::Reloader;
 use crate::process::state_file::StateFile;
-use crate::process::stopping::{ServeUntilExit, Signals, Stopping};
 use crate::process::stores::{
     build_local_fallback, build_store, maintain_store, memory_store, StoreSweeper,
 };

@@ -149,7 +149,7 @@ impl RequestCtx {
 
     /// Count a decision and remember it for the access log.
     pub(super) fn record(&mut self, route: &Route, decision: Decision) {
-        if crate::process::bench_switch::on(crate::process::bench_switch::Layer::Metrics) {
+        if crate::proxy::bench_switch::on(crate::proxy::bench_switch::Layer::Metrics) {
             route.metrics.decision(decision);
         }
         self.decision = Some(decision);

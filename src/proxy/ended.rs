@@ -9,7 +9,7 @@ use super::{usage, SlideGate};
 use crate::access_log::Known;
 use crate::limiter::settle::Ended;
 use crate::metrics::NO_ROUTE_DURATION;
-use crate::process::bench_switch::{on, Layer};
+use crate::proxy::bench_switch::{on, Layer};
 
 impl SlideGate {
     /// Everything a request leaves behind when it ends, however it ended (sent whole, client

@@ -11,7 +11,7 @@ use crate::keys::{Ambiguous, KeyInput, KeySpec, PartValue};
 use crate::limiter::settle::Ticket;
 use crate::limiter::{StoreError, Verdict};
 use crate::metrics::METRICS;
-use crate::process::bench_switch::{on, Layer};
+use crate::proxy::bench_switch::{on, Layer};
 use crate::request::form::{self, BadRequest};
 use crate::request::method_override::Methods;
 use crate::request::path::normalize_path;

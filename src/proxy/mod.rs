@@ -11,11 +11,12 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, ProxyWarnLogContext, Session};
 
 use crate::metrics::InFlight;
-use crate::process::bench_switch::{on, Layer};
+use crate::proxy::bench_switch::{on, Layer};
 use crate::request::form;
 use crate::request::forwarding::{self, Hop, OwnHop, Scheme};
 
 mod answer_fields;
+pub mod bench_switch;
 mod ctx;
 #[cfg(test)]
 mod delay_tests;
@@ -205,7 +206,7 @@ impl ProxyHttp for SlideGate {
         if let Some(pool) = pool {
             // Counted, and one WARN line per upstream per interval instead of Pingora's
             // ERROR line per request (`suppress_error_log`).
-            crate::logs::hygiene::connect_failed(pool, peer, &e, retry);
+            pool.connect_failed(peer, &e, retry);
             if let Some(server) = peer._address.as_inet() {
                 // Its kind only: an error's context may quote what the upstream sent.
                 pool.health.failed(*server, &e.etype().as_str());

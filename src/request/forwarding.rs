@@ -24,8 +24,8 @@ use http::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::{ErrorType, OrErr, Result};
 
-use crate::config::ForwardedHeader::{Forwarded, XForwardedFor, XForwardedProto, XRealIp};
-use crate::config::ForwardedHeaders;
+use super::additions::ForwardedHeader::{Forwarded, XForwardedFor, XForwardedProto, XRealIp};
+use super::additions::ForwardedHeaders;
 use crate::keys::IpText;
 
 /// How the client reached this listener.

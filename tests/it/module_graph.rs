@@ -314,3 +314,83 @@ fn no_source_file_outgrows_a_reader() {
         assert!(long.is_empty(), "over {most} lines:\n{}", long.join("\n"));
     }
 }
+
+/// The layers `docs/design.md` draws (its "Layers" section's first code block): one line per
+/// layer, top first, each the top-level modules of `src/` (folders, or files without `.rs`)
+/// on it. Every module of `src/` is on exactly one line.
+fn drawn_layers() -> Vec<Vec<String>> {
+    let design = fs::read_to_string("docs/design.md").unwrap();
+    let section = &design[design
+        .find("\n## Layers\n")
+        .expect("design.md: no ## Layers")..];
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("## Layers: no code block");
+    let block = block.split_once('\n').map_or("", |(_, rest)| rest);
+    block
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The top-level module of a file of `src/` (`src/limiter/redis/io.rs` -> `limiter`).
+fn top_module(path: &Path) -> String {
+    let rel = path.strip_prefix("src").unwrap();
+    let first = rel.iter().next().unwrap().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// No module reaches one drawn above it: a file may use its own layer's modules and those
+/// below (the circles inside a layer are still caught file by file above).
+#[test]
+fn no_module_reaches_a_layer_above_it() {
+    let layers = drawn_layers();
+    assert!(
+        layers.len() >= 5,
+        "read {} layers from design.md",
+        layers.len()
+    );
+    // Top first in the drawing: a higher layer has a smaller index.
+    let mut rank = BTreeMap::new();
+    for (i, layer) in layers.iter().enumerate() {
+        for module in layer {
+            assert!(
+                rank.insert(module.clone(), i).is_none(),
+                "{module} drawn twice"
+            );
+        }
+    }
+    let mut modules = BTreeSet::new();
+    for entry in fs::read_dir("src").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir()
+            || (name.ends_with(".rs") && !matches!(name.as_str(), "lib.rs" | "main.rs"))
+        {
+            modules.insert(name.trim_end_matches(".rs").to_string());
+        }
+    }
+    let drawn: BTreeSet<String> = rank.keys().cloned().collect();
+    assert_eq!(
+        modules, drawn,
+        "design.md's layers and the modules of src/ differ"
+    );
+    let upward: Vec<String> = (file_edges().iter())
+        .flat_map(|(from, to)| to.iter().map(move |to| (from, to)))
+        .filter(|(from, to)| {
+            let (a, b) = (top_module(from), top_module(to));
+            let (Some(ra), Some(rb)) = (rank.get(&a), rank.get(&b)) else {
+                return false;
+            };
+            rb < ra
+        })
+        .map(|(from, to)| format!("{} -> {}", from.display(), to.display()))
+        .collect();
+    assert!(
+        upward.is_empty(),
+        "files reaching a layer above theirs (docs/design.md, Layers):\n{}",
+        upward.join("\n")
+    );
+}
