@@ -95,12 +95,12 @@ mod tests {
     use http::Version;
 
     use super::super::format::combined_line;
-    use super::super::record::{Batch, Record};
+    use super::super::record::{Batch, LogLine};
     use super::*;
     use crate::config::log_format::{LogFormat, COMBINED};
 
     fn denied(batch: &mut Batch) {
-        batch.push(&Record {
+        batch.push(&LogLine {
             time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_577_598_123),
             client: Some("10.0.0.7".parse().unwrap()),
             method: "GET",

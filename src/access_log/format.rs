@@ -211,12 +211,12 @@ pub(super) fn combined_line(out: &mut Vec<u8>, text: &str, e: &Entry, clock: &mu
 
 #[cfg(test)]
 mod tests {
-    use super::super::record::{Batch, Record};
+    use super::super::record::{Batch, LogLine};
     use super::*;
     use http::Version;
 
     fn entry(batch: &mut Batch, path: &str, host: Option<&str>) {
-        batch.push(&Record {
+        batch.push(&LogLine {
             time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_577_598_123),
             client: Some("2001:db8::1".parse().unwrap()),
             method: "GET",
@@ -308,7 +308,7 @@ mod tests {
     fn a_refused_head_logs_its_raw_line_and_error() {
         let mut batch = Batch::default();
         for line in [&b"\x16\x03 hello \"x\""[..], b""] {
-            batch.push(&Record {
+            batch.push(&LogLine {
                 time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_577_598_123),
                 client: Some("127.0.0.1".parse().unwrap()),
                 method: "-",

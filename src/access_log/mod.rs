@@ -42,7 +42,7 @@ mod record;
 mod request;
 
 use record::Batch;
-pub use record::{escape_into, tls_version_name, Record, MAX_HEADER_LOGGED, MAX_REQUEST_LINE};
+pub use record::{escape_into, tls_version_name, LogLine, MAX_HEADER_LOGGED, MAX_REQUEST_LINE};
 pub use request::Known;
 
 /// Records per batch handed to the writer.
@@ -112,7 +112,7 @@ impl AccessLog {
 
     /// Log one request: copy it into the current batch; hand a full batch to the writer, or
     /// drop and count it if the writer is behind.
-    pub fn send(&self, record: Record<'_>) {
+    pub fn send(&self, record: LogLine<'_>) {
         let mut batch = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         batch.push(&record);
         if batch.entries.len() < BATCH {

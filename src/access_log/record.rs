@@ -20,7 +20,7 @@ pub const MAX_REQUEST_LINE: usize = 8192;
 /// What is logged about one request, borrowed from the request; [`AccessLog::send`] copies it.
 ///
 /// [`AccessLog::send`]: super::AccessLog::send
-pub struct Record<'a> {
+pub struct LogLine<'a> {
     /// When the request finished.
     pub time: SystemTime,
     /// The client address (after trusted `X-Forwarded-For` hops).
@@ -85,7 +85,7 @@ pub fn tls_version_name(rustls: &str) -> Option<&'static str> {
     }
 }
 
-/// A [`Record`] whose strings live in its batch's `text`.
+/// A [`LogLine`] whose strings live in its batch's `text`.
 pub(super) struct Entry {
     pub(super) time: SystemTime,
     pub(super) client: Option<IpAddr>,
@@ -146,7 +146,7 @@ impl Batch {
         start..self.text.len()
     }
 
-    pub(super) fn push(&mut self, r: &Record<'_>) {
+    pub(super) fn push(&mut self, r: &LogLine<'_>) {
         let entry = Entry {
             time: r.time,
             client: r.client,

@@ -1,4 +1,4 @@
-//! A proxied request's [`Record`]: what its Pingora session says (method, target, version,
+//! A proxied request's [`LogLine`]: what its Pingora session says (method, target, version,
 //! TLS, bytes, fields) with what the proxy found out about it ([`Known`]), the refusing limits
 //! named and the partition key computed only for a limited route.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use pingora::proxy::Session;
 
-use super::{tls_version_name, AccessLog, Record};
+use super::{tls_version_name, AccessLog, LogLine};
 use crate::metrics::Decision;
 use crate::routes::Route;
 
@@ -58,7 +58,7 @@ impl AccessLog {
         let cost = limited
             .filter(|r| r.spec.cost.is_weighted())
             .map(|_| known.cost);
-        self.send(Record {
+        self.send(LogLine {
             time: SystemTime::now(),
             client: known.client,
             method: req.method.as_str(),

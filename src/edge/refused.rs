@@ -24,7 +24,7 @@ use pingora::protocols::Stream;
 
 use super::phase::{PHASE_HEAD, PHASE_IDLE};
 use super::EdgeStream;
-use crate::access_log::{escape_into, tls_version_name, AccessLog, Record, MAX_REQUEST_LINE};
+use crate::access_log::{escape_into, tls_version_name, AccessLog, LogLine, MAX_REQUEST_LINE};
 use crate::logs::limit::{Throttled, EVENT_INTERVAL};
 
 /// Pingora's `MAX_HEADER_SIZE` (private to pingora-core): a head still incomplete past this
@@ -172,7 +172,7 @@ impl HeadLog {
             return;
         };
         let parts = RequestParts::of(line);
-        log.send(Record {
+        log.send(LogLine {
             time: SystemTime::now(),
             client: r.client,
             method: parts.method,

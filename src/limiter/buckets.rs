@@ -102,7 +102,7 @@ pub fn time_of(at: &[u64], i: usize) -> u64 {
 
 /// One part of a decision a store can make atomically: some of the limits (their indexes in
 /// the route's list), in the order the parts are reserved.
-pub struct Part {
+pub struct Step {
     /// Indexes into the decision's limits.
     pub members: Vec<usize>,
 }
@@ -126,7 +126,7 @@ pub struct Part {
 /// left them less the released request; a part not reached shows its full `requests` left.
 pub async fn reserve_in_order<D, DF, R, RF>(
     limits: &[Limit],
-    parts: &[Part],
+    parts: &[Step],
     mut decide: D,
     mut release: R,
 ) -> Checked
@@ -185,7 +185,7 @@ where
 /// Release every reserved part (its index and record time).
 async fn give_back<R, RF>(
     release: &mut R,
-    parts: &[Part],
+    parts: &[Step],
     reserved: &[(usize, u64)],
     pick: &impl Fn(&[usize]) -> Vec<Limit>,
 ) where

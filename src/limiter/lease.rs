@@ -102,7 +102,7 @@ mod tests {
     use super::*;
     use crate::limiter::algo::clock::FakeClock;
     use crate::limiter::memory::MemoryStore;
-    use crate::limiter::settle::{part_of, Part};
+    use crate::limiter::settle::{scope_of, Scope};
     use crate::limiter::{Buckets, Limit};
 
     /// A lease is held while its request runs, renewed past its `lease_ttl`, and given back
@@ -116,7 +116,7 @@ mod tests {
         let decide = || store.check("r", &buckets, &limits);
         let first = decide().await.unwrap();
         assert!(first.admitted);
-        let part = part_of(Part::Leases, &limits, &[], first.recorded_times().unwrap());
+        let part = scope_of(Scope::Leases, &limits, &[], first.recorded_times().unwrap());
         let recorded = Recorded::new("r", ("r:c", &[]), part.expect("a lease limit"));
         let gauge = IntGauge::new("leases", "leases").unwrap();
         let lease = hold(store.clone(), recorded, gauge.clone());

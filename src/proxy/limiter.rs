@@ -11,7 +11,7 @@ use super::outcome::{Findings, Policy};
 use crate::config::OnError;
 use crate::limiter::fallback::Fallback;
 use crate::limiter::lease::{self, Lease};
-use crate::limiter::settle::{part_of, Part, Recorded};
+use crate::limiter::settle::{scope_of, Recorded, Scope};
 use crate::limiter::smoothing::{Budget, Client, QueueMetrics, Smoothed, Smoothing};
 use crate::limiter::{Ask, Buckets, DecidedBy, Limit, Store};
 use crate::metrics::{LimiterMetrics, METRICS};
@@ -117,7 +117,7 @@ impl Limiter {
         let store = self.fallback().store_of(by)?.clone();
         let of_limit = &route.spec.limit_keys.of_limit;
         let (limits, of_limit, at) =
-            part_of(Part::Leases, &route.spec.limits, of_limit, recorded_at)?;
+            scope_of(Scope::Leases, &route.spec.limits, of_limit, recorded_at)?;
         let at = (0..limits.len()).map(|i| at[i.min(at.len() - 1)]).collect();
         let recorded = Recorded::new(&route.spec.name, (bucket, own), (limits, of_limit, at));
         Some(lease::hold(

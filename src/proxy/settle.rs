@@ -11,7 +11,8 @@ use http::StatusCode;
 
 use super::limiter::Limiter;
 use crate::limiter::settle::{
-    self, correction, counts, part_of, Correction, Counts, Ended, Part, Recorded, Reported, Ticket,
+    self, correction, counts, scope_of, Correction, Counts, Ended, Recorded, Reported, Scope,
+    Ticket,
 };
 use crate::limiter::{Change, Unit};
 use crate::metrics::METRICS;
@@ -122,7 +123,7 @@ impl Limiter {
                     return;
                 }
                 Correction::GiveBack(part, weight) => (part, weight, Change::GiveBack),
-                Correction::Charge(weight) => (Part::Cost, weight, Change::Charge),
+                Correction::Charge(weight) => (Scope::Cost, weight, Change::Charge),
             };
         let Some(store) = self.fallback().store_of(ticket.by).cloned() else {
             return;
@@ -131,7 +132,7 @@ impl Limiter {
         let weighted = super::limiter::weighted(route, weight);
         let all = weighted.as_deref().unwrap_or(&route.spec.limits);
         let of_limit = &route.spec.limit_keys.of_limit;
-        let Some(part_limits) = part_of(part, all, of_limit, &ticket.recorded_at) else {
+        let Some(part_limits) = scope_of(part, all, of_limit, &ticket.recorded_at) else {
             return;
         };
         let recorded = Recorded::new(&route.spec.name, (bucket, own), part_limits);
@@ -145,9 +146,9 @@ impl Limiter {
         let charged = ticket.cost;
         settle::amend(store, recorded, change, move |result| {
             let (counter, outcome) = match (part, change, result.is_ok()) {
-                (Part::Cost, _, false) => (&METRICS.settlements, "error"),
-                (Part::Cost, Change::GiveBack, true) => (&METRICS.settlements, "given_back"),
-                (Part::Cost, Change::Charge, true) => (&METRICS.settlements, "charged"),
+                (Scope::Cost, _, false) => (&METRICS.settlements, "error"),
+                (Scope::Cost, Change::GiveBack, true) => (&METRICS.settlements, "given_back"),
+                (Scope::Cost, Change::Charge, true) => (&METRICS.settlements, "charged"),
                 (_, _, true) => (&METRICS.refunds, "ok"),
                 (_, _, false) => (&METRICS.refunds, "error"),
             };
@@ -155,8 +156,8 @@ impl Limiter {
             if settles {
                 // What the cost limits hold of this request once settled, in units.
                 let units = match (part, change, result.is_ok()) {
-                    (Part::Cost, Change::GiveBack, true) => charged.saturating_sub(weight),
-                    (Part::Cost, Change::Charge, true) => charged.saturating_add(weight),
+                    (Scope::Cost, Change::GiveBack, true) => charged.saturating_sub(weight),
+                    (Scope::Cost, Change::Charge, true) => charged.saturating_add(weight),
                     _ => charged,
                 };
                 count_settled(&name, &policies, units);

@@ -19,7 +19,9 @@ use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 
 use super::clock::UNIX_AT_ZERO_US;
-use super::{state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit};
+use super::{
+    state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, RecordRules, Unit,
+};
 use crate::limiter::{LimitState, LimitView};
 
 /// The calendar period a quota counts in (`per`).
@@ -284,7 +286,7 @@ pub struct PeriodCount {
     count: u32,
 }
 
-impl Rules for PeriodCount {
+impl RecordRules for PeriodCount {
     /// A period that ended counts nothing.
     fn evict(&mut self, _id: LimitId, now: u64) {
         if now >= self.end {

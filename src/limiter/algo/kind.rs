@@ -2,7 +2,7 @@
 //! own parameters (`log::Log`, `slots::Slots`, `lease::Lease`, ...), and the `kinds!` macro
 //! that makes the registry from one list (`algo/mod.rs`): [`LimitKind`](super::LimitKind), an
 //! enum with one variant per kind that implements [`Kind`] by delegation, and
-//! [`Record`](super::Record), the memory store's record with one variant per kind. Every
+//! [`KindRecord`](super::KindRecord), the memory store's record with one variant per kind. Every
 //! delegation is an exhaustive `match` written out by the macro: no wildcard arm anywhere, so a
 //! new kind is one line of the list, and the compiler names every method it must supply.
 
@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::{Limit, Rules, Unit};
+use super::{Limit, RecordRules, Unit};
 use crate::limiter::{LimitState, LimitView};
 
 /// The unit a limit counts in, the draft's quota unit (`qu`), by the names its RateLimit Quota
@@ -92,7 +92,7 @@ pub struct OptionError {
 /// asking the kind it holds.
 pub trait Kind: Copy + Debug + PartialEq + Eq + Hash {
     /// Its record of one limit of one bucket in the memory store.
-    type Record: Rules + Clone + Debug;
+    type Record: RecordRules + Clone + Debug;
 
     /// An empty record.
     fn new_record(self) -> Self::Record;
@@ -169,7 +169,7 @@ pub fn policy_text(ms: u32) -> String {
 }
 
 /// The registry from one list of `Variant(kind type)`: [`LimitKind`](super::LimitKind), the
-/// memory store's [`Record`](super::Record), and their delegations, each an exhaustive match.
+/// memory store's [`KindRecord`](super::KindRecord), and their delegations, each an exhaustive match.
 macro_rules! kinds {
     ($($(#[$doc:meta])* $variant:ident($ty:ty)),+ $(,)?) => {
         /// The kind of a limit, with its parameters: one variant per kind (see `kind.rs`).
@@ -180,14 +180,14 @@ macro_rules! kinds {
 
         /// The memory store's record of one limit: one variant per kind, each its kind's record.
         #[derive(Debug, Clone)]
-        pub enum Record {
+        pub enum KindRecord {
             $($(#[$doc])* $variant(<$ty as Kind>::Record),)+
         }
 
         impl Kind for LimitKind {
-            type Record = Record;
-            fn new_record(self) -> Record {
-                match self { $(LimitKind::$variant(k) => Record::$variant(k.new_record()),)+ }
+            type Record = KindRecord;
+            fn new_record(self) -> KindRecord {
+                match self { $(LimitKind::$variant(k) => KindRecord::$variant(k.new_record()),)+ }
             }
             fn from_options(
                 options: &KindOptions<'_>,
@@ -247,42 +247,42 @@ macro_rules! kinds {
             }
         }
 
-        impl Rules for Record {
+        impl RecordRules for KindRecord {
             fn evict(&mut self, id: LimitId, now: u64) {
-                match self { $(Record::$variant(r) => Rules::evict(r, id, now),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::evict(r, id, now),)+ }
             }
             fn count(&self) -> u64 {
-                match self { $(Record::$variant(r) => Rules::count(r),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::count(r),)+ }
             }
             fn push(&mut self, id: LimitId, now: u64, weight: u32) {
-                match self { $(Record::$variant(r) => Rules::push(r, id, now, weight),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::push(r, id, now, weight),)+ }
             }
             fn reset_us(&self, id: LimitId, requests: u32, now: u64) -> u64 {
-                match self { $(Record::$variant(r) => Rules::reset_us(r, id, requests, now),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::reset_us(r, id, requests, now),)+ }
             }
             fn refund(&mut self, id: LimitId, at: u64, amount: u32) {
-                match self { $(Record::$variant(r) => Rules::refund(r, id, at, amount),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::refund(r, id, at, amount),)+ }
             }
             fn newest(&self, id: LimitId) -> Option<u64> {
-                match self { $(Record::$variant(r) => Rules::newest(r, id),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::newest(r, id),)+ }
             }
             fn frees_us(&self, id: LimitId) -> u64 {
-                match self { $(Record::$variant(r) => Rules::frees_us(r, id),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::frees_us(r, id),)+ }
             }
             fn seed(&mut self, id: LimitId, count: u64, frees_us: u64) {
-                match self { $(Record::$variant(r) => Rules::seed(r, id, count, frees_us),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::seed(r, id, count, frees_us),)+ }
             }
             fn heap_bytes(&self) -> usize {
-                match self { $(Record::$variant(r) => Rules::heap_bytes(r),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::heap_bytes(r),)+ }
             }
             fn growth(&self, id: LimitId) -> usize {
-                match self { $(Record::$variant(r) => Rules::growth(r, id),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::growth(r, id),)+ }
             }
             fn persisted(&self, id: LimitId) -> Vec<(u64, u32)> {
-                match self { $(Record::$variant(r) => Rules::persisted(r, id),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::persisted(r, id),)+ }
             }
             fn view(&self, limit: &Limit, now: u64, to_unix: &dyn Fn(u64) -> u64) -> LimitView {
-                match self { $(Record::$variant(r) => Rules::view(r, limit, now, to_unix),)+ }
+                match self { $(KindRecord::$variant(r) => RecordRules::view(r, limit, now, to_unix),)+ }
             }
         }
     };

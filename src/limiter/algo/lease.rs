@@ -16,7 +16,9 @@
 use std::time::Duration;
 
 use super::log::{ceil_secs, Entries};
-use super::{state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit};
+use super::{
+    state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, RecordRules, Unit,
+};
 use crate::limiter::{LimitState, LimitView};
 
 /// The third ARGV value of a lease limit in the sliding-window script: 1, of the values 1 to
@@ -110,7 +112,7 @@ pub const RETRY_US: u64 = 1_000_000;
 #[derive(Debug, Default, Clone)]
 pub struct Leases(Entries);
 
-impl Rules for Leases {
+impl RecordRules for Leases {
     fn evict(&mut self, id: LimitId, now: u64) {
         self.0.evict(id, now)
     }

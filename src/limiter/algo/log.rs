@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{
-    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit,
+    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, RecordRules,
+    Unit,
 };
 use crate::limiter::{LimitState, LimitView};
 
@@ -123,7 +124,7 @@ impl Entries {
     }
 }
 
-impl Rules for Entries {
+impl RecordRules for Entries {
     fn evict(&mut self, id: LimitId, now: u64) {
         let cutoff = now.saturating_sub(id.window_us());
         while self.0.front().is_some_and(|&t| t <= cutoff) {

@@ -1,10 +1,10 @@
 //! The kinds of limit, one module each, and their registry here: what a limit is ([`Limit`]:
 //! requests, window and its [`LimitKind`]), its identity [`LimitId`] (`{ window, kind }`, which
-//! names its Redis key, its policy and its memory-store record), and [`Record`], the memory
+//! names its Redis key, its policy and its memory-store record), and [`KindRecord`], the memory
 //! store's record of one limit.
 //!
 //! Each kind is its own type implementing [`Kind`] (`kind.rs`), in one module that owns its
-//! parameters, its record and pure rules ([`Rules`], unit-tested on a [`clock::FakeClock`]),
+//! parameters, its record and pure rules ([`RecordRules`], unit-tested on a [`clock::FakeClock`]),
 //! its key suffix, ARGV values, reply decoding, quota unit and RateLimit fields, and has its Lua
 //! file (`lua/kinds/<kind>.lua`), whose sections the build splices into the Redis scripts
 //! ([`script::SLIDING_WINDOW`], [`script::INSPECT`], [`script::REFUND`]). A new kind is its
@@ -26,7 +26,7 @@ pub mod script;
 pub mod slots;
 
 pub use kind::{policy_text, state_of, Kind, KindOptions, OptionError, QuotaUnit, COST_UNIT_PARAM};
-pub use record::Rules;
+pub use record::RecordRules;
 
 kind::kinds! {
     /// The exact sliding-window log: one timestamp per admitted request.

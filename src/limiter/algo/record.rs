@@ -1,5 +1,5 @@
-//! The rules every kind's record in the memory store follows ([`Rules`]); the memory store's
-//! [`Record`](super::Record) holds one kind's record and follows them by delegation (the
+//! The rules every kind's record in the memory store follows ([`RecordRules`]); the memory store's
+//! [`KindRecord`](super::KindRecord) holds one kind's record and follows them by delegation (the
 //! `kinds!` registry in `algo/mod.rs`).
 
 use super::{Limit, LimitId};
@@ -8,13 +8,13 @@ use crate::limiter::LimitView;
 /// The pure rules of one kind's record of one limit, times in µs on one clock (the memory
 /// store's [`Clock`](super::clock::Clock)). `id` gives the limit's shape, kept out of every
 /// record's bytes.
-pub trait Rules {
+pub trait RecordRules {
     /// Drop what left the window at `now`.
     fn evict(&mut self, id: LimitId, now: u64);
-    /// Requests counted against the limit (after [`Rules::evict`]).
+    /// Requests counted against the limit (after [`RecordRules::evict`]).
     fn count(&self) -> u64;
-    /// Record one admitted request of `weight` at `now` (after [`Rules::evict`] at the same
-    /// `now`, which is never before [`Rules::newest`]): 1 but in a cost limit, which is slotted.
+    /// Record one admitted request of `weight` at `now` (after [`RecordRules::evict`] at the same
+    /// `now`, which is never before [`RecordRules::newest`]): 1 but in a cost limit, which is slotted.
     fn push(&mut self, id: LimitId, now: u64, weight: u32);
     /// Time until this limit admits again when full (at most `requests`), else until the
     /// oldest counted request leaves; the window when nothing is counted.
@@ -31,7 +31,7 @@ pub trait Rules {
     fn seed(&mut self, id: LimitId, count: u64, frees_us: u64);
     /// Heap bytes of the record (allocator size classes are multiples of 16 here).
     fn heap_bytes(&self) -> usize;
-    /// Heap bytes one more [`Rules::push`] may allocate.
+    /// Heap bytes one more [`RecordRules::push`] may allocate.
     fn growth(&self, id: LimitId) -> usize;
     /// What to write to the state file (`store.state_file`): the record as (time, amount)
     /// steps, oldest first, such that pushing each amount at its time into an empty record

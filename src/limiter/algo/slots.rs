@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use super::log::ceil_secs;
 use super::{
-    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, Rules, Unit,
+    policy_text, state_of, Kind, KindOptions, Limit, LimitId, OptionError, QuotaUnit, RecordRules,
+    Unit,
 };
 use crate::limiter::{LimitState, LimitView};
 
@@ -321,7 +322,7 @@ impl SlotCounts {
     }
 }
 
-impl Rules for SlotCounts {
+impl RecordRules for SlotCounts {
     fn evict(&mut self, id: LimitId, now: u64) {
         SlotCounts::evict(self, SlotShape::of(id), now);
     }

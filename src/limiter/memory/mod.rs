@@ -13,7 +13,7 @@
 //! and growth never copies nor leaves freed buffers behind: `chunks.rs`) and an index of their
 //! positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest
 //! activity and one log per limit (found by its `LimitId`) held inline (`SmallVec`), each its kind's record (`record.rs`, holding a
-//! [`Record`](crate::limiter::algo::Record): a `VecDeque` of microsecond timestamps for a log,
+//! [`KindRecord`](crate::limiter::algo::KindRecord): a `VecDeque` of microsecond timestamps for a log,
 //! slot counters for a slotted limit), decided by that kind's rules on the store's
 //! [`Clock`]. Two
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,

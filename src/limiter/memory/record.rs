@@ -1,10 +1,10 @@
-//! What one limit of one bucket keeps: its kind's record ([`Record`]) with the limit's
+//! What one limit of one bucket keeps: its kind's record ([`KindRecord`]) with the limit's
 //! identity and latest `requests`, and the two rules that tie a record to the summary of
 //! evicted buckets (what it holds, and starting from what the summary holds). Every window
 //! rule is its kind's (`crate::limiter::algo`).
 
 use super::summary::Held;
-use crate::limiter::algo::{Kind, Record, Rules};
+use crate::limiter::algo::{Kind, KindRecord, RecordRules};
 use crate::limiter::{Limit, LimitId, LimitView};
 
 /// The record of one limit of one bucket, µs on the store's clock.
@@ -14,7 +14,7 @@ pub(super) struct LimitRecord {
     pub(super) id: LimitId,
     /// `requests` of the limit at its latest decision (eviction must know who is at its limit).
     pub(super) requests: u32,
-    record: Record,
+    record: KindRecord,
 }
 
 impl LimitRecord {
@@ -90,7 +90,7 @@ impl LimitRecord {
         self.record.seed(self.id, held.count, frees_us);
     }
 
-    /// The record as (time, amount) steps for the state file (see [`Rules::persisted`]).
+    /// The record as (time, amount) steps for the state file (see [`RecordRules::persisted`]).
     pub(super) fn persisted(&self) -> Vec<(u64, u32)> {
         self.record.persisted(self.id)
     }

@@ -4,7 +4,7 @@
 use std::future::Future as _;
 
 use super::MemoryStore;
-use crate::limiter::buckets::{reserve_in_order, time_of, Part};
+use crate::limiter::buckets::{reserve_in_order, time_of, Step};
 use crate::limiter::{Buckets, Change, Limit, LimitState, Verdict};
 
 impl MemoryStore {
@@ -30,8 +30,8 @@ impl MemoryStore {
         if let Some(full) = full {
             groups[..=full].rotate_right(1);
         }
-        let parts: Vec<Part> = (groups.iter())
-            .map(|(_, members)| Part {
+        let parts: Vec<Step> = (groups.iter())
+            .map(|(_, members)| Step {
                 members: members.clone(),
             })
             .collect();

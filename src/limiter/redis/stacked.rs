@@ -13,7 +13,7 @@
 //! limit never holds, even briefly, what every other client needs.
 
 use super::RedisStore;
-use crate::limiter::buckets::{reserve_in_order, time_of, Part};
+use crate::limiter::buckets::{reserve_in_order, time_of, Step};
 use crate::limiter::{Buckets, Change, Checked, Limit, StoreError};
 
 /// `members`' buckets as [`Buckets`] parts: each limit its own entry (texts may repeat).
@@ -61,8 +61,8 @@ impl RedisStore {
         if lanes.len() == 1 {
             return self.decide(buckets, limits).await;
         }
-        let parts: Vec<Part> = (lanes.into_iter())
-            .map(|(_, members)| Part { members })
+        let parts: Vec<Step> = (lanes.into_iter())
+            .map(|(_, members)| Step { members })
             .collect();
         let decide = |sub: Vec<Limit>, members: &[usize]| {
             let owned = Owned::of(buckets, members);

@@ -1,7 +1,7 @@
 //! The pure rules of the settle layer: what an upstream's answer does to an admission under
 //! `count_status` ([`counts`]), what a request's real cost does to its charge ([`Settlement`]),
 //! and the correction due when its response ends ([`correction`]), in which part of the route's
-//! limits ([`Part`], [`part_of`]). [`Ticket`] is what an admission carries until then.
+//! limits ([`Scope`], [`scope_of`]). [`Ticket`] is what an admission carries until then.
 
 use http::StatusCode;
 
@@ -136,7 +136,7 @@ pub enum Correction {
     /// Nothing; the settlement's result to count, if the route settles.
     Nothing(Option<&'static str>),
     /// Give back this much in this part of the route's limits.
-    GiveBack(Part, u32),
+    GiveBack(Scope, u32),
     /// Charge this much more in the cost limits.
     Charge(u32),
 }
@@ -155,7 +155,7 @@ pub fn correction(
     let whole = ended == Ended::Whole;
     if ticket.due {
         return match whole {
-            true => Correction::GiveBack(Part::Counted, ticket.cost),
+            true => Correction::GiveBack(Scope::Counted, ticket.cost),
             false => Correction::Nothing(None),
         };
     }
@@ -165,7 +165,7 @@ pub fn correction(
     match ticket.settled {
         Some(Reported::Cost(real)) => match Settlement::of(ticket.cost, real) {
             Settlement::Unchanged => Correction::Nothing(Some("unchanged")),
-            Settlement::GiveBack(d) if whole => Correction::GiveBack(Part::Cost, d),
+            Settlement::GiveBack(d) if whole => Correction::GiveBack(Scope::Cost, d),
             Settlement::GiveBack(_) => Correction::Nothing(Some("cut_off")),
             Settlement::Charge(d) => Correction::Charge(d),
         },
@@ -185,7 +185,7 @@ pub fn correction(
 /// Which limits of a route a refund gives back: each entry is given back once, so a
 /// `count_status` refund leaves the leases to the release at the request's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
+pub enum Scope {
     /// The limits that count requests (`count_status`).
     Counted,
     /// The concurrency limits (the request ended).
@@ -194,21 +194,21 @@ pub enum Part {
     Cost,
 }
 
-impl Part {
+impl Scope {
     /// True when `limit` is one of this part.
     pub fn holds(self, limit: &Limit) -> bool {
         match self {
-            Part::Counted => !limit.is_lease(),
-            Part::Leases => limit.is_lease(),
-            Part::Cost => limit.unit() == Unit::Cost,
+            Scope::Counted => !limit.is_lease(),
+            Scope::Leases => limit.is_lease(),
+            Scope::Cost => limit.unit() == Unit::Cost,
         }
     }
 }
 
 /// `part` of a route's `limits`, with their buckets' indexes (`of_limit`, empty: all the
 /// route's) and record times (one for all, or one per limit); `None` when it has none.
-pub fn part_of(
-    part: Part,
+pub fn scope_of(
+    part: Scope,
     limits: &[Limit],
     of_limit: &[u8],
     at: &[u64],
@@ -235,16 +235,16 @@ mod tests {
     fn a_part_keeps_its_limits_buckets_and_times() {
         let w = std::time::Duration::from_secs(60);
         let limits = [Limit::log(5, w), Limit::lease(2, w), Limit::log(9, w / 2)];
-        let (lease, counted) = (Part::Leases, Part::Counted);
+        let (lease, counted) = (Scope::Leases, Scope::Counted);
         assert_eq!(
-            part_of(lease, &limits, &[], &[7]),
+            scope_of(lease, &limits, &[], &[7]),
             Some((vec![limits[1]], vec![], vec![7]))
         );
         assert_eq!(
-            part_of(counted, &limits, &[0, 1, 2], &[4, 5, 6]),
+            scope_of(counted, &limits, &[0, 1, 2], &[4, 5, 6]),
             Some((vec![limits[0], limits[2]], vec![0, 2], vec![4, 6]))
         );
-        assert_eq!(part_of(lease, &limits[..1], &[], &[7]), None);
+        assert_eq!(scope_of(lease, &limits[..1], &[], &[7]), None);
     }
 
     #[test]
@@ -289,12 +289,12 @@ mod tests {
                 ticket(None, true).due(),
                 false,
                 Whole,
-                GiveBack(Part::Counted, 100),
+                GiveBack(Scope::Counted, 100),
             ),
             (ticket(None, true).due(), true, ClientLeft, Nothing(None)),
             (ticket(ok(5), true), false, Whole, Nothing(None)),
             // settle: lower is given back only whole; higher is charged however it ended.
-            (ticket(ok(30), true), true, Whole, GiveBack(Part::Cost, 70)),
+            (ticket(ok(30), true), true, Whole, GiveBack(Scope::Cost, 70)),
             (
                 ticket(ok(30), true),
                 true,

@@ -11,7 +11,7 @@ pub mod correction;
 use std::sync::Arc;
 
 pub use correction::{
-    correction, counts, part_of, Correction, Counts, Ended, Part, Reported, Settlement, Ticket,
+    correction, counts, scope_of, Correction, Counts, Ended, Reported, Scope, Settlement, Ticket,
 };
 
 use super::{Admission, Buckets, Change, Limit, Store, StoreError};
@@ -30,7 +30,7 @@ pub struct Recorded {
 
 impl Recorded {
     /// The admission of `route` in `bucket` (the route's) and `own` (the limits' own keys'),
-    /// of `limits` with their buckets' indexes and record times (as [`part_of`] gives them).
+    /// of `limits` with their buckets' indexes and record times (as [`scope_of`] gives them).
     pub fn new(
         route: &str,
         (bucket, own): (&str, &[String]),
@@ -129,7 +129,12 @@ mod tests {
         let first = decide().await.unwrap();
         assert!(first.admitted);
         assert!(!decide().await.unwrap().admitted, "the limit is full");
-        let part = part_of(Part::Counted, &limits, &[], first.recorded_times().unwrap());
+        let part = scope_of(
+            Scope::Counted,
+            &limits,
+            &[],
+            first.recorded_times().unwrap(),
+        );
         let recorded = Recorded::new("r", ("r:c", &[]), part.expect("a counted limit"));
         let (tell, told) = oneshot::channel();
         amend(store.clone(), recorded, Change::GiveBack, move |r| {

@@ -157,7 +157,7 @@ pub(super) fn restore(
 
 /// The record of `id` from its steps on the writer's clock (`moved` to the reader's), or
 /// `None` when nothing of it is still counted at `now`. Leases are never kept: see
-/// [`Rules::persisted`](crate::limiter::algo::Rules::persisted).
+/// [`RecordRules::persisted`](crate::limiter::algo::RecordRules::persisted).
 fn replay(
     id: LimitId,
     steps: &[(u64, u32)],
