@@ -65,19 +65,7 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
     for (i, (path, header, limits, _, _)) in routes.iter().enumerate() {
         config = config.route(&format!("r{i}"), &route(path, header, limits));
     }
-    // Idle limited routes: max_memory is shared equally by the limited routes, so these make
-    // the two rooms under test half their size, and a flood that evicts them half as long (the
-    // 1 MB floor of max_memory forbids a smaller store; at 8 routes a room's shards overflow).
-    for i in 0..2 {
-        config = config.route(
-            &format!("idle{i}"),
-            &route(
-                &format!("/idle{i}"),
-                "X-Idle",
-                "{ requests = 1, window = \"1h\" }",
-            ),
-        );
-    }
+    config = with_idle_routes(config);
     let proxy = Proxy::start(&config.build());
     let addr = proxy.addr();
     let mut admitted: BTreeMap<&str, usize> = BTreeMap::new();
@@ -240,6 +228,7 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
         let limit = format!("{{ requests = {}, window = \"{}\" }}", r.requests, r.window);
         config = config.route(&format!("r{i}"), &route(r.path, r.header, &limit));
     }
+    config = with_idle_routes(config);
     let proxy = Proxy::start(&config.build());
     for (i, r) in routes.iter().enumerate() {
         let got = newcomers_during_a_flood(&proxy, r, &format!("r{i}"));
@@ -252,4 +241,22 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
         }
     }
     assert_eq!(overflows(&proxy, "r0") + overflows(&proxy, "r1"), 0);
+}
+
+/// Two idle limited routes: max_memory is shared equally by the limited routes, so these make
+/// the two rooms under test half their size, and a flood that fills or evicts them half as
+/// long (the 1 MB floor of max_memory forbids a smaller store; at 8 routes a room's shards
+/// overflow).
+fn with_idle_routes(mut config: ConfigBuilder) -> ConfigBuilder {
+    for i in 0..2 {
+        config = config.route(
+            &format!("idle{i}"),
+            &route(
+                &format!("/idle{i}"),
+                "X-Idle",
+                "{ requests = 1, window = \"1h\" }",
+            ),
+        );
+    }
+    config
 }
