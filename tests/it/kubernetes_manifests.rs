@@ -18,6 +18,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -87,9 +88,15 @@ fn validate(files: &[PathBuf]) -> Result<BTreeMap<String, Value>, String> {
     Ok(by_kind)
 }
 
+/// The manifests validated, once per test run (the Python client's import takes seconds; the
+/// files do not change while the tests run).
 fn docs() -> BTreeMap<String, Value> {
-    require_kubernetes_client();
-    validate(&manifest_files()).unwrap_or_else(|e| panic!("{e}"))
+    static DOCS: OnceLock<BTreeMap<String, Value>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        require_kubernetes_client();
+        validate(&manifest_files()).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .clone()
 }
 
 fn configmap_toml(docs: &BTreeMap<String, Value>) -> String {
