@@ -7,6 +7,7 @@ mod admin_api;
 mod admin_guard;
 mod build_script;
 mod calendar_quota;
+mod capacity_model;
 mod common;
 mod config_secrets;
 mod config_validation;
