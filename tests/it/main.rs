@@ -5,6 +5,7 @@ mod access_log;
 mod access_log_malformed;
 mod admin_api;
 mod admin_guard;
+mod bench_compare;
 mod build_script;
 mod calendar_quota;
 mod capacity_model;
