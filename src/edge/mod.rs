@@ -14,10 +14,12 @@
 //! | file | owns |
 //! |---|---|
 //! | [`cap`] | [`EdgeApp`]: the connection cap and the wrapping of each accepted stream |
+//! | [`descriptors`] | the descriptor budget: the last descriptors kept for the admin listener, Redis, logs and new clients |
 //! | [`tls_accept`] | [`TlsPort`]: the TLS handshake, inside the cap and under `client_header_timeout` |
-//! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
+//! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the deadlines and the peek (reads) with the held writes |
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
+//! | `phase` | where a connection is in its life: the one atomic its reads move and the head deadline and refusal log read |
 //! | [`h2_conn`] | HTTP/2: the requests-per-connection cap and the streams in flight per connection |
 //! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
 //! | [`quiet`] | "nothing left, and nothing new for a while": the pure rule both ends of a graceful stop wait on |
