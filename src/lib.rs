@@ -4,7 +4,7 @@
 //! The modules in the order a request meets them (each folder's `mod.rs` lists its files in
 //! the same order):
 //! 1. [`edge`]: the client connection: the connection cap, TLS handshakes, header, body and
-//!    keep-alive deadlines, an HTTP/2 connection's request cap, coalesced response writes.
+//!    keep-alive deadlines, an HTTP/2 connection's request cap, held response writes.
 //! 2. [`tls`]: the listener's certificates by SNI and minimum version (swapped whole on
 //!    reload), and upstream TLS peers.
 //! 3. [`request`]: what a request says, checked and read before and while it is routed: its

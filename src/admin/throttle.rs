@@ -9,9 +9,9 @@
 //! failure.
 //!
 //! IPv6 addresses are taken by their /64 (one host commonly holds a whole /64). The table is
-//! fixed: [`SETS`] × [`WAYS`] entries (128 KB), placed by a hash keyed at random per
+//! fixed: [`SETS`] × [`WAYS`] ways (128 KB), placed by a hash keyed at random per
 //! process, so a client cannot aim at one set. An address whose set holds only addresses still
-//! draining is charged to one shared entry instead, so a flood of addresses neither grows the
+//! draining is charged to one shared overflow instead, so a flood of addresses neither grows the
 //! table nor evicts an address being slowed; the cost falls on the flood's own overflow.
 
 use std::hash::{BuildHasher, RandomState};
@@ -57,17 +57,17 @@ fn key_of(ip: IpAddr) -> u128 {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Slot {
+struct Way {
     key: u128,
-    /// When this address's failures will have drained; at or before now the slot is free.
+    /// When this address's failures will have drained; at or before now the way is free.
     tat: Instant,
 }
 
 /// The table (see the module documentation). Pure: every call takes the time.
 pub struct Table {
     hasher: RandomState,
-    slots: Vec<Option<Slot>>,
-    overflow: Option<Slot>,
+    ways: Vec<Option<Way>>,
+    overflow: Option<Way>,
 }
 
 /// The GCRA slack: how far `tat` may run ahead of now and still allow a try.
@@ -80,7 +80,7 @@ impl Table {
     pub fn new() -> Table {
         Table {
             hasher: RandomState::new(),
-            slots: vec![None; SETS * WAYS],
+            ways: vec![None; SETS * WAYS],
             overflow: None,
         }
     }
@@ -90,19 +90,19 @@ impl Table {
         set * WAYS..(set + 1) * WAYS
     }
 
-    /// Where `key`'s failures are counted now: its own slot, a free one, or the shared one.
-    fn slot_mut(&mut self, key: u128, now: Instant) -> &mut Option<Slot> {
+    /// Where `key`'s failures are counted now: its own way, a free one, or the shared overflow.
+    fn way_mut(&mut self, key: u128, now: Instant) -> &mut Option<Way> {
         let range = self.set(key);
         let own = range
             .clone()
-            .find(|&i| self.slots[i].is_some_and(|s| s.key == key));
+            .find(|&i| self.ways[i].is_some_and(|s| s.key == key));
         let free = || {
             range
                 .clone()
-                .find(|&i| self.slots[i].is_none_or(|s| s.tat <= now))
+                .find(|&i| self.ways[i].is_none_or(|s| s.tat <= now))
         };
         match own.or_else(free) {
-            Some(i) => &mut self.slots[i],
+            Some(i) => &mut self.ways[i],
             None => &mut self.overflow,
         }
     }
@@ -110,7 +110,7 @@ impl Table {
     /// May `ip` try a token now? `Err(wait)`: not for `wait`.
     pub fn check(&mut self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
         let key = key_of(ip);
-        match *self.slot_mut(key, now) {
+        match *self.way_mut(key, now) {
             Some(s) if s.tat > now + tolerance() => Err(s.tat - tolerance() - now),
             _ => Ok(()),
         }
@@ -119,14 +119,14 @@ impl Table {
     /// `ip` presented wrong credentials at `now`.
     pub fn failed(&mut self, ip: IpAddr, now: Instant) {
         let key = key_of(ip);
-        let slot = self.slot_mut(key, now);
-        let tat = match *slot {
-            // The shared slot keeps its count whoever is charged to it.
+        let way = self.way_mut(key, now);
+        let tat = match *way {
+            // The shared overflow keeps its count whoever is charged to it.
             Some(s) if s.key == key || s.tat > now => s.tat.max(now),
             _ => now,
         };
-        let key = slot.map_or(key, |s| if s.tat > now { s.key } else { key });
-        *slot = Some(Slot {
+        let key = way.map_or(key, |s| if s.tat > now { s.key } else { key });
+        *way = Some(Way {
             key,
             tat: tat + REFILL,
         });
@@ -236,9 +236,9 @@ mod tests {
         for n in 0..100_000u32 {
             table.failed(v4(0x5000_0000 + n), t);
         }
-        assert_eq!(table.slots.len(), SETS * WAYS);
+        assert_eq!(table.ways.len(), SETS * WAYS);
         assert_eq!(
-            std::mem::size_of::<Option<Slot>>(),
+            std::mem::size_of::<Option<Way>>(),
             32,
             "4,096 entries in 128 KB"
         );

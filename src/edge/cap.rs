@@ -68,7 +68,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             return None;
         };
         // And within the descriptor budget (the reserve stays for the admin listener).
-        let Ok(_slots) = super::descriptors::connection() else {
+        let Ok(_descriptors) = super::descriptors::connection() else {
             METRICS.client_connections_refused.inc();
             return None;
         };

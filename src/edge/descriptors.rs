@@ -3,12 +3,12 @@
 //! listener (`/healthz`), Redis, the logs and new clients stay served.
 //!
 //! The process's descriptor limit (`RLIMIT_NOFILE`, raised to its hard limit at start) less
-//! [`RESERVE`] is a budget of slots, counted where the edge accepts work:
+//! [`RESERVE`] is a budget of descriptors, counted where the edge accepts work:
 //!
-//! - a client connection takes 2 slots: its own descriptor and the upstream connection its
+//! - a client connection takes 2: its own descriptor and one for the upstream connection its
 //!   requests use (one at a time on HTTP/1.1; an HTTP/2 connection's first stream). Without 2
-//!   free slots it is closed at once, like one over `max_connections`;
-//! - an HTTP/2 stream in flight uses its connection's second slot if no other stream does,
+//!   free it is closed at once, like one over `max_connections`;
+//! - an HTTP/2 stream in flight uses its connection's second descriptor if no other stream does,
 //!   else takes 1 more (each may hold an upstream connection of its own), but never one of the
 //!   last [`NEW_CLIENT_ROOM`]: those are left to new client connections. A stream that finds none is refused
 //!   (`RST_STREAM(REFUSED_STREAM)`, reason `descriptors`: not processed, the client may retry).
@@ -27,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// upstream connections in the pool.
 pub const RESERVE: u64 = 64;
 
-/// Slots HTTP/2 streams leave free for new client connections (2 each: 32 connections).
+/// Descriptors HTTP/2 streams leave free for new client connections (2 each: 32 connections).
 pub const NEW_CLIENT_ROOM: usize = 64;
 
 /// The budget has no room for what was asked.
@@ -53,7 +53,7 @@ pub fn init(soft: u64) -> usize {
     budget
 }
 
-/// The slots a new client connection holds until it ends: `Err` when the budget has no 2
+/// The 2 descriptors a new client connection holds until it ends: `Err` when the budget has no 2
 /// free (close the connection), `Ok(None)` with no budget set.
 pub fn connection() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
     match BUDGET.get() {
@@ -66,7 +66,7 @@ pub fn connection() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
     }
 }
 
-/// The slot an HTTP/2 stream holds while its request is in flight: `Err` when taking it would
+/// The descriptor an HTTP/2 stream holds while its request is in flight: `Err` when taking it would
 /// leave fewer than [`NEW_CLIENT_ROOM`] free (refuse the stream), `Ok(None)` with no budget.
 pub fn stream() -> Result<Option<OwnedSemaphorePermit>, NoRoom> {
     let Some(b) = BUDGET.get() else {

@@ -15,8 +15,8 @@
 //!   request finished or its upstream connection closed); a stream that finds none waits for one
 //!   (a connection's streams ending and new ones starting overlap a little), at most
 //!   [`MAX_STREAMS_IN_FLIGHT`] of them; past that a stream is refused.
-//! - **Descriptors**: a stream in flight uses the upstream slot its connection took, or, while
-//!   another stream uses that, a slot of the process's descriptor budget (its own upstream
+//! - **Descriptors**: a stream in flight uses the upstream descriptor its connection took, or,
+//!   while another stream uses that, one of the process's descriptor budget (its own upstream
 //!   connection), and is refused when only the room left to new client connections remains
 //!   ([`super::descriptors`]).
 //!
@@ -89,9 +89,9 @@ struct Conn {
     waiting: AtomicU32,
     /// Streams whose requests are in flight.
     in_flight: Arc<Semaphore>,
-    /// The upstream slot the connection took with its own (`descriptors::connection`) is
+    /// The upstream descriptor the connection took with its own (`descriptors::connection`) is
     /// free: the next stream uses it rather than one of the budget's.
-    own_slot: AtomicBool,
+    own_upstream: AtomicBool,
     /// This connection's shutdown watch: set when the server shuts down or the cap is reached.
     goaway: watch::Sender<bool>,
     /// Close the connection now.
@@ -123,7 +123,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
                 cap,
                 waiting: AtomicU32::new(0),
                 in_flight: Arc::new(Semaphore::new(MAX_STREAMS_IN_FLIGHT as usize)),
-                own_slot: AtomicBool::new(true),
+                own_upstream: AtomicBool::new(true),
                 goaway,
                 close: Notify::new(),
             },
@@ -185,18 +185,18 @@ impl<A: HttpServerApp + Send + Sync + 'static> PerConn<A> {
                 }
             }
         };
-        // A descriptor for the upstream connection it may hold: the connection's own slot if
+        // A descriptor for the upstream connection it may hold: the connection's own if
         // free, else one of the budget's, never one of those left to new clients.
-        let slot = if self.conn.own_slot.swap(false, Ordering::AcqRel) {
-            Slot::Own(&self.conn.own_slot)
+        let upstream = if self.conn.own_upstream.swap(false, Ordering::AcqRel) {
+            Upstream::Own(&self.conn.own_upstream)
         } else {
             match super::descriptors::stream() {
-                Ok(permit) => Slot::Budget(permit),
+                Ok(permit) => Upstream::Budget(permit),
                 Err(super::descriptors::NoRoom) => return refuse(&mut session, "descriptors"),
             }
         };
         self.inner.process_new_http(session, shutdown).await;
-        drop((permit, slot));
+        drop((permit, upstream));
     }
 }
 
@@ -208,17 +208,17 @@ fn refuse(session: &mut ServerSession, reason: &str) {
     }
 }
 
-/// A stream's descriptor slot, given back when dropped.
-enum Slot<'a> {
+/// A stream's upstream descriptor, given back when dropped.
+enum Upstream<'a> {
     /// The connection's own (its flag set again).
     Own(&'a AtomicBool),
     /// One of the budget's (`None`: no budget).
     Budget(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>),
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Upstream<'_> {
     fn drop(&mut self) {
-        if let Slot::Own(free) = self {
+        if let Upstream::Own(free) = self {
             free.store(true, Ordering::Release);
         }
     }

@@ -1,6 +1,6 @@
 //! Client connection limits Pingora 0.9 does not have: a deadline for a whole request head
 //! (nginx `client_header_timeout`), an idle keep-alive deadline (`keepalive_timeout`) and a cap
-//! on concurrent client connections (`worker_connections`), plus coalesced response writes.
+//! on concurrent client connections (`worker_connections`), plus held response writes.
 //!
 //! Pingora only bounds each *read* of a request head (60 s), so a client trickling a byte every
 //! 20 s holds a connection forever, and after the first request an HTTP/1.1 connection waits for
@@ -14,25 +14,27 @@
 //! | file | owns |
 //! |---|---|
 //! | [`cap`] | [`EdgeApp`]: the connection cap and the wrapping of each accepted stream |
+//! | [`descriptors`] | the descriptor budget: the last descriptors kept for the admin listener, Redis, logs and new clients |
 //! | [`tls_accept`] | [`TlsPort`]: the TLS handshake, inside the cap and under `client_header_timeout` |
-//! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the two below |
+//! | `stream` | [`EdgeStream`]: its state, and `AsyncRead`/`AsyncWrite` joining the deadlines and the peek (reads) with the held writes |
 //! | [`deadline`] | the head / body / request / idle / h2 phases and their deadlines; the hooks that move them |
 //! | `peek` | the h2c preface peek, under the head deadline |
+//! | `phase` | where a connection is in its life: the one atomic its reads move and the head deadline and refusal log read |
 //! | [`h2_conn`] | HTTP/2: the requests-per-connection cap and the streams in flight per connection |
 //! | [`first_request`] | the count of accepted connections still silent, which a shutdown waits for |
 //! | [`quiet`] | "nothing left, and nothing new for a while": the pure rule both ends of a graceful stop wait on |
 //! | `refused` | access log lines for the heads Pingora answers itself (`400`, `405`) and our `408` |
-//! | `coalesce` | holding response writes back to send them together, under `send_timeout` |
+//! | `held_writes` | response writes held back to be sent together, under `send_timeout` |
 //! | `passthrough` | the Pingora stream traits, forwarded to the wrapped stream |
 
 use std::time::Duration;
 
 pub mod cap;
-mod coalesce;
 pub mod deadline;
 pub mod descriptors;
 pub mod first_request;
 pub mod h2_conn;
+mod held_writes;
 mod passthrough;
 mod peek;
 mod phase;

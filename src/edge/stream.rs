@@ -18,7 +18,7 @@ use super::ConnLimits;
 use crate::access_log::AccessLog;
 
 /// A client stream whose reads carry the deadline of the connection's phase and whose writes
-/// are coalesced (see the [module documentation](super)).
+/// are held back and sent together (see the [module documentation](super)).
 pub struct EdgeStream {
     pub(super) inner: Stream,
     pub(super) limits: ConnLimits,
@@ -32,8 +32,8 @@ pub struct EdgeStream {
     pub(super) head_started: tokio::time::Instant,
     /// Fires at or before `deadline`; see [`EdgeStream::arm`].
     pub(super) timer: Option<Pin<Box<Sleep>>>,
-    /// Response bytes written but not sent yet; see [`EdgeStream::send_pending`].
-    pub(super) pending: Vec<u8>,
+    /// Response bytes written but not sent yet; see [`EdgeStream::send_held`].
+    pub(super) held: Vec<u8>,
     /// Bytes received in the current head phase (a timeout with none is a quiet close).
     pub(super) head_bytes: usize,
     /// HTTP/2 (by ALPN, or the h2c preface seen by the peek): past the preface, the
@@ -74,7 +74,7 @@ impl EdgeStream {
             deadline: tokio::time::Instant::now(),
             head_started: tokio::time::Instant::now(),
             timer: None,
-            pending: Vec::new(),
+            held: Vec::new(),
             head_bytes: 0,
             h2,
             peeked: Vec::new(),
@@ -107,10 +107,10 @@ impl AsyncRead for EdgeStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        // About to wait for the client: send what is held (see `send_pending`). A full socket
+        // About to wait for the client: send what is held (see `send_held`). A full socket
         // is not an error here; the next write or flush waits for it.
-        if !this.pending.is_empty() {
-            let sent = this.send_pending(cx);
+        if !this.held.is_empty() {
+            let sent = this.send_held(cx);
             if let Poll::Ready(Err(e)) = this.within_send_timeout(cx, sent) {
                 return Poll::Ready(Err(e));
             }
@@ -140,7 +140,7 @@ impl AsyncWrite for EdgeStream {
         let this = &mut *self;
         this.before_write(buf);
         this.answered |= !buf.is_empty();
-        let written = this.poll_write_coalesced(cx, buf);
+        let written = this.poll_write_held(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
             this.heads.wrote(n);
         }
@@ -148,11 +148,11 @@ impl AsyncWrite for EdgeStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.after_pending(cx, |inner, cx| inner.poll_flush(cx))
+        self.after_held(cx, |inner, cx| inner.poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.after_pending(cx, |inner, cx| inner.poll_shutdown(cx))
+        self.after_held(cx, |inner, cx| inner.poll_shutdown(cx))
     }
 }
 
@@ -164,14 +164,14 @@ const _: fn() = || {
 };
 
 impl EdgeStream {
-    /// Send what coalescing holds, then `then` on the inner stream (flush, shutdown), all under
+    /// Send the held writes, then `then` on the inner stream (flush, shutdown), all under
     /// the send deadline.
-    fn after_pending(
+    fn after_held(
         &mut self,
         cx: &mut Context<'_>,
         then: impl FnOnce(Pin<&mut Stream>, &mut Context<'_>) -> Poll<io::Result<()>>,
     ) -> Poll<io::Result<()>> {
-        let done = match self.send_pending(cx) {
+        let done = match self.send_held(cx) {
             Poll::Ready(Ok(())) => then(Pin::new(&mut self.inner), cx),
             other => other,
         };

@@ -253,7 +253,7 @@ pub trait Store: Send + Sync + 'static {
     /// `buckets` (usually one for all: [`Buckets::one`]; bucket texts are already bounded in
     /// size and free of `{`, `}`); record it in every limit if and only if all admit. The
     /// route lets a store keep routes apart without parsing the bucket text (the memory store
-    /// gives each route its own room); a store may ignore it.
+    /// gives each route its own arena); a store may ignore it.
     ///
     /// Limits in different buckets are all-or-nothing too: a store that cannot decide them in
     /// one atomic step reserves them in a fixed order and gives back what it reserved when a

@@ -40,7 +40,7 @@ impl LimiterState {
             LimiterState::FailClosed => "store failing: answering 503 (on_error = deny)",
             LimiterState::Local => "shared store failing: deciding locally (on_error = local)",
             LimiterState::Overflow => {
-                "memory store room too small for one bucket: deciding in its summary alone"
+                "memory store arena (the route's share of max_memory) too small for one bucket: deciding in its summary alone"
             }
         }
     }

@@ -97,11 +97,11 @@ impl Reloader {
     /// notice edits when watching (`None` for a file that cannot be read now).
     fn fingerprint(&self) -> Vec<Option<(std::time::SystemTime, u64)>> {
         let paths = watched_files(&self.current.lock().unwrap_or_else(|e| e.into_inner()));
-        let stamp = |path: &std::path::Path| {
+        let fingerprint_of = |path: &std::path::Path| {
             let meta = std::fs::metadata(path).ok()?;
             Some((meta.modified().ok()?, meta.len()))
         };
-        paths.iter().map(|p| stamp(p)).collect()
+        paths.iter().map(|p| fingerprint_of(p)).collect()
     }
 
     /// Re-read the config file and apply it if it is valid. Counts

@@ -122,7 +122,7 @@ fn catch_sighup_from_now_on() -> anyhow::Result<()> {
 /// response with a `Content-Length` only at its end, so a slow upstream's body (a progress
 /// stream, `/drip`, a long poll) would reach the client only when complete. The listener's
 /// buffer is off; `EdgeStream` holds writes instead and sends them as soon as the proxy waits
-/// (see `edge::coalesce`), so pieces arrive as the upstream sends them, like nginx.
+/// (see `edge::held_writes`), so pieces arrive as the upstream sends them, like nginx.
 ///
 /// The TLS listener is a plain one here: its handshakes run in [`EdgeApp`], inside the
 /// connection cap (see `edge::tls_accept`).

@@ -39,7 +39,7 @@ pub fn build_local_fallback(config: &Config) -> Option<Arc<dyn Store>> {
     Some(Arc::new(memory_store(config)))
 }
 
-/// A memory store bounded by `max_memory`, with a room for every limited route from the start
+/// A memory store bounded by `max_memory`, with an arena for every limited route from the start
 /// (so a flood before another route's first request cannot take its share).
 pub(super) fn memory_store(config: &Config) -> MemoryStore {
     let limited = config.routing.routes.iter().filter(|r| r.is_limited());

@@ -24,7 +24,7 @@ pub enum Layer {
     AnswerHeaders,
     /// The `RateLimit` field on an allowed response of a limited route.
     RateLimitFields,
-    /// [`crate::edge::EdgeStream`]: the phase deadlines and the write holding.
+    /// [`crate::edge::EdgeStream`]: the phase deadlines and the held writes.
     Edge,
     /// Per-request Prometheus updates: decisions, in flight, durations, upstream status.
     Metrics,

@@ -105,7 +105,7 @@ pub(super) enum Outcome<'a> {
     /// Forwarded after waiting for room (`max_delay`), with the verdict's fields.
     Delayed(&'a Verdict),
     /// The client left while its request waited: no response, the request ends (counted as a
-    /// denial: it was refused a slot and never took one).
+    /// denial: it was refused at first and never admitted).
     ClientGone,
     /// `429` with the verdict's fields and problem body.
     Denied(&'a Verdict),

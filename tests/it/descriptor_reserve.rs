@@ -178,7 +178,7 @@ async fn trickled_h2_streams_never_take_the_last_descriptors() {
     // new clients: 116 streams, what a run alone holds), the rest refused, not left to fail.
     // Asserted: at least half the room still free (136), the promise that matters (the new
     // clients above were answered); one CI run of the whole suite held 126 (before the budget
-    // took a stream's slot first and looked after, so two threads could not both see room).
+    // took a stream's descriptor first and looked after, so two threads could not both see room).
     assert!(at_upstream > 50 && at_upstream <= 136, "{at}");
     assert!(refused >= opened - 136, "{at}");
 }

@@ -445,7 +445,7 @@ fn a_cached_denial_is_asked_again_after_its_max_age() {
 }
 
 /// The memory store through the proxy with `max_memory = "1MB"` shared by four limited routes
-/// (about 1 000 one-entry clients in the room under test; three idle routes make it a quarter,
+/// (about 1 000 one-entry clients in the arena under test; three idle routes make it a quarter,
 /// as the 1 MB floor of max_memory forbids a smaller store): a flood of 4 000 made-up API keys
 /// evicts made-up keys with spare quota, never a client at its limit, and counts evictions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,13 +31,13 @@ fn route(path: &str, header: &str, limits: &str) -> String {
 
 /// Row 3. Two routes (3 per hour, and 2 per 30 minutes in 1-minute slots), limited clients
 /// that send one request per round, and between rounds a flood of one-request made-up keys
-/// that pushes thousands of buckets through the route's room, so the idle limited clients are
+/// that pushes thousands of buckets through the route's arena, so the idle limited clients are
 /// evicted. Before issue 32 each came back with a fresh quota (one admitted per round).
 #[test]
 fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
     /// One more round than the largest quota: a fresh quota after an eviction shows as 4 of 3.
     const ROUNDS: usize = 5;
-    /// Evictions a round's flood must cause on its route: twice what its room holds (~1,000
+    /// Evictions a round's flood must cause on its route: twice what its arena holds (~1,000
     /// such buckets: 1 MB shared by 4 limited routes, 2 of them idle), so the idle limited
     /// clients are evicted between their requests.
     const EVICT: u64 = 2_000;
@@ -76,7 +76,7 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
             for &name in clients {
                 *admitted.entry(name).or_default() += usize::from(c.get(name) == 200);
             }
-            // Flood until this route's room evicted EVICT buckets (bounded).
+            // Flood until this route's arena evicted EVICT buckets (bounded).
             let before = evictions(&proxy);
             for chunk in 0.. {
                 assert!(
@@ -120,16 +120,16 @@ struct Flooded {
     at_least: usize,
 }
 
-/// Row 6 on one route: fill its room with made-up keys at their quota, then keep rotating
+/// Row 6 on one route: fill its arena with made-up keys at their quota, then keep rotating
 /// one-request keys while new honest clients send 1 request/s; the admissions of each.
 fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize> {
     let addr = proxy.addr();
     let quota_prefix = format!("{name}-quota");
-    // Phase 1: keys at their quota until the room is full (an eviction or an overflow).
+    // Phase 1: keys at their quota until the arena is full (an eviction or an overflow).
     let before = evictions(proxy);
     let mut filled = 0;
     while evictions(proxy) == before && overflows(proxy, name) == 0 {
-        assert!(filled < 40_000, "{name}: room never full");
+        assert!(filled < 40_000, "{name}: arena never full");
         flood(
             addr,
             (r.path, r.header),
@@ -179,7 +179,7 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
     stop.store(true, Ordering::Relaxed);
     let rotated = rotating.join().expect("rotating flood");
     println!(
-        "{name} ({} per {}): room full after {filled} keys at their quota; {rotated} rotating \
+        "{name} ({} per {}): arena full after {filled} keys at their quota; {rotated} rotating \
          keys meanwhile; new clients got {got:?}",
         r.requests, r.window
     );
@@ -201,7 +201,7 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
 }
 
 /// Row 6. Two routes with different limits, each flooded in turn; before issue 32 the new
-/// clients landed in the full room's shared overflow bucket and got 0.
+/// clients landed in the full arena's shared overflow bucket and got 0.
 #[test]
 fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limited() {
     let up = Upstream::start();
@@ -244,8 +244,8 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
 }
 
 /// Two idle limited routes: max_memory is shared equally by the limited routes, so these make
-/// the two rooms under test half their size, and a flood that fills or evicts them half as
-/// long (the 1 MB floor of max_memory forbids a smaller store; at 8 routes a room's shards
+/// the two arenas under test half their size, and a flood that fills or evicts them half as
+/// long (the 1 MB floor of max_memory forbids a smaller store; at 8 routes an arena's shards
 /// overflow).
 fn with_idle_routes(mut config: ConfigBuilder) -> ConfigBuilder {
     for i in 0..2 {

@@ -1,11 +1,11 @@
 //! Issue 52 row 13 through the real binary: on the memory store, a client holding its 3 leases
 //! (`concurrent = 3` beside a request limit) while a made-up-key flood on the same route pushes
-//! buckets out of its room. Before the fix the flood evicted the client's bucket into the
+//! buckets out of its arena. Before the fix the flood evicted the client's bucket into the
 //! summary, which keeps counts but not leases: the running requests' renewals found nothing
 //! ("lease lapsed"), and once the summary's copy of the leases freed at `lease_ttl` the client
 //! had 3 more admitted, 6 in flight against 3. A bucket holding leases is now never evicted.
 //!
-//! The room is made small (sixteen limited routes share 1 MB: about 1 KiB a shard, a few
+//! The arena is made small (sixteen limited routes share 1 MB: about 1 KiB a shard, a few
 //! buckets each), so a flood of a few thousand keys turns every shard over many times within
 //! one renewal period (`lease_ttl = "1s"`: renewed every ⅓ s, which makes the bucket new
 //! again). HTTP/1.1 only: this is the store's eviction, the same whatever the client protocol.
@@ -87,7 +87,7 @@ fn a_client_holding_its_leases_through_a_key_flood_never_has_more_than_n_in_flig
                  {{ requests = 100000, window = \"1m\" }}]"
             ),
         );
-    // Fifteen more limited routes, each a room: 1 MB / 16 a room.
+    // Fifteen more limited routes, each an arena: 1 MB / 16 an arena.
     for i in 0..15 {
         config = config.route(
             &format!("d{i}"),

@@ -296,14 +296,14 @@ function animate() {
       const left = Math.max(0, l.reset_ms - elapsed);
       c.secs.textContent = fmtSecs(left);
       c.secs.setAttribute("data-ms", left.toFixed(0));
-      c.what.textContent = full ? "next free slot" : "oldest leaves";
+      c.what.textContent = full ? "room frees" : "oldest leaves";
       c.ring.classList.toggle("full", full);
       c.ring.setAttribute("aria-label",
-        `${l.name}: ${full ? "next free slot" : "oldest entry leaves"} in ${fmtSecs(left)}`);
+        `${l.name}: ${full ? "room frees" : "oldest entry leaves"} in ${fmtSecs(left)}`);
       c.title.textContent = c.ring.getAttribute("aria-label");
       c.progress.setAttribute("stroke-dashoffset", (RING_C * (1 - left / l.window_ms)).toFixed(2));
       // Entries slide left as the store clock advances; the pivot (the entry whose exit frees
-      // the next slot) is drawn in red. It is appended last, so that entries of the same
+      // room) is drawn in red. It is appended last, so that entries of the same
       // millisecond (drawn at the same x) cannot cover it: SVG paints in document order.
       c.dots.replaceChildren();
       const pivot = Math.max(0, l.entries_ms.length - l.requests);

@@ -1,7 +1,7 @@
 //! The one memory of provable denials ([`KnownDenials`]): every lane answers arriving and
 //! queued decisions from it, and the local deny cache (`local_deny_cache`) is this memory read
 //! beyond a lane's busy period. Pure bookkeeping: what a denial proves, for how long, under
-//! which [`Stamp`]; it imports nothing of the lanes or the sender.
+//! which [`LearnedUnder`]; it imports nothing of the lanes or the sender.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -15,9 +15,9 @@ use crate::limiter::{Limit, Verdict};
 pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// Which state of the store, and which busy period of a lane, a denial was learned in: it only
-/// answers decisions made under the same stamp.
+/// answers decisions made under the same state and busy period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub struct LearnedUnder {
     /// The store's [`Store::generation`](crate::limiter::Store::generation) before the call that found the denial.
     pub generation: u64,
     /// The learning lane's busy period while no deny cache reads the memory; else 0.
@@ -30,7 +30,7 @@ struct Denial {
     until: Instant,
     /// When the call that found it was sent (the proof's time base), to age the verdict.
     sent: Instant,
-    stamp: Stamp,
+    under: LearnedUnder,
     /// The limits it was decided under: a request that started before a reload can finish
     /// after the memory was cleared, and its old-limit denial must not bind the new limits.
     limits: Box<[Limit]>,
@@ -60,7 +60,7 @@ struct Denial {
 /// The coalescing store learns every denial its calls bring back. With the local deny cache
 /// on (`local_deny_cache`, [`KnownDenials::serve_cache`]) a denial answers until its deadline
 /// or `deny_cache_max_age`; without it a lane trusts a denial only while the lane that learned
-/// it stays busy (its [`Stamp::epoch`]), so `local_deny_cache = false` still asks the store for
+/// it stays busy (its [`LearnedUnder::epoch`]), so `local_deny_cache = false` still asks the store for
 /// every request that finds its lane idle.
 pub struct KnownDenials {
     /// Keyed by bucket, so by client: ahash, seeded per process, keeps the hashing cheap
@@ -95,30 +95,30 @@ impl KnownDenials {
         self.cached.store(true, Ordering::Relaxed);
     }
 
-    /// True when a deny cache reads this memory: lanes then stamp their denials with epoch 0,
+    /// True when a deny cache reads this memory: lanes then learn their denials under epoch 0,
     /// the cache's, instead of their busy period.
     pub(crate) fn outlives_lanes(&self) -> bool {
         self.cached.load(Ordering::Relaxed)
     }
 
-    /// The remembered denial of `bucket` under `limits` and `stamp`, aged to `now`, if it is
+    /// The remembered denial of `bucket` under `limits` and `under`, aged to `now`, if it is
     /// still certain.
     pub fn verdict(
         &self,
         bucket: &str,
         limits: &[Limit],
-        stamp: Stamp,
+        under: LearnedUnder,
         now: Instant,
     ) -> Option<Verdict> {
         if self.held.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let d = self.denied.get(bucket)?;
-        let certain = now < d.until && d.stamp == stamp && *d.limits == *limits;
+        let certain = now < d.until && d.under == under && *d.limits == *limits;
         certain.then(|| d.verdict.aged(now - d.sent))
     }
 
-    /// `verdict` came back for `bucket` from a call sent at `sent` under `stamp`: a denial is
+    /// `verdict` came back for `bucket` from a call sent at `sent` under `under`: a denial is
     /// remembered, an admission teaches nothing.
     pub fn learn(
         &self,
@@ -126,7 +126,7 @@ impl KnownDenials {
         limits: &[Limit],
         verdict: &Verdict,
         sent: Instant,
-        stamp: Stamp,
+        under: LearnedUnder,
     ) {
         let Some(wait) = verdict.retry_after() else {
             return;
@@ -144,7 +144,7 @@ impl KnownDenials {
             // Never later than the proof allows, never longer than max_age.
             until: sent + wait.min(max_age),
             sent,
-            stamp,
+            under,
             limits: limits.into(),
             verdict: verdict.clone(),
         };
@@ -172,7 +172,7 @@ impl KnownDenials {
     /// Drop what can no longer answer: past its deadline, or of another generation.
     pub fn sweep(&self, now: Instant, generation: u64) {
         self.denied
-            .retain(|_, d| d.until > now && d.stamp.generation == generation);
+            .retain(|_, d| d.until > now && d.under.generation == generation);
         self.held.store(self.denied.len(), Ordering::Relaxed);
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{oneshot, Notify};
 
-use super::known::{KnownDenials, Stamp};
+use super::known::{KnownDenials, LearnedUnder};
 use super::{Answer, Arrival, Bounds, Next, Pending};
 use crate::limiter::Limit;
 
@@ -93,14 +93,15 @@ impl Lane {
         }
     }
 
-    /// The stamp a denial learned or read on this lane now carries, under `generation`.
-    pub(crate) fn stamp(&self, known: &KnownDenials, generation: u64) -> Stamp {
+    /// What a denial learned or read on this lane now is tied to: the store's `generation`
+    /// and, unless a deny cache reads the memory, this lane's busy period.
+    pub(crate) fn learned_under(&self, known: &KnownDenials, generation: u64) -> LearnedUnder {
         let epoch = if known.outlives_lanes() {
             0
         } else {
             self.epoch
         };
-        Stamp { generation, epoch }
+        LearnedUnder { generation, epoch }
     }
 
     /// A decision for `bucket` arrives at `now`, under the store's `generation`; `verdict` is
@@ -114,10 +115,10 @@ impl Lane {
         generation: u64,
         now: Instant,
     ) -> Arrival {
-        let stamp = self.stamp(known, generation);
+        let under = self.learned_under(known, generation);
         let answered = per_limit
             .is_none()
-            .then(|| known.verdict(bucket, limits, stamp, now));
+            .then(|| known.verdict(bucket, limits, under, now));
         if let Some(known) = answered.flatten() {
             return Arrival::Known(known);
         }
@@ -158,14 +159,14 @@ impl Lane {
         self.in_flight
     }
 
-    /// Answer at once every queued decision whose bucket `known` proves full under `stamp`.
-    pub(crate) fn answer_known(&mut self, known: &KnownDenials, stamp: Stamp) {
+    /// Answer at once every queued decision whose bucket `known` proves full under `under`.
+    pub(crate) fn answer_known(&mut self, known: &KnownDenials, under: LearnedUnder) {
         let now = Instant::now();
         self.pending.retain_mut(|p| {
             if p.per_limit.is_some() {
                 return true;
             }
-            let Some(verdict) = known.verdict(&p.bucket, &p.limits, stamp, now) else {
+            let Some(verdict) = known.verdict(&p.bucket, &p.limits, under, now) else {
                 return true;
             };
             // Swap in a dead sender: the real one is consumed by answering.

@@ -251,12 +251,12 @@ async fn send_batch<B: Backend>(
     let Coalescer { lanes, known } = backend.coalescer();
     let mut lane = lanes.get(lane);
     // (The lock is held while verdicts are delivered: no await below.)
-    let stamp = lane.stamp(known, generation);
+    let under = lane.learned_under(known, generation);
     let mut denied = false;
     for (p, verdict) in batch.into_iter().zip(verdicts) {
         if let (Ok(v), None) = (&verdict, &p.per_limit) {
             denied |= !v.admitted;
-            known.learn(&p.bucket, &p.limits, v, sent, stamp);
+            known.learn(&p.bucket, &p.limits, v, sent, under);
         }
         // The waiter may have given up in the meantime; nothing to do then.
         let _ = p.verdict.send(verdict);
@@ -264,7 +264,7 @@ async fn send_batch<B: Backend>(
     // Only a denial just learned can answer what waits: any older one answered its bucket's
     // waiters when it was learned, and later arrivals at once.
     if denied {
-        lane.answer_known(known, stamp);
+        lane.answer_known(known, under);
     }
 }
 

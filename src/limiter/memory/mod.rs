@@ -1,14 +1,14 @@
 //! In-process store: exact within one process, sharded (no global lock on the hot path), and
 //! bounded twice: buckets whose every log has slid out of its window are swept away, and the
 //! store's own accounting of buckets and entries never exceeds `max_memory`, divided into one
-//! room per route so that one route's clients cannot take another route's room.
+//! arena per route so that one route's clients cannot take another route's arena.
 //!
 //! It has exactly the semantics of the Redis script, so the conformance suite runs against
 //! both; it is the default store for single-instance deployments and tests.
 //!
-//! **Layout.** Each route has a room (`room.rs`) of its own. A bucket key (route + client,
+//! **Layout.** Each route has an arena (`arena.rs`) of its own. A bucket key (route + client,
 //! up to ~100 bytes) is hashed to a `u64` with xxh3 under a per-process random seed, and never
-//! stored: the top bits pick one of the room's [`SHARDS`] shards, each a mutex over a
+//! stored: the top bits pick one of the arena's [`SHARDS`] shards, each a mutex over a
 //! list of buckets in fixed-size chunks (so a random bucket can be sampled for eviction in O(1),
 //! and growth never copies nor leaves freed buffers behind: `chunks.rs`) and an index of their
 //! positions keyed by the bucket's own key (4 bytes an entry). A bucket is the hash, its newest
@@ -19,19 +19,19 @@
 //! different keys with the same 64-bit hash would share one bucket, which is stricter for both,
 //! never looser; with a secret seed a client cannot aim for that.
 //!
-//! **Rooms.** `max_memory` is divided equally among the rooms: the routes given to
+//! **Arenas.** `max_memory` is divided equally among the arenas: the routes given to
 //! [`MemoryStore::with_routes`] (the limited routes of the config) and any other route the
-//! first time it decides (a reload that adds one; then every share shrinks, and a room that
+//! first time it decides (a reload that adds one; then every share shrinks, and an arena that
 //! holds more than its new share evicts into its summaries as new clients come, while its
 //! summaries shrink with the share at once, by folding).
 //! The store learns a decision's route from [`Store::check`], never from the bucket text.
-//! Rooms of routes a reload removed stay until the process restarts.
+//! Arenas of routes a reload removed stay until the process restarts.
 //!
-//! **Bound.** Each shard of a room has its share / [`SHARDS`] bytes: at most half of it
+//! **Bound.** Each shard of an arena has its share / [`SHARDS`] bytes: at most half of it
 //! (a power of two of 8-byte cells, at most 128 KiB; sized with the share, and once in use
 //! only ever shrunk) for its *summary*
 //! (`summary.rs`), the rest for [`BUCKET_COST`] per bucket plus the capacity of its logs. A
-//! request that needs more than is left first evicts other buckets of the same room: sample
+//! request that needs more than is left first evicts other buckets of the same arena: sample
 //! up to [`EVICTION_SAMPLES`] buckets, drop their expired entries, and evict one that counts
 //! nothing any more, else the one idle longest.
 //!
@@ -79,20 +79,20 @@ use super::buckets::time_of;
 use super::{
     Admission, Buckets, Checked, Limit, LimitView, Store, StoreError, Unit, Verdict, WindowView,
 };
-use room::{shard_of, Room};
+use arena::{shard_of, Arena};
 use shard::{Admit, Bucket};
 use smallvec::SmallVec;
 
+mod arena;
 mod chunks;
 pub mod persist;
 mod record;
-mod room;
 mod seen;
 mod shard;
 mod stacked;
 mod summary;
 
-/// Number of shards of a room (a power of two); the top bits of a key's hash pick its shard.
+/// Number of shards of an arena (a power of two); the top bits of a key's hash pick its shard.
 pub const SHARDS: usize = 64;
 
 /// Buckets sampled per eviction attempt.
@@ -105,15 +105,15 @@ pub const BUCKET_COST: usize = std::mem::size_of::<Bucket>() + 12;
 /// Default `max_memory`: 256 MiB.
 pub const DEFAULT_MAX_MEMORY: u64 = 256 << 20;
 
-/// The room of decisions asked without a route ([`MemoryStore::check_now`]).
+/// The arena of decisions asked without a route ([`MemoryStore::check_now`]).
 const UNROUTED: &str = "";
 
-type Rooms = HashMap<Box<str>, Arc<Room>>;
+type Arenas = HashMap<Box<str>, Arc<Arena>>;
 
 /// The in-process sliding-window-log store.
 pub struct MemoryStore {
     /// Read on every decision without a lock; replaced whole (under `adding`) for a new route.
-    rooms: ArcSwap<Rooms>,
+    arenas: ArcSwap<Arenas>,
     adding: Mutex<()>,
     max_memory: u64,
     /// The key hash's seed: random, or the one of the state file a restart read
@@ -126,7 +126,7 @@ pub struct MemoryStore {
     epoch_unix_us: u64,
     evictions: AtomicU64,
     eviction_counter: Option<prometheus::IntCounter>,
-    /// `slidegate_memory_overflow_total`, handed to every room made after it is set.
+    /// `slidegate_memory_overflow_total`, handed to every arena made after it is set.
     overflow_counters: Option<prometheus::IntCounterVec>,
 }
 
@@ -155,7 +155,7 @@ impl MemoryStore {
     /// An empty store whose accounting of buckets and entries stays within `max_memory` bytes.
     pub fn with_max_memory(max_memory: u64) -> Self {
         MemoryStore {
-            rooms: ArcSwap::default(),
+            arenas: ArcSwap::default(),
             adding: Mutex::new(()),
             max_memory,
             seed: AtomicU64::new(fastrand::u64(..)),
@@ -167,17 +167,17 @@ impl MemoryStore {
         }
     }
 
-    /// Give each of `routes` its room (an equal share of `max_memory`) from the start, so that a
-    /// flood on one route before another's first request cannot take that route's room.
+    /// Give each of `routes` its arena (an equal share of `max_memory`) from the start, so that a
+    /// flood on one route before another's first request cannot take that route's arena.
     pub fn with_routes<'a>(self, routes: impl IntoIterator<Item = &'a str>) -> Self {
         for route in routes {
-            self.room(route);
+            self.arena(route);
         }
         self
     }
 
-    /// Count the decisions each room makes in a summary alone in `counters{route}`
-    /// (`slidegate_memory_overflow_total`). Before [`MemoryStore::with_routes`]: only rooms
+    /// Count the decisions each arena makes in a summary alone in `counters{route}`
+    /// (`slidegate_memory_overflow_total`). Before [`MemoryStore::with_routes`]: only arenas
     /// made after this count.
     pub fn with_overflow_counter(mut self, counters: prometheus::IntCounterVec) -> Self {
         self.overflow_counters = Some(counters);
@@ -207,39 +207,39 @@ impl MemoryStore {
         xxhash_rust::xxh3::xxh3_64_with_seed(bucket.as_bytes(), self.seed.load(Ordering::Relaxed))
     }
 
-    /// The room of `route`, made (and every share resized) the first time it is seen.
-    fn room(&self, route: &str) -> Arc<Room> {
-        if let Some(room) = self.rooms.load().get(route) {
-            return room.clone();
+    /// The arena of `route`, made (and every share resized) the first time it is seen.
+    fn arena(&self, route: &str) -> Arc<Arena> {
+        if let Some(arena) = self.arenas.load().get(route) {
+            return arena.clone();
         }
         let _adding = self.adding.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rooms = Rooms::clone(&self.rooms.load());
-        let n = rooms.len() + usize::from(!rooms.contains_key(route));
+        let mut arenas = Arenas::clone(&self.arenas.load());
+        let n = arenas.len() + usize::from(!arenas.contains_key(route));
         let share = share(self.max_memory, n);
-        let room = rooms
+        let arena = arenas
             .entry(route.into())
             .or_insert_with(|| {
                 let counters = self.overflow_counters.clone();
-                Arc::new(Room::new(route, share, counters))
+                Arc::new(Arena::new(route, share, counters))
             })
             .clone();
-        for r in rooms.values() {
+        for r in arenas.values() {
             r.set_budget(share);
         }
-        self.rooms.store(Arc::new(rooms));
-        room
+        self.arenas.store(Arc::new(arenas));
+        arena
     }
 
-    /// Every room, one at a time.
-    fn each_room(&self, mut f: impl FnMut(&Room)) {
-        for room in self.rooms.load().values() {
-            f(room);
+    /// Every arena, one at a time.
+    fn each_arena(&self, mut f: impl FnMut(&Arena)) {
+        for arena in self.arenas.load().values() {
+            f(arena);
         }
     }
 
-    /// Every shard of every room, one at a time.
+    /// Every shard of every arena, one at a time.
     fn each_shard(&self, mut f: impl FnMut(&mut shard::Shard)) {
-        self.each_room(|room| room.each_shard(&mut f));
+        self.each_arena(|arena| arena.each_shard(&mut f));
     }
 
     /// Number of buckets currently held.
@@ -267,7 +267,7 @@ impl MemoryStore {
         n
     }
 
-    /// The store's own accounting of its rooms' buckets, in bytes; with
+    /// The store's own accounting of its arenas' buckets, in bytes; with
     /// [`MemoryStore::summary_bytes`] it stays within `max_memory`.
     pub fn accounted_bytes(&self) -> usize {
         let mut n = 0;
@@ -275,10 +275,10 @@ impl MemoryStore {
         n
     }
 
-    /// Bytes reserved by the rooms' summaries of evicted buckets (part of `max_memory`).
+    /// Bytes reserved by the arenas' summaries of evicted buckets (part of `max_memory`).
     pub fn summary_bytes(&self) -> usize {
         let mut n = 0;
-        self.each_room(|r| n += r.summary_bytes());
+        self.each_arena(|r| n += r.summary_bytes());
         n
     }
 
@@ -290,7 +290,7 @@ impl MemoryStore {
     /// Decisions of `route` made in a summary alone so far, because not even the client's own
     /// bucket fitted (0 for a route never seen).
     pub fn overflows(&self, route: &str) -> u64 {
-        self.rooms.load().get(route).map_or(0, |r| r.overflows())
+        self.arenas.load().get(route).map_or(0, |r| r.overflows())
     }
 
     /// Evict expired entries everywhere and drop buckets with nothing left, so a million
@@ -300,12 +300,12 @@ impl MemoryStore {
     }
 
     /// Decide synchronously (the memory store never waits), for a caller that knows no route:
-    /// every such decision shares one room.
+    /// every such decision shares one arena.
     pub fn check_now(&self, bucket: &str, limits: &[Limit]) -> Result<Verdict, StoreError> {
         Ok(self.check_now_in(UNROUTED, bucket, limits))
     }
 
-    /// Decide synchronously for `bucket` of `route`, in the route's room (see the module doc).
+    /// Decide synchronously for `bucket` of `route`, in the route's arena (see the module doc).
     pub fn check_now_in(&self, route: &str, bucket: &str, limits: &[Limit]) -> Verdict {
         self.enter(route, bucket, limits, Admit::IfRoom)
     }
@@ -322,14 +322,14 @@ impl MemoryStore {
         }
     }
 
-    /// Decide (or charge) in the route's room, counting what that evicted.
+    /// Decide (or charge) in the route's arena, counting what that evicted.
     fn enter(&self, route: &str, bucket: &str, limits: &[Limit], admit: Admit) -> Verdict {
         let key = self.hash(bucket);
         let now = || self.now_us();
-        // The room is looked up without taking a reference count when it exists.
-        let (verdict, _placed, evicted) = match self.rooms.load().get(route) {
-            Some(room) => room.decide(key, limits, now, admit),
-            None => self.room(route).decide(key, limits, now, admit),
+        // The arena is looked up without taking a reference count when it exists.
+        let (verdict, _placed, evicted) = match self.arenas.load().get(route) {
+            Some(arena) => arena.decide(key, limits, now, admit),
+            None => self.arena(route).decide(key, limits, now, admit),
         };
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -341,9 +341,9 @@ impl MemoryStore {
     }
 }
 
-/// A room's share of `max_memory` when there are `rooms` of them.
-fn share(max_memory: u64, rooms: usize) -> usize {
-    (max_memory / rooms.max(1) as u64) as usize
+/// An arena's share of `max_memory` when there are `arenas` of them.
+fn share(max_memory: u64, arenas: usize) -> usize {
+    (max_memory / arenas.max(1) as u64) as usize
 }
 
 #[async_trait]
@@ -368,12 +368,12 @@ impl Store for MemoryStore {
         let key = self.hash(bucket);
         let now = self.now_us();
         let to_unix = |t: u64| t + self.epoch_unix_us;
-        // The inspector names no route: look in every room (a bucket key names its route, so
-        // one room at most holds it). Reads only: nothing is evicted or recorded (eviction is
+        // The inspector names no route: look in every arena (a bucket key names its route, so
+        // one arena at most holds it). Reads only: nothing is evicted or recorded (eviction is
         // the next check's job).
         let mut found: Option<Vec<LimitView>> = None;
-        self.each_room(|room| {
-            let shard = room.lock(shard_of(key));
+        self.each_arena(|arena| {
+            let shard = arena.lock(shard_of(key));
             let Some(b) = shard.get(key) else {
                 return;
             };
@@ -421,8 +421,8 @@ impl Store for MemoryStore {
 
     async fn reset(&self, bucket: &str, _limits: &[Limit]) -> Result<(), StoreError> {
         let key = self.hash(bucket);
-        self.each_room(|room| {
-            let mut shard = room.lock(shard_of(key));
+        self.each_arena(|arena| {
+            let mut shard = arena.lock(shard_of(key));
             if let Some(i) = shard.position(key) {
                 shard.remove_at(i);
             }

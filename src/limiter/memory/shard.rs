@@ -242,7 +242,7 @@ pub(super) struct Shard {
 }
 
 /// The hash the index files a bucket key under. A key is a seeded hash already, but its top
-/// bits pick the shard (`room::shard_of`), so they are the same for every key of one, and
+/// bits pick the shard (`arena::shard_of`), so they are the same for every key of one, and
 /// hashbrown tags each entry with the top 7 bits of its hash: rotated, those bits vary.
 fn index_hash(key: u64) -> u64 {
     key.rotate_left(32)

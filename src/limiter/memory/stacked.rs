@@ -76,9 +76,9 @@ impl MemoryStore {
         limits: &[Limit],
     ) -> (bool, Vec<LimitState>) {
         let sub: Vec<Limit> = members.iter().map(|&i| limits[i]).collect();
-        match self.rooms.load().get(route) {
-            Some(room) => room.peek(self.hash(bucket), &sub, || self.now_us()),
-            // No room yet: no client of the route has been counted.
+        match self.arenas.load().get(route) {
+            Some(arena) => arena.peek(self.hash(bucket), &sub, || self.now_us()),
+            // No arena yet: no client of the route has been counted.
             None => {
                 let empty = |l: &Limit| LimitState {
                     remaining: l.requests,
@@ -99,13 +99,13 @@ impl MemoryStore {
         recorded_at: &[u64],
     ) -> Vec<u64> {
         let mut renewed = vec![0; limits.len()];
-        let Some(room) = self.rooms.load().get(route).cloned() else {
+        let Some(arena) = self.arenas.load().get(route).cloned() else {
             return renewed;
         };
         for (bucket, members) in buckets.groups(limits.len()) {
             for i in members {
                 let at = time_of(recorded_at, i);
-                renewed[i] = room.renew(self.hash(bucket), &limits[i], at, || self.now_us());
+                renewed[i] = arena.renew(self.hash(bucket), &limits[i], at, || self.now_us());
             }
         }
         renewed
@@ -123,8 +123,8 @@ impl MemoryStore {
         match change {
             Change::Charge => self.charge_now(route, bucket, limits),
             Change::GiveBack => {
-                if let Some(room) = self.rooms.load().get(route) {
-                    room.refund(self.hash(bucket), limits, at);
+                if let Some(arena) = self.arenas.load().get(route) {
+                    arena.refund(self.hash(bucket), limits, at);
                 }
             }
         }

@@ -30,7 +30,7 @@ pub(super) const MAX_COUNT: u64 = (1 << COUNT_BITS) - 1;
 const COUNT_BITS: u32 = 24;
 
 /// Widest row: 4 rows × 2048 cells × 8 B = 64 KiB per shard, and as much again for the filter
-/// of evicted keys: 128 KiB per shard, 8 MiB per room.
+/// of evicted keys: 128 KiB per shard, 8 MiB per arena.
 const MAX_WIDTH: usize = 2048;
 
 /// The share of a shard's bytes its summary takes (the rest holds buckets).

@@ -1,4 +1,4 @@
-//! The store over its rooms: shares, isolation between routes, the bound under floods.
+//! The store over its arenas: shares, isolation between routes, the bound under floods.
 
 use super::summary::Summary;
 use super::*;
@@ -49,7 +49,7 @@ fn shares_are_equal_and_a_route_first_seen_later_shrinks_them() {
     let store = MemoryStore::with_max_memory(1 << 20).with_routes(["a", "b"]);
     let budgets = |s: &MemoryStore| {
         let mut v: Vec<_> = s
-            .rooms
+            .arenas
             .load()
             .iter()
             .map(|(n, r)| (n.to_string(), r.budget()))
@@ -73,10 +73,10 @@ fn shares_are_equal_and_a_route_first_seen_later_shrinks_them() {
 }
 
 #[test]
-fn a_flood_on_one_route_leaves_another_routes_room_and_is_still_limited() {
+fn a_flood_on_one_route_leaves_another_routes_arena_and_is_still_limited() {
     let store = MemoryStore::with_max_memory(1 << 20).with_routes(["keys", "login"]);
     let hour = one(2, 3_600_000);
-    // 20k made-up keys at their quota: far more than the half MiB room holds.
+    // 20k made-up keys at their quota: far more than the half MiB arena holds.
     rotate_keys(&store, "keys", 20_000, &hour);
     let evicted = store.evictions();
     assert!(evicted > 10_000, "{evicted} evictions");

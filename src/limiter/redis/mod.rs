@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 
-use super::coalesce::known::Stamp;
+use super::coalesce::known::LearnedUnder;
 use super::coalesce::sender::{self, Coalescer};
 use super::{Admission, Buckets, Change, Checked, Limit, Store, StoreError, Verdict, WindowView};
 use conn::{Conn, Target};
@@ -239,12 +239,12 @@ impl Inner {
     /// lanes answer it on the main line).
     fn known_while_closed(&self, buckets: &Buckets<'_>, limits: &[Limit]) -> Option<Verdict> {
         let known = self.coalescer.known();
-        let stamp = Stamp {
+        let under = LearnedUnder {
             generation: self.gate.generation(),
             epoch: 0,
         };
         let cached = known.outlives_lanes() && buckets.is_one();
-        cached.then(|| known.verdict(buckets.first(), limits, stamp, Instant::now()))?
+        cached.then(|| known.verdict(buckets.first(), limits, under, Instant::now()))?
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use slidegate::limiter::{Buckets, Limit, LimitView, Store, Verdict};
 
 /// The route named by tests that decide directly on a store: one name, so that a memory store
-/// keeps all of a test's buckets in one room, as the proxy does for one route.
+/// keeps all of a test's buckets in one arena, as the proxy does for one route.
 pub const ROUTE: &str = "test";
 
 /// Slack for comparing a `reset` with the time measured by the test: scheduling, round trips

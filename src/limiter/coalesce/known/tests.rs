@@ -1,5 +1,6 @@
-//! The memory of denials: what a denial answers, for how long, under which stamp and limits,
-//! and what forgets it. Every instant is given, none is slept for.
+//! The memory of denials: what a denial answers, for how long, under which state of the store
+//! and busy period (`LearnedUnder`) and limits, and what forgets it. Every instant is given,
+//! none is slept for.
 
 use super::*;
 use crate::limiter::LimitState;
@@ -21,7 +22,7 @@ pub(crate) fn denial(reset: Duration) -> Verdict {
     }
 }
 
-const STAMP: Stamp = Stamp {
+const UNDER: LearnedUnder = LearnedUnder {
     generation: 3,
     epoch: 1,
 };
@@ -34,7 +35,7 @@ fn learned(limits: &[Limit], sent: Instant) -> KnownDenials {
         limits,
         &denial(Duration::from_millis(300)),
         sent,
-        STAMP,
+        UNDER,
     );
     known
 }
@@ -44,7 +45,7 @@ fn a_denial_answers_until_the_bucket_has_room_with_its_reset_aged() {
     let limits = [limit(2, Duration::from_millis(300))];
     let sent = Instant::now();
     let known = learned(&limits, sent);
-    let at = |ms| known.verdict("b", &limits, STAMP, sent + Duration::from_millis(ms));
+    let at = |ms| known.verdict("b", &limits, UNDER, sent + Duration::from_millis(ms));
     let answer = at(100).expect("still full");
     assert!(!answer.admitted);
     assert_eq!(answer.states[0].reset, Duration::from_millis(200));
@@ -62,9 +63,9 @@ fn a_denial_only_binds_the_limits_it_was_decided_under() {
     let sent = Instant::now();
     let known = learned(&[limit(1, Duration::from_secs(60))], sent);
     let raised = [limit(2, Duration::from_secs(60))];
-    assert!(known.verdict("b", &raised, STAMP, sent).is_none());
+    assert!(known.verdict("b", &raised, UNDER, sent).is_none());
     assert!(known
-        .verdict("b", &[limit(1, Duration::from_secs(60))], STAMP, sent)
+        .verdict("b", &[limit(1, Duration::from_secs(60))], UNDER, sent)
         .is_some());
 }
 
@@ -74,10 +75,10 @@ fn clear_and_forget_drop_what_was_learned() {
     let sent = Instant::now();
     let known = learned(&limits, sent);
     known.forget("b");
-    assert!(known.verdict("b", &limits, STAMP, sent).is_none(), "forget");
+    assert!(known.verdict("b", &limits, UNDER, sent).is_none(), "forget");
     let known = learned(&limits, sent);
     known.clear();
-    assert!(known.verdict("b", &limits, STAMP, sent).is_none(), "clear");
+    assert!(known.verdict("b", &limits, UNDER, sent).is_none(), "clear");
 }
 
 #[test]
@@ -91,7 +92,7 @@ fn the_count_beside_the_map_follows_learn_forget_clear_and_sweep() {
     known.forget("unknown");
     assert_eq!(known.held.load(Ordering::Relaxed), 0, "nothing to forget");
     for bucket in ["a", "b", "b"] {
-        known.learn(bucket, &limits, &full, sent, STAMP);
+        known.learn(bucket, &limits, &full, sent, UNDER);
     }
     assert_eq!(
         known.held.load(Ordering::Relaxed),
@@ -100,36 +101,36 @@ fn the_count_beside_the_map_follows_learn_forget_clear_and_sweep() {
     );
     known.forget("a");
     assert_eq!(known.held.load(Ordering::Relaxed), 1);
-    assert!(known.verdict("b", &limits, STAMP, sent).is_some());
+    assert!(known.verdict("b", &limits, UNDER, sent).is_some());
     known.clear();
-    known.learn("c", &limits, &full, sent, STAMP);
+    known.learn("c", &limits, &full, sent, UNDER);
     assert!(
-        known.verdict("c", &limits, STAMP, sent).is_some(),
+        known.verdict("c", &limits, UNDER, sent).is_some(),
         "learned after clear"
     );
     // A race that left the count low (here: set by hand) hides denials until a sweep recounts.
     known.held.store(0, Ordering::Relaxed);
-    assert!(known.verdict("c", &limits, STAMP, sent).is_none());
-    known.sweep(sent, STAMP.generation);
+    assert!(known.verdict("c", &limits, UNDER, sent).is_none());
+    known.sweep(sent, UNDER.generation);
     assert!(
-        known.verdict("c", &limits, STAMP, sent).is_some(),
+        known.verdict("c", &limits, UNDER, sent).is_some(),
         "recounted"
     );
 }
 
 #[test]
-fn a_denial_answers_only_under_its_stamp() {
+fn a_denial_answers_only_under_what_it_was_learned_under() {
     let known = KnownDenials::new(Duration::from_secs(1));
     let limits = [limit(1, Duration::from_secs(60))];
     let now = Instant::now();
-    known.learn("b", &limits, &denial(Duration::from_secs(30)), now, STAMP);
-    assert!(known.verdict("b", &limits, STAMP, now).is_some());
-    let next_generation = Stamp {
+    known.learn("b", &limits, &denial(Duration::from_secs(30)), now, UNDER);
+    assert!(known.verdict("b", &limits, UNDER, now).is_some());
+    let next_generation = LearnedUnder {
         generation: 4,
-        ..STAMP
+        ..UNDER
     };
     assert!(known.verdict("b", &limits, next_generation, now).is_none());
-    let next_epoch = Stamp { epoch: 2, ..STAMP };
+    let next_epoch = LearnedUnder { epoch: 2, ..UNDER };
     assert!(known.verdict("b", &limits, next_epoch, now).is_none());
 }
 
@@ -138,12 +139,12 @@ fn a_denial_is_trusted_for_max_age_at_most_and_then_swept() {
     let known = KnownDenials::new(Duration::from_secs(1));
     let limits = [limit(1, Duration::from_secs(60))];
     let sent = Instant::now();
-    known.learn("b", &limits, &denial(Duration::from_secs(30)), sent, STAMP);
-    let aged = known.verdict("b", &limits, STAMP, sent + Duration::from_millis(400));
+    known.learn("b", &limits, &denial(Duration::from_secs(30)), sent, UNDER);
+    let aged = known.verdict("b", &limits, UNDER, sent + Duration::from_millis(400));
     assert_eq!(aged.unwrap().states[0].reset, Duration::from_millis(29_600));
     let late = sent + Duration::from_secs(1);
-    assert!(known.verdict("b", &limits, STAMP, late).is_none());
-    known.sweep(late, STAMP.generation);
+    assert!(known.verdict("b", &limits, UNDER, late).is_none());
+    known.sweep(late, UNDER.generation);
     assert!(known.denied.is_empty());
 }
 
@@ -155,8 +156,8 @@ fn serving_the_cache_sets_its_max_age_and_keeps_denials_past_a_busy_period() {
     assert!(known.outlives_lanes());
     let limits = [limit(1, Duration::from_secs(60))];
     let sent = Instant::now();
-    known.learn("b", &limits, &denial(Duration::from_secs(30)), sent, STAMP);
-    let at = |s| known.verdict("b", &limits, STAMP, sent + Duration::from_secs(s));
+    known.learn("b", &limits, &denial(Duration::from_secs(30)), sent, UNDER);
+    let at = |s| known.verdict("b", &limits, UNDER, sent + Duration::from_secs(s));
     assert!(
         at(4).is_some() && at(5).is_none(),
         "trusted for the cache's max age"
@@ -175,6 +176,6 @@ fn an_admission_teaches_nothing() {
             reset: Duration::from_secs(60),
         }],
     };
-    known.learn("b", &[], &admitted, Instant::now(), STAMP);
+    known.learn("b", &[], &admitted, Instant::now(), UNDER);
     assert!(known.denied.is_empty());
 }

@@ -58,8 +58,8 @@ fn queue(lane: &mut Lane, bucket: &str) -> oneshot::Receiver<Checked> {
 
 /// `bucket` found full by a call of `lane`, just now.
 fn learn(lane: &Lane, known: &KnownDenials, bucket: &str) {
-    let stamp = lane.stamp(known, GENERATION);
-    known.learn(bucket, &LIMITS, &denial(), Instant::now(), stamp);
+    let under = lane.learned_under(known, GENERATION);
+    known.learn(bucket, &LIMITS, &denial(), Instant::now(), under);
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn a_denial_answers_the_queued_decisions_of_its_bucket_only() {
     let mut hot: Vec<_> = (0..5).map(|_| queue(&mut lane, "r:hot")).collect();
     let mut cold = queue(&mut lane, "r:cold");
     learn(&lane, &known, "r:hot");
-    lane.answer_known(&known, lane.stamp(&known, GENERATION));
+    lane.answer_known(&known, lane.learned_under(&known, GENERATION));
     for rx in &mut hot {
         let v = rx.try_recv().expect("answered at once").unwrap();
         assert!(!v.admitted && v.states[0].reset <= Duration::from_secs(30));
@@ -278,7 +278,7 @@ fn a_denial_from_one_call_answers_what_queued_behind_the_others() {
     let _cold = queue(&mut lane, "r:cold");
     lane.returned();
     learn(&lane, &known, "r:hot");
-    lane.answer_known(&known, lane.stamp(&known, GENERATION));
+    lane.answer_known(&known, lane.learned_under(&known, GENERATION));
     for rx in &mut hot {
         assert!(!rx.try_recv().expect("answered at once").unwrap().admitted);
     }

@@ -1,11 +1,11 @@
 //! The state file's bytes: a header (magic, version, when it was written on the wall clock and
-//! on the writer's store clock, the key hash seed), the rooms with their buckets and each
+//! on the writer's store clock, the key hash seed), the arenas with their buckets and each
 //! bucket's limits as (time, amount) steps, and an xxh3 checksum of everything before it.
 //! Little-endian throughout:
 //!
 //! ```text
-//! "SLGWSTAT" | version u32 | wall_us u64 | clock_us u64 | seed u64 | rooms u32
-//!   room:   name_len u16 | name | buckets u32
+//! "SLGWSTAT" | version u32 | wall_us u64 | clock_us u64 | seed u64 | arenas u32
+//!   arena:   name_len u16 | name | buckets u32
 //!   bucket: key u64 | limits u8
 //!   limit:  id_len u8 | id (its Redis key suffix, e.g. "60000", "1000@100c") | steps u32
 //!   step:   time_us u64 | amount u32
@@ -24,7 +24,7 @@ pub const MAGIC: &[u8; 8] = b"SLGWSTAT";
 /// The format this build writes and reads.
 pub const VERSION: u32 = 1;
 
-/// Magic, version, wall, clock, seed, room count.
+/// Magic, version, wall, clock, seed, arena count.
 const HEADER: usize = 8 + 4 + 8 + 8 + 8 + 4;
 const CHECKSUM: usize = 8;
 /// One step's bytes.
@@ -40,12 +40,12 @@ pub struct Snapshot {
     /// The key hash's seed the buckets' keys were made with.
     pub seed: u64,
     /// One per route.
-    pub rooms: Vec<RoomState>,
+    pub arenas: Vec<ArenaState>,
 }
 
 /// One route's buckets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RoomState {
+pub struct ArenaState {
     /// The route's name.
     pub route: String,
     /// Its buckets.
@@ -80,12 +80,12 @@ impl BucketState {
     }
 }
 
-/// Size of a room's own bytes (name and count), its buckets apart.
-pub(super) fn room_overhead(route: &str) -> usize {
+/// Size of an arena's own bytes (name and count), its buckets apart.
+pub(super) fn arena_overhead(route: &str) -> usize {
     2 + route.len() + 4
 }
 
-/// Size of a file with no room.
+/// Size of a file with no arena.
 pub(super) const EMPTY_LEN: usize = HEADER + CHECKSUM;
 
 /// The file's bytes.
@@ -96,14 +96,14 @@ pub fn encode(s: &Snapshot) -> Vec<u8> {
     for v in [s.wall_us, s.clock_us, s.seed] {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    out.extend_from_slice(&(s.rooms.len() as u32).to_le_bytes());
-    for room in &s.rooms {
+    out.extend_from_slice(&(s.arenas.len() as u32).to_le_bytes());
+    for arena in &s.arenas {
         // Route names are config keys: short (the config refuses none, so cut at u16).
-        let name = &room.route.as_bytes()[..room.route.len().min(u16::MAX as usize)];
+        let name = &arena.route.as_bytes()[..arena.route.len().min(u16::MAX as usize)];
         out.extend_from_slice(&(name.len() as u16).to_le_bytes());
         out.extend_from_slice(name);
-        out.extend_from_slice(&(room.buckets.len() as u32).to_le_bytes());
-        for b in &room.buckets {
+        out.extend_from_slice(&(arena.buckets.len() as u32).to_le_bytes());
+        for b in &arena.buckets {
             out.extend_from_slice(&b.key.to_le_bytes());
             out.push(b.limits.len().min(u8::MAX as usize) as u8);
             for l in b.limits.iter().take(u8::MAX as usize) {
@@ -190,7 +190,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, PersistError> {
     };
     let (wall_us, clock_us, seed) = (r.u64()?, r.u64()?, r.u64()?);
     let n = r.u32()? as usize;
-    let mut rooms = Vec::with_capacity(r.count(n, 6)?);
+    let mut arenas = Vec::with_capacity(r.count(n, 6)?);
     for _ in 0..n {
         let len = r.u16()? as usize;
         let route = r.text(len)?;
@@ -212,15 +212,15 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, PersistError> {
             }
             buckets.push(BucketState { key, limits });
         }
-        rooms.push(RoomState { route, buckets });
+        arenas.push(ArenaState { route, buckets });
     }
     if r.left() != 0 {
-        return Err(PersistError::Corrupt("bytes after the last room"));
+        return Err(PersistError::Corrupt("bytes after the last arena"));
     }
     Ok(Snapshot {
         wall_us,
         clock_us,
         seed,
-        rooms,
+        arenas,
     })
 }

@@ -37,7 +37,7 @@ mod windows;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use format::{decode, encode, BucketState, LimitState, RoomState, Snapshot, MAGIC, VERSION};
+pub use format::{decode, encode, ArenaState, BucketState, LimitState, Snapshot, MAGIC, VERSION};
 
 use super::MemoryStore;
 use crate::limiter::LimitId;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::format::{decode, encode, BucketState, LimitState, RoomState, Snapshot};
+use super::format::{decode, encode, ArenaState, BucketState, LimitState, Snapshot};
 use super::windows::{gather, restore};
 use super::*;
 use crate::limiter::algo::calendar::{Calendar, Per, Zone};
@@ -107,7 +107,7 @@ fn what_passed_while_down_is_dropped_and_leases_are_never_written() {
         saved.buckets, 1,
         "the lease's bucket counts nothing to write"
     );
-    assert_eq!(snapshot.rooms[0].buckets.len(), 1);
+    assert_eq!(snapshot.arenas[0].buckets.len(), 1);
     let (_, _, loaded) = through_file(&from, &clock, Duration::from_secs(11));
     assert_eq!((loaded.buckets, loaded.expired), (0, 1));
     // A route no longer configured, a limit no longer configured.
@@ -153,11 +153,11 @@ fn the_size_bound_keeps_the_fullest_buckets_and_counts_the_rest() {
         }
     }
     // Room for the header and about 20 full buckets (8 + 1 + 1 + 5 + 4 + 5 x 12 bytes).
-    let max = format::EMPTY_LEN + format::room_overhead("login") + 20 * 79;
+    let max = format::EMPTY_LEN + format::arena_overhead("login") + 20 * 79;
     let (snapshot, saved) = gather(&from, max);
     assert_eq!((saved.buckets, saved.dropped_buckets), (20, 80));
     assert!(encode(&snapshot).len() <= max);
-    let full: Vec<usize> = (snapshot.rooms[0].buckets.iter())
+    let full: Vec<usize> = (snapshot.arenas[0].buckets.iter())
         .map(|b| b.limits[0].steps.len())
         .collect();
     assert!(full.iter().all(|&n| n == 5), "{full:?}");
@@ -199,7 +199,7 @@ fn sample() -> Snapshot {
         wall_us: 1_796_205_600 * S,
         clock_us: 123_456_789,
         seed: 0xDEAD_BEEF,
-        rooms: vec![RoomState {
+        arenas: vec![ArenaState {
             route: "login".into(),
             buckets: vec![BucketState {
                 key: 42,
@@ -244,8 +244,8 @@ fn foreign_future_corrupt_and_cut_files_are_refused_with_their_reason() {
 fn random_files_round_trip_and_random_damage_is_always_refused() {
     let mut rng = fastrand::Rng::with_seed(55);
     for _ in 0..300 {
-        let rooms = (0..rng.usize(0..4))
-            .map(|r| RoomState {
+        let arenas = (0..rng.usize(0..4))
+            .map(|r| ArenaState {
                 route: format!("route-{r}"),
                 buckets: (0..rng.usize(0..6))
                     .map(|_| BucketState {
@@ -266,7 +266,7 @@ fn random_files_round_trip_and_random_damage_is_always_refused() {
             wall_us: rng.u64(..),
             clock_us: rng.u64(..),
             seed: rng.u64(..),
-            rooms,
+            arenas,
         };
         let bytes = encode(&s);
         assert_eq!(decode(&bytes).unwrap(), s);

@@ -11,7 +11,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::format::{self, BucketState, LimitState, RoomState, Snapshot};
+use super::format::{self, ArenaState, BucketState, LimitState, Snapshot};
 use super::{Loaded, Saved};
 use crate::limiter::algo::Kind;
 use crate::limiter::memory::record::LimitRecord;
@@ -35,13 +35,13 @@ fn fullness(count: u64, requests: u32) -> u64 {
 /// (a client at its limit is what a restart must not forget), the rest left out and counted.
 pub(super) fn gather(store: &MemoryStore, max_bytes: usize) -> (Snapshot, Saved) {
     let now = store.now_us();
-    let rooms = store.rooms.load();
-    let mut names: Vec<&str> = rooms.keys().map(|k| &**k).collect();
+    let arenas = store.arenas.load();
+    let mut names: Vec<&str> = arenas.keys().map(|k| &**k).collect();
     names.sort_unstable();
-    // (room, fullness, bucket) of every bucket that still counts something.
+    // (arena, fullness, bucket) of every bucket that still counts something.
     let mut all: Vec<(usize, u64, BucketState)> = Vec::new();
     for (r, name) in names.iter().enumerate() {
-        rooms[*name].each_shard(|shard| {
+        arenas[*name].each_shard(|shard| {
             for i in 0..shard.buckets.len() {
                 let b = &mut shard.buckets[i];
                 let mut full = 0;
@@ -66,10 +66,10 @@ pub(super) fn gather(store: &MemoryStore, max_bytes: usize) -> (Snapshot, Saved)
     let mut size = format::EMPTY_LEN
         + names
             .iter()
-            .map(|n| format::room_overhead(n))
+            .map(|n| format::arena_overhead(n))
             .sum::<usize>();
-    let mut out: Vec<RoomState> = (names.iter())
-        .map(|n| RoomState {
+    let mut out: Vec<ArenaState> = (names.iter())
+        .map(|n| ArenaState {
             route: n.to_string(),
             buckets: Vec::new(),
         })
@@ -92,7 +92,7 @@ pub(super) fn gather(store: &MemoryStore, max_bytes: usize) -> (Snapshot, Saved)
         wall_us: wall_now_us(),
         clock_us: now,
         seed: store.seed.load(std::sync::atomic::Ordering::Relaxed),
-        rooms: out,
+        arenas: out,
     };
     (snapshot, saved)
 }
@@ -115,19 +115,19 @@ pub(super) fn restore(
     // Reader's clock minus writer's, for the same moment, less the time down.
     let delta = i128::from(now) - i128::from(snapshot.clock_us) - i128::from(down);
     let moved = |t: u64| i128::from(t) + delta;
-    let rooms = store.rooms.load();
+    let arenas = store.arenas.load();
     let mut loaded = Loaded::default();
-    for room_state in snapshot.rooms {
-        let Some(room) = rooms.get(room_state.route.as_str()) else {
-            loaded.gone += room_state.buckets.len();
+    for arena_state in snapshot.arenas {
+        let Some(arena) = arenas.get(arena_state.route.as_str()) else {
+            loaded.gone += arena_state.buckets.len();
             continue;
         };
-        for b in room_state.buckets {
+        for b in arena_state.buckets {
             let mut bucket = Bucket::new(b.key, now);
             let mut newest = 0;
             let mut gone = false;
             for l in b.limits {
-                let Some(id) = ids(&room_state.route, &l.id) else {
+                let Some(id) = ids(&arena_state.route, &l.id) else {
                     gone = true;
                     continue;
                 };
@@ -144,7 +144,7 @@ pub(super) fn restore(
             }
             bucket.last_us = newest.max(1);
             let steps: usize = bucket.logs.iter().map(|l| l.count() as usize).sum();
-            if room.restore(bucket) {
+            if arena.restore(bucket) {
                 loaded.buckets += 1;
                 loaded.counted += steps;
             } else {

@@ -1,4 +1,4 @@
-//! One route's room in the memory store: its own shards of buckets (so eviction only ever
+//! One route's arena in the memory store: its own shards of buckets (so eviction only ever
 //! samples this route's clients), each with the summary of what its evicted buckets still
 //! count, and its share of `max_memory`.
 
@@ -13,7 +13,7 @@ use super::SHARDS;
 use crate::limiter::{Limit, LimitState, Verdict};
 use crate::logs::state::{LimiterState, StateLog};
 
-/// Where a decision was made: see [`Room::decide`].
+/// Where a decision was made: see [`Arena::decide`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Placed {
     /// In the client's own bucket.
@@ -23,20 +23,20 @@ pub(super) enum Placed {
 }
 
 /// One route's buckets and bounds.
-pub(super) struct Room {
+pub(super) struct Arena {
     /// The route name (for the WARN lines and the overflow counter's label).
     name: Box<str>,
     shards: Box<[Mutex<Shard>]>,
     /// Bytes the largest shard summary reserves (each shard's budget leaves that much out).
     summary_bytes: AtomicUsize,
-    /// This room's share of `max_memory`, per shard, less the summary; the store sets it
-    /// whenever the number of rooms changes.
+    /// This arena's share of `max_memory`, per shard, less the summary; the store sets it
+    /// whenever the number of arenas changes.
     shard_budget: AtomicUsize,
     /// Decisions made in the summary alone.
     overflows: AtomicU64,
     /// `slidegate_memory_overflow_total` (passed in by the store, `None` in tests).
     overflow_counters: Option<prometheus::IntCounterVec>,
-    /// This room's series of it, resolved at the first such decision (a room that never has
+    /// This arena's series of it, resolved at the first such decision (an arena that never has
     /// one creates no series).
     overflow_counter: OnceLock<Option<prometheus::IntCounter>>,
     log: StateLog,
@@ -47,15 +47,15 @@ pub(super) fn shard_of(key: u64) -> usize {
     (key >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
-impl Room {
-    /// An empty room named `name` holding at most `budget` bytes of buckets and summaries,
+impl Arena {
+    /// An empty arena named `name` holding at most `budget` bytes of buckets and summaries,
     /// counting its decisions made in a summary alone in `overflow_counters{route=name}`.
     pub(super) fn new(
         name: &str,
         budget: usize,
         overflow_counters: Option<prometheus::IntCounterVec>,
-    ) -> Room {
-        let room = Room {
+    ) -> Arena {
+        let arena = Arena {
             name: name.into(),
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Shard::new(budget / SHARDS)))
@@ -67,12 +67,12 @@ impl Room {
             overflow_counter: OnceLock::new(),
             log: StateLog::default(),
         };
-        room.set_budget(budget);
-        room
+        arena.set_budget(budget);
+        arena
     }
 
-    /// Set this room's share of `max_memory`, resizing its summaries to half of it (one
-    /// already in use only shrinks). A room holding more than its new share evicts into its
+    /// Set this arena's share of `max_memory`, resizing its summaries to half of it (one
+    /// already in use only shrinks). An arena holding more than its new share evicts into its
     /// summaries as new clients come.
     pub(super) fn set_budget(&self, budget: usize) {
         let mut summary = 0;
@@ -85,12 +85,12 @@ impl Room {
         self.shard_budget.store(per_shard, Ordering::Relaxed);
     }
 
-    /// Bytes held by the summaries of this room (counted in its share).
+    /// Bytes held by the summaries of this arena (counted in its share).
     pub(super) fn summary_bytes(&self) -> usize {
         self.summary_bytes.load(Ordering::Relaxed) * SHARDS
     }
 
-    /// This room's share of `max_memory` for buckets (rounded down to whole shards).
+    /// This arena's share of `max_memory` for buckets (rounded down to whole shards).
     #[cfg(test)]
     pub(super) fn budget(&self) -> usize {
         self.shard_budget.load(Ordering::Relaxed) * SHARDS
@@ -303,5 +303,5 @@ pub(super) fn decide_in_summary(
 }
 
 #[cfg(test)]
-#[path = "room_tests.rs"]
+#[path = "arena_tests.rs"]
 mod tests;

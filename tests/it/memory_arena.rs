@@ -1,6 +1,6 @@
 //! Issue 17 item 4, end to end: the memory store with a small `max_memory` cannot be emptied of
 //! protection. A key-rotation flood (each made-up `X-Api-Key` sends exactly its quota) fills its
-//! route's room and makes it evict (since issue 32 into its summary: there is no overflow bucket
+//! route's arena and makes it evict (since issue 32 into its summary: there is no overflow bucket
 //! any more); afterwards another route's limit is still exact, and a fresh key on the flooded
 //! route is still limited: answered 200 or 429 (never 503, never admitted unrecorded).
 
@@ -76,7 +76,7 @@ fn flood_round(addr: SocketAddr, round: usize) -> BTreeMap<u16, usize> {
 }
 
 #[test]
-fn a_key_rotation_flood_fills_its_room_and_no_limit_opens() {
+fn a_key_rotation_flood_fills_its_arena_and_no_limit_opens() {
     let up = Upstream::start();
     let route = |path: &str, header: &str| {
         format!(
@@ -106,7 +106,7 @@ fn a_key_rotation_flood_fills_its_room_and_no_limit_opens() {
             .unwrap_or(0.0) as u64
     };
 
-    // Flood until the room is full (its first eviction), then one more round.
+    // Flood until the arena is full (its first eviction), then one more round.
     let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
     let mut rounds = 0;
     let mut filled_at = None;
@@ -139,7 +139,7 @@ fn a_key_rotation_flood_fills_its_room_and_no_limit_opens() {
         BTreeMap::from([(200, 50 * QUOTA as usize), (429, 50)]),
         "another route's limit after the flood"
     );
-    assert_eq!(overflow("login"), 0, "login decided in its own room");
+    assert_eq!(overflow("login"), 0, "login decided in its own arena");
 
     // A fresh key on the flooded route: never more than its limit, answered 200/429 only.
     let fresh = keep_alive_gets(
@@ -173,7 +173,7 @@ fn a_key_rotation_flood_fills_its_room_and_no_limit_opens() {
         assert_eq!(proxy.counter(&sample), 0, "{sample}");
     }
     println!(
-        "max_memory 1MB, 2 routes: room of `keys` full after {filled_at} made-up keys \
+        "max_memory 1MB, 2 routes: arena of `keys` full after {filled_at} made-up keys \
          (each sent {QUOTA}); flooded with {flooded} keys: {statuses:?}, {} evictions; then \
          `login`: {login:?}; a fresh key on `keys`: {fresh:?}",
         evictions()
