@@ -71,7 +71,7 @@ fn the_quick_start_works_and_leaves_no_process_behind() {
         // A bound that stops a hung script, not a speed test: the script itself takes about 10 s
         // (one run took over 60 s beside a clippy build of the whole workspace).
         .wait_leader(Duration::from_secs(180))
-        .expect("the quick start did not finish within 180 s");
+        .unwrap_or_else(|printed| panic!("the quick start did not finish: {printed}"));
     let output = format!(
         "status {}\n--- stdout\n{}--- stderr\n{}",
         done.status, done.stdout, done.stderr

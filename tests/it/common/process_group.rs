@@ -40,10 +40,10 @@ impl ProcessGroup {
         ProcessGroup { child, pgid }
     }
 
-    /// Wait for the leader to exit, at most `within` (then the group is killed and `None`
-    /// returned). What was still running in the group the moment it exited is recorded, then
-    /// killed.
-    pub fn wait_leader(&mut self, within: Duration) -> Option<Finished> {
+    /// Wait for the leader to exit, at most `within` (then the group is killed and what it had
+    /// printed returned as the error: a hung script shows where it hung). What was still
+    /// running in the group the moment it exited is recorded, then killed.
+    pub fn wait_leader(&mut self, within: Duration) -> Result<Finished, String> {
         let deadline = Instant::now() + within;
         // Read the pipes on threads, so a chatty leader never blocks on a full pipe.
         fn read(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
@@ -62,8 +62,13 @@ impl ProcessGroup {
                 break status;
             }
             if Instant::now() > deadline {
+                let running = self.members();
                 self.kill();
-                return None;
+                return Err(format!(
+                    "still running after {within:?}: {running:?}\n--- stdout\n{}--- stderr\n{}",
+                    out.join().unwrap(),
+                    err.join().unwrap()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -73,7 +78,7 @@ impl ProcessGroup {
         if !survivors.is_empty() {
             self.kill();
         }
-        Some(Finished {
+        Ok(Finished {
             status,
             stdout: out.join().unwrap(),
             stderr: err.join().unwrap(),
