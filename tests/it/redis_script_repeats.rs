@@ -11,12 +11,16 @@ use common::script::{
 };
 use redis::Connection;
 
-/// Every limit here is a log over one second.
-const WINDOW_MS: i64 = 1000;
+/// Every limit here is a log over ten seconds (or slots of one second over it). The ages below
+/// are written for a 1 s window and scaled to this one: the one-by-one run follows the batch,
+/// and on a loaded machine (a CI run: one took 400 ms between them) a 1 s window let an entry
+/// slide out in between.
+const WINDOW_MS: i64 = 10_000;
 
-/// The lists, each with its entries (ms before the seeding instant, oldest first; negative:
-/// after it). Every entry is at least 100 ms from its window's edge at every `now` a decision
-/// of it sees, so the few ms between the batch and the one-by-one run never move one across it.
+/// The lists, each with its entries (thousandths of the window before the seeding instant,
+/// oldest first; negative: after it). Every entry is at least 100 of them (1 s) from its
+/// window's edge at every `now` a decision of it sees, so the time between the batch and the
+/// one-by-one run never moves one across it.
 const LISTS: [(&str, &[i64]); 6] = [
     ("fresh", &[]),
     ("busy", &[600, 300]),
@@ -26,8 +30,8 @@ const LISTS: [(&str, &[i64]); 6] = [
     ("lowered", &[900, 800, 500, 400]),
     // Every entry slid out.
     ("gone", &[1500, 1200]),
-    // Written by a Redis whose clock was 400 ms ahead (see CLOCK): it moves `now` of a
-    // decision that counts in it 400 ms ahead, so a list's entries can slide out between
+    // Written by a Redis whose clock was 400 ahead (see CLOCK): it moves `now` of a
+    // decision that counts in it 400 ahead, so a list's entries can slide out between
     // two decisions of one call.
     ("ahead", &[-400]),
 ];
@@ -41,7 +45,7 @@ const DECISIONS: [&[(&str, u32)]; 22] = [
     &[("fresh", 3)],
     &[("stale", 3)],
     &[("stale", 3)],
-    // `now` 400 ms ahead: the entry 700 ms old slides out of "stale", whose entries admitted
+    // `now` 400 ahead: the entry 700 old slides out of "stale", whose entries admitted
     // in this call are still held back.
     &[("ahead", 5), ("stale", 3)],
     &[("stale", 3)],
@@ -69,19 +73,20 @@ fn key(prefix: &str, list: &str) -> String {
     }
 }
 
-/// A list named `slots…` is a limit with slots of 100 ms; every other, a log.
+/// A list named `slots…` is a limit with slots of a tenth of the window; every other, a log.
 fn resolution_ms(list: &str) -> i64 {
     if list.starts_with("slots") {
-        100
+        WINDOW_MS / 10
     } else {
         0
     }
 }
 
-/// Every list of `lists` under `prefix`, with its entries (ages in ms) before `now_us`.
+/// Every list of `lists` under `prefix`, with its entries (ages in thousandths of the window)
+/// before `now_us`.
 fn seed(conn: &mut Connection, prefix: &str, now_us: i64, lists: &[(&str, &[i64])]) {
-    for &(name, ago_ms) in lists {
-        let values: Vec<i64> = ago_ms.iter().map(|ago| now_us - ago * 1000).collect();
+    for &(name, ago) in lists {
+        let values: Vec<i64> = ago.iter().map(|a| now_us - a * WINDOW_MS).collect();
         if !values.is_empty() {
             let _: () = redis::cmd("RPUSH")
                 .arg(key(prefix, name))
@@ -241,8 +246,9 @@ fn a_hot_bucket_admits_exactly_its_limit_in_one_call_and_reads_it_once() {
     assert_eq!(remaining, counted_down);
 }
 
-/// The lists of the random batches: seeded like [`LISTS`] (ages in ms), each entry at least
-/// 150 ms from its window's edge at every `now` a decision sees, "ahead" included.
+/// The lists of the random batches: seeded like [`LISTS`] (ages in thousandths of the window),
+/// each entry at least 150 of them (1.5 s) from its window's edge at every `now` a decision
+/// sees, "ahead" included.
 const RANDOM_LISTS: [(&str, &[i64]); 5] = [
     ("a", &[]),
     ("b", &[750, 450, 100]),
