@@ -133,13 +133,15 @@ impl Browser {
         .await
     }
 
-    /// Poll `script` until it returns something other than `null`/`false`; that value.
+    /// Poll `script` until it returns something other than `null`, `false` or `""` (an element
+    /// the page has drawn but not filled yet: one CI run read a card's empty text); that value.
     /// Panics with `what` after `within`.
     pub async fn wait_for(&self, what: &str, script: &str, within: Duration) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let v = self.eval(script).await;
-            if !v.is_null() && v != Value::Bool(false) {
+            let not_yet = v.is_null() || v == Value::Bool(false) || v.as_str() == Some("");
+            if !not_yet {
                 return v;
             }
             assert!(
