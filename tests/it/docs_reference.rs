@@ -296,19 +296,75 @@ fn ci_runs_the_test_command_the_readme_gives() {
         ".ci/run must end by running the README's test command"
     );
     let script = read(command);
+    // Run as a line of its own, with its status kept for later (`check || rc=$?`), or in a
+    // background subshell whose status is waited for (`(check 2>&1 | tee log) &`).
+    let runs = |check: &str| {
+        script.lines().map(str::trim).any(|l| {
+            l == check
+                || l.starts_with(&format!("{check} || "))
+                || l.starts_with(&format!("({check} 2>&1 | tee "))
+        })
+    };
     for check in [
         "cargo fmt --all -- --check",
-        "cargo clippy --all-targets -- -D warnings",
         "RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps",
+        "cargo clippy --lib --bins --features bench-switches -- -D warnings",
+        "cargo test --no-run",
         "cargo test",
+        "scripts/instruction-gate",
     ] {
-        // Run as a line of its own, or with its status kept for later (`check || rc=$?`).
-        let runs = |l: &str| l == check || l.starts_with(&format!("{check} || "));
-        assert!(
-            script.lines().any(|l| runs(l.trim())),
-            "{command} does not run `{check}`"
-        );
+        assert!(runs(check), "{command} does not run `{check}`");
     }
+    // Clippy's check of every target (`cargo clippy --all-targets -- -D warnings`) is made by
+    // the test build itself: slidegate's crates are compiled by clippy-driver with warnings
+    // denied, through the workspace wrapper the script exports before building.
+    assert!(
+        script
+            .lines()
+            .any(|l| l.trim()
+                == "export RUSTC_WORKSPACE_WRAPPER=\"$PWD/scripts/lib/rustc-with-clippy\""),
+        "{command} does not build with clippy's lints"
+    );
+    let wrapper = read("scripts/lib/rustc-with-clippy");
+    assert!(
+        wrapper
+            .lines()
+            .any(|l| l.trim() == "exec clippy-driver \"$@\" -D warnings"),
+        "scripts/lib/rustc-with-clippy does not run clippy-driver with warnings denied"
+    );
+}
+
+/// The wrapper scripts/test builds with is clippy with warnings denied: a crate with a clippy
+/// warning (a needless `return`) fails to compile through it, naming the lint, and the same
+/// crate without it compiles.
+#[test]
+fn the_test_build_fails_on_a_clippy_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let compile = |body: &str| {
+        let src = dir.path().join("lib.rs");
+        std::fs::write(&src, body).unwrap();
+        // Cargo runs a workspace wrapper as `<wrapper> <rustc> <rustc's arguments>`.
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/lib/rustc-with-clippy"))
+            .arg("rustc")
+            .args(["--edition", "2021", "--crate-type", "lib", "--out-dir"])
+            .arg(dir.path())
+            .arg(&src)
+            .output()
+            .unwrap()
+    };
+    let warned = compile("pub fn one() -> u32 {\n    return 1;\n}\n");
+    let said = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        !warned.status.success() && said.contains("clippy::needless_return"),
+        "a clippy warning did not fail the build: {:?}\n{said}",
+        warned.status
+    );
+    let clean = compile("pub fn one() -> u32 {\n    1\n}\n");
+    assert!(
+        clean.status.success(),
+        "a clean crate failed: {}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
 }
 
 /// On a machine without the tools the tests need and no way to install them (here: a PATH
