@@ -55,7 +55,7 @@ enum Tool {
 
 /// What `-t` checks beyond loading: every upstream server resolves (the one check that needs
 /// DNS, as `nginx -t` does) and the TLS listener's certificates and keys load.
-fn check(config: &Config) -> Result<(), String> {
+fn test_config(config: &Config) -> Result<(), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", config.source.display());
     slidegate::routes::Rules::build(config).map_err(|e| at(&e))?;
     if let Some(tls) = &config.server.tls {
@@ -85,7 +85,7 @@ fn warn_if_redis_may_evict(config: &Config) {
     let Ok(rt) = rt else {
         return;
     };
-    let verdict = rt.block_on(slidegate::limiter::redis::eviction::check(&target));
+    let verdict = rt.block_on(slidegate::limiter::redis::eviction::read_policy(&target));
     if let Some(warning) = verdict.warning() {
         eprintln!("slidegate: warning: {}: {warning}", config.source.display());
     }
@@ -102,14 +102,14 @@ fn one_shot(cli: &Cli, config: &Config) -> Option<Result<(), String>> {
         return Some(sent.map(|_| ()).map_err(|e| e.to_string()));
     }
     if cli.test_print {
-        return Some(check(config).and_then(|()| {
+        return Some(test_config(config).and_then(|()| {
             let text = config.effective_toml().map_err(|e| e.to_string())?;
             print!("{text}");
             Ok(())
         }));
     }
     if cli.test {
-        return Some(check(config).map(|()| {
+        return Some(test_config(config).map(|()| {
             println!("slidegate: configuration {} is valid", cli.config.display());
         }));
     }

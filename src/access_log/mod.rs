@@ -207,7 +207,7 @@ impl Writer {
                 Sink::Stdout => io::stdout().lock().flush(),
                 Sink::File { out, .. } => out.flush(),
             };
-            self.check(result, 0);
+            self.note_write(result, 0);
             if self.reopen.swap(false, Ordering::AcqRel) {
                 self.reopen_file();
             }
@@ -244,11 +244,11 @@ impl Writer {
             Sink::Stdout => io::stdout().lock().write_all(&self.line),
             Sink::File { out, .. } => out.write_all(&self.line),
         };
-        self.check(result, batch.entries.len());
+        self.note_write(result, batch.entries.len());
     }
 
     /// Note a write's outcome; a failed one loses `lines` lines.
-    fn check(&mut self, result: io::Result<()>, lines: usize) {
+    fn note_write(&mut self, result: io::Result<()>, lines: usize) {
         match result {
             Ok(()) => self.failing = false,
             Err(e) => {

@@ -60,7 +60,7 @@ impl Refusal {
 }
 
 /// The decision for one request head.
-pub fn check(
+pub fn screen(
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -178,7 +178,7 @@ mod tests {
             names: &names,
             own: &OWN,
         };
-        check(&method, path, &map, allowed)
+        screen(&method, path, &map, allowed)
     }
 
     #[test]

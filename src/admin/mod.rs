@@ -110,7 +110,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl AdminApp {
-    /// The guard's verdict on this request ([`guard::check`]).
+    /// The guard's verdict on this request ([`guard::screen`]).
     fn guarded(&self, session: &ServerSession) -> Result<(), guard::Refusal> {
         let local = session
             .server_addr()
@@ -122,7 +122,7 @@ impl AdminApp {
             names: &self.hosts,
             own: &own,
         };
-        guard::check(&req.method, req.uri.path(), &req.headers, allowed)
+        guard::screen(&req.method, req.uri.path(), &req.headers, allowed)
     }
 
     /// Is this request allowed into the inspector? Failures are slowed per address
@@ -135,7 +135,7 @@ impl AdminApp {
             .and_then(|a| a.as_inet())
             .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
         let now = Instant::now();
-        if let Err(wait) = self.throttle.check(ip, now) {
+        if let Err(wait) = self.throttle.may_try(ip, now) {
             return Some(throttled(wait));
         }
         match self.credentials(session) {

@@ -108,7 +108,7 @@ impl Table {
     }
 
     /// May `ip` try a token now? `Err(wait)`: not for `wait`.
-    pub fn check(&mut self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
+    pub fn may_try(&mut self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
         let key = key_of(ip);
         match *self.way_mut(key, now) {
             Some(s) if s.tat > now + tolerance() => Err(s.tat - tolerance() - now),
@@ -152,8 +152,8 @@ impl Throttle {
     }
 
     /// May `ip` try a token at `now`? A refusal is counted and logged.
-    pub fn check(&self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
-        let verdict = self.table().check(ip, now);
+    pub fn may_try(&self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
+        let verdict = self.table().may_try(ip, now);
         if verdict.is_err() {
             FAILURES.with_label_values(&["throttled"]).inc();
             self.log(ip, now, true);
@@ -198,17 +198,17 @@ mod tests {
         let mut table = Table::new();
         let ip = v4(0x0a00_0001);
         for _ in 0..FREE_FAILURES {
-            assert_eq!(table.check(ip, t), Ok(()));
+            assert_eq!(table.may_try(ip, t), Ok(()));
             table.failed(ip, t);
         }
-        assert_eq!(table.check(ip, t), Err(REFILL));
-        assert_eq!(table.check(ip, t + REFILL / 2), Err(REFILL / 2));
-        assert_eq!(table.check(ip, t + REFILL), Ok(()));
+        assert_eq!(table.may_try(ip, t), Err(REFILL));
+        assert_eq!(table.may_try(ip, t + REFILL / 2), Err(REFILL / 2));
+        assert_eq!(table.may_try(ip, t + REFILL), Ok(()));
         table.failed(ip, t + REFILL);
-        assert!(table.check(ip, t + REFILL).is_err());
+        assert!(table.may_try(ip, t + REFILL).is_err());
         // Others are not slowed, and the address is forgiven once drained.
-        assert_eq!(table.check(v4(7), t), Ok(()));
-        assert_eq!(table.check(ip, t + REFILL * 7), Ok(()));
+        assert_eq!(table.may_try(v4(7), t), Ok(()));
+        assert_eq!(table.may_try(ip, t + REFILL * 7), Ok(()));
     }
 
     #[test]
@@ -221,8 +221,8 @@ mod tests {
         for _ in 0..FREE_FAILURES {
             table.failed(a, t);
         }
-        assert!(table.check(b, t).is_err());
-        assert_eq!(table.check(other, t), Ok(()));
+        assert!(table.may_try(b, t).is_err());
+        assert_eq!(table.may_try(other, t), Ok(()));
     }
 
     #[test]
@@ -243,13 +243,13 @@ mod tests {
             "4,096 entries in 128 KB"
         );
         assert!(
-            table.check(victim, t).is_err(),
+            table.may_try(victim, t).is_err(),
             "the slowed address was forgotten"
         );
         // The flood's overflow is charged to one shared entry, which is slowed in turn.
         let untracked = (0..100_000u32)
             .map(|n| v4(0x5000_0000 + n))
-            .filter(|&ip| table.check(ip, t).is_err())
+            .filter(|&ip| table.may_try(ip, t).is_err())
             .count();
         assert!(untracked > 90_000, "{untracked}");
     }

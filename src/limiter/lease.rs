@@ -20,8 +20,9 @@ pub struct Lease {
     _end: oneshot::Sender<()>,
 }
 
-/// What the task needs of the request, owned.
-struct Held {
+/// What the task that keeps a request's leases needs of the request, owned (the memory
+/// store's `summary::Held` is what an evicted bucket still holds).
+struct Holder {
     store: Arc<dyn Store>,
     /// The lease limits, each at its current time (0 once lapsed).
     recorded: Recorded,
@@ -34,7 +35,7 @@ struct Held {
 pub fn hold(store: Arc<dyn Store>, recorded: Recorded, gauge: IntGauge) -> Lease {
     let (end, ended) = oneshot::channel();
     gauge.inc();
-    let held = Held {
+    let held = Holder {
         store,
         recorded,
         gauge,
@@ -44,7 +45,7 @@ pub fn hold(store: Arc<dyn Store>, recorded: Recorded, gauge: IntGauge) -> Lease
 }
 
 /// Renew every `lease_ttl / 3` (of the shortest) until the request ends, then give back.
-async fn keep(mut held: Held, mut ended: oneshot::Receiver<()>) {
+async fn keep(mut held: Holder, mut ended: oneshot::Receiver<()>) {
     let ttl = held.recorded.limits().iter().map(|l| l.window).min();
     let every = ttl.unwrap_or(Duration::from_secs(1)) / 3;
     loop {
@@ -56,7 +57,7 @@ async fn keep(mut held: Held, mut ended: oneshot::Receiver<()>) {
     held.release().await;
 }
 
-impl Held {
+impl Holder {
     /// One renewal: a failed one keeps the times, to be tried again at the next turn (the
     /// lease lasts a whole `lease_ttl` from the last success).
     async fn renew(&mut self) {

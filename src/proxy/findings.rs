@@ -31,7 +31,7 @@ impl SlideGate {
         let client = rules.client_ip.resolve(peer, &session.req_header().headers);
         ctx.client = Some(client);
         if on(Layer::RequestForm) {
-            ctx.form = match form::check(session.req_header_mut()) {
+            ctx.form = match form::parse(session.req_header_mut()) {
                 Ok(form) => form,
                 Err(why) => return Findings::BadForm(why),
             };

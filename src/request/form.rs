@@ -88,8 +88,8 @@ pub struct RequestForm {
     pub absolute_authority: Option<String>,
 }
 
-/// Check the request head and normalise `Content-Length` in place.
-pub fn check(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
+/// Read and check the request head's form and normalise `Content-Length` in place.
+pub fn parse(req: &mut RequestHeader) -> Result<RequestForm, BadRequest> {
     if !valid_method(&req.method) {
         return Err(BadRequest::Method);
     }

@@ -58,7 +58,7 @@ fn hosts() {
 
 #[test]
 fn forms() {
-    let ok = |r: &mut RequestHeader| check(r).map(|f| f.host);
+    let ok = |r: &mut RequestHeader| parse(r).map(|f| f.host);
     assert_eq!(
         ok(&mut req("GET", "/x", &[("Host", "A.com")])),
         Ok(Some("a.com".into()))
@@ -68,24 +68,24 @@ fn forms() {
         Ok(Some("admin.example.com".into()))
     );
     assert_eq!(
-        check(&mut req("post", "/x", &[("Host", "a")])),
+        parse(&mut req("post", "/x", &[("Host", "a")])),
         Err(BadRequest::Method)
     );
     assert_eq!(
-        check(&mut req("GET", "login", &[("Host", "a")])),
+        parse(&mut req("GET", "login", &[("Host", "a")])),
         Err(BadRequest::Target)
     );
     assert_eq!(
-        check(&mut req("GET", "%2Flogin", &[("Host", "a")])),
+        parse(&mut req("GET", "%2Flogin", &[("Host", "a")])),
         Err(BadRequest::Target)
     );
     assert_eq!(
-        check(&mut req("GET", "*", &[("Host", "a")])),
+        parse(&mut req("GET", "*", &[("Host", "a")])),
         Err(BadRequest::Target)
     );
-    assert!(check(&mut req("OPTIONS", "*", &[("Host", "a")])).is_ok());
+    assert!(parse(&mut req("OPTIONS", "*", &[("Host", "a")])).is_ok());
     assert_eq!(
-        check(&mut req("GET", "/", &[])),
+        parse(&mut req("GET", "/", &[])),
         Err(BadRequest::MissingHost)
     );
 }
@@ -104,17 +104,17 @@ fn padded_field_values_are_refused() {
     for value in [" k1", "k1\t", "\tk1", "k1 ", " "] {
         let mut r = h2("https://a.com/x", None);
         r.append_header("x-api-key", value).unwrap();
-        assert_eq!(check(&mut r), Err(BadRequest::FieldWhitespace), "{value:?}");
+        assert_eq!(parse(&mut r), Err(BadRequest::FieldWhitespace), "{value:?}");
     }
     let mut r = h2("https://a.com/x", None);
     r.append_header("x-api-key", "k 1").unwrap();
     r.append_header("x-empty", "").unwrap();
-    assert!(check(&mut r).is_ok());
+    assert!(parse(&mut r).is_ok());
 }
 
 #[test]
 fn h2_authority_is_the_host() {
-    let host = |r: &mut RequestHeader| check(r).map(|f| f.host);
+    let host = |r: &mut RequestHeader| parse(r).map(|f| f.host);
     let want = Ok(Some("admin.example.com".to_string()));
     assert_eq!(host(&mut h2("https://Admin.Example.com/x", None)), want);
     assert_eq!(
@@ -145,7 +145,7 @@ fn h2_authority_is_the_host() {
 #[test]
 fn content_length_lists_collapse() {
     let mut r = req("POST", "/", &[("Host", "a"), ("Content-Length", "5, 5")]);
-    check(&mut r).unwrap();
+    parse(&mut r).unwrap();
     let all: Vec<_> = r.headers.get_all(CONTENT_LENGTH).iter().collect();
     assert_eq!(all, ["5"]);
     let mut r = req(
@@ -157,10 +157,10 @@ fn content_length_lists_collapse() {
             ("Content-Length", "5"),
         ],
     );
-    check(&mut r).unwrap();
+    parse(&mut r).unwrap();
     assert_eq!(r.headers.get_all(CONTENT_LENGTH).iter().count(), 1);
     for bad in ["5, 6", "5,", "5, x"] {
         let mut r = req("POST", "/", &[("Host", "a"), ("Content-Length", bad)]);
-        assert_eq!(check(&mut r), Err(BadRequest::ContentLength), "{bad}");
+        assert_eq!(parse(&mut r), Err(BadRequest::ContentLength), "{bad}");
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use admin::*;
 use calendar::*;
-use common::redis::{wait_ready, RedisCluster, RedisServer};
+use common::redis::{shared_cluster, wait_ready, RedisCluster, RedisServer};
 use common::sentinel::SentinelSet;
 use common::shared::{unique_prefix, Shared};
 use cost::*;
@@ -49,9 +49,11 @@ type RedisFixture = (RedisStore, Box<dyn Any + Send>);
 
 /// The servers every case of one backend shares, each case under a key prefix of its own
 /// (a store sees only its prefix, so the cases stay independent): starting a server, a
-/// Cluster or a Sentinel set per case was most of this suite's time.
+/// Cluster or a Sentinel set per case was most of this suite's time. The Cluster is the run's
+/// one ([`shared_cluster`]), which the proxies of other tests use under prefixes of their own:
+/// no case here stops, freezes or reconfigures a node.
 static SINGLE: Shared<RedisServer> = Shared::new();
-static CLUSTER: Shared<RedisCluster> = Shared::new();
+static CLUSTER: Shared<Arc<RedisCluster>> = Shared::new();
 static SENTINELS: Shared<SentinelSet> = Shared::new();
 
 /// A store on a shared fixture: the target it gives, under a fresh prefix.
@@ -85,10 +87,9 @@ async fn redis_single_store() -> RedisFixture {
 }
 
 async fn redis_cluster_store() -> RedisFixture {
-    let (start, target) = (
-        || RedisCluster::start(3),
-        |c: &RedisCluster| c.redis_target(STORE_TIMEOUT),
-    );
+    let (start, target) = (shared_cluster, |c: &Arc<RedisCluster>| {
+        c.redis_target(STORE_TIMEOUT)
+    });
     shared_store(
         &CLUSTER,
         start,

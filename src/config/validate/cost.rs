@@ -52,7 +52,7 @@ impl Validator<'_> {
             }
         };
         let resolution = match (&l.resolution, unit) {
-            (Some(res), _) => slots::check(window, res.get_ref().0)
+            (Some(res), _) => slots::resolution_in(window, res.get_ref().0)
                 .map(Some)
                 .or_else(|e| self.err(Some(res.span()), at("resolution"), e))?,
             (None, RawUnit::Cost) => Some(

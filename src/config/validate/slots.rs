@@ -7,7 +7,7 @@ use crate::limiter::MAX_SLOTS;
 /// Check a `resolution` (already parsed as whole milliseconds ≥ 1 ms) against its `window`:
 /// it must divide the window into at most [`MAX_SLOTS`] slots. Returns the resolution, or the
 /// message of the config error.
-pub(super) fn check(window: Duration, resolution: Duration) -> Result<Duration, String> {
+pub(super) fn resolution_in(window: Duration, resolution: Duration) -> Result<Duration, String> {
     let (w, r) = (window.as_millis(), resolution.as_millis());
     let show = |d: Duration| humantime::format_duration(d).to_string();
     if r > w {
@@ -79,19 +79,21 @@ mod tests {
 
     #[test]
     fn a_resolution_that_tiles_the_window_in_at_most_1000_slots_passes() {
-        assert_eq!(check(ms(1000), ms(100)), Ok(ms(100)));
-        assert_eq!(check(ms(1000), ms(1000)), Ok(ms(1000)));
-        assert_eq!(check(ms(1000), ms(1)), Ok(ms(1)));
-        assert_eq!(check(ms(60_000), ms(60)), Ok(ms(60)));
+        assert_eq!(resolution_in(ms(1000), ms(100)), Ok(ms(100)));
+        assert_eq!(resolution_in(ms(1000), ms(1000)), Ok(ms(1000)));
+        assert_eq!(resolution_in(ms(1000), ms(1)), Ok(ms(1)));
+        assert_eq!(resolution_in(ms(60_000), ms(60)), Ok(ms(60)));
     }
 
     #[test]
     fn longer_than_the_window_not_dividing_it_or_too_many_slots_fail() {
-        assert!(check(ms(100), ms(200)).unwrap_err().contains("longer than"));
-        assert!(check(ms(1000), ms(300))
+        assert!(resolution_in(ms(100), ms(200))
+            .unwrap_err()
+            .contains("longer than"));
+        assert!(resolution_in(ms(1000), ms(300))
             .unwrap_err()
             .contains("does not divide"));
-        let e = check(ms(60_000), ms(50)).unwrap_err();
+        let e = resolution_in(ms(60_000), ms(50)).unwrap_err();
         assert!(
             e.contains("1200 slots") && e.contains("at least 60ms"),
             "{e}"

@@ -111,7 +111,7 @@ impl Inner {
             Err(error) => {
                 self.gate.call_failed(&error);
                 let shards = self.shards.as_ref().filter(|_| lost);
-                if let Some(check) = shards.and_then(|shards| shards.check(lane)) {
+                if let Some(check) = shards.and_then(|shards| shards.probe_owner(lane)) {
                     self.io.spawn(check);
                 }
                 Err(error)

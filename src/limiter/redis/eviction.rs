@@ -178,7 +178,7 @@ impl Reported {
 
 /// For `slidegate -t`: connect to `target` once and read its policy. A Redis that cannot be
 /// reached is [`Eviction::Unknown`], never an error: `-t` checks the file, not the network.
-pub async fn check(target: &RedisTarget) -> Eviction {
+pub async fn read_policy(target: &RedisTarget) -> Eviction {
     let target = match Target::new(target) {
         Ok(t) => t,
         Err(e) => return Eviction::Unknown(e.to_string()),

@@ -105,7 +105,10 @@ impl Shards {
 
     /// A call for `slot` found a connection lost or refused: the PING of `slot`'s master to
     /// run at once (the caller spawns it), unless it is down already or one runs.
-    pub(super) fn check(&self, slot: usize) -> Option<impl Future<Output = ()> + Send + 'static> {
+    pub(super) fn probe_owner(
+        &self,
+        slot: usize,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let map = self.map.load_full()?;
         let index = usize::from(*map.owner.get(slot)?);
         let master = map.masters.get(index)?.clone();

@@ -105,7 +105,7 @@ pub struct Loaded {
 
 /// Write `store`'s windows to `path` (see the module documentation), at most `max_bytes`.
 pub fn save(store: &MemoryStore, path: &Path, max_bytes: usize) -> Result<Saved, PersistError> {
-    let (snapshot, mut saved) = windows::gather(store, max_bytes);
+    let (snapshot, mut saved) = windows::take_snapshot(store, max_bytes);
     let bytes = encode(&snapshot);
     write_atomically(path, &bytes)?;
     saved.bytes = bytes.len();

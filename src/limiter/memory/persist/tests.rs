@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::format::{decode, encode, ArenaState, BucketState, LimitState, Snapshot};
-use super::windows::{gather, restore};
+use super::windows::{restore, take_snapshot};
 use super::*;
 use crate::limiter::algo::calendar::{Calendar, Per, Zone};
 use crate::limiter::algo::clock::{Clock, FakeClock};
@@ -51,7 +51,7 @@ fn through_file(
     clock: &FakeClock,
     down: Duration,
 ) -> (MemoryStore, FakeClock, Loaded) {
-    let (snapshot, _) = gather(from, MAX_FILE_BYTES);
+    let (snapshot, _) = take_snapshot(from, MAX_FILE_BYTES);
     let snapshot = decode(&encode(&snapshot)).expect("our own file reads back");
     let later = FakeClock::at(clock.now_us() + down.as_micros() as u64);
     let to = store(&later);
@@ -102,7 +102,7 @@ fn what_passed_while_down_is_dropped_and_leases_are_never_written() {
     assert!(from.check_now_in("login", "login:a", &log).admitted);
     let lease = [Limit::lease(2, Duration::from_secs(30))];
     assert!(from.check_now_in("login", "login:b", &lease).admitted);
-    let (snapshot, saved) = gather(&from, MAX_FILE_BYTES);
+    let (snapshot, saved) = take_snapshot(&from, MAX_FILE_BYTES);
     assert_eq!(
         saved.buckets, 1,
         "the lease's bucket counts nothing to write"
@@ -130,7 +130,7 @@ fn a_wall_clock_set_back_counts_as_no_time_down() {
     let from = store(&clock);
     let log = [Limit::log(1, Duration::from_secs(10))];
     assert!(from.check_now_in("login", "login:a", &log).admitted);
-    let (snapshot, _) = gather(&from, MAX_FILE_BYTES);
+    let (snapshot, _) = take_snapshot(&from, MAX_FILE_BYTES);
     let to = store(&clock);
     let wall = snapshot.wall_us - 3600 * S;
     let loaded = restore(&to, snapshot, &ids, wall);
@@ -154,7 +154,7 @@ fn the_size_bound_keeps_the_fullest_buckets_and_counts_the_rest() {
     }
     // Room for the header and about 20 full buckets (8 + 1 + 1 + 5 + 4 + 5 x 12 bytes).
     let max = format::EMPTY_LEN + format::arena_overhead("login") + 20 * 79;
-    let (snapshot, saved) = gather(&from, max);
+    let (snapshot, saved) = take_snapshot(&from, max);
     assert_eq!((saved.buckets, saved.dropped_buckets), (20, 80));
     assert!(encode(&snapshot).len() <= max);
     let full: Vec<usize> = (snapshot.arenas[0].buckets.iter())

@@ -33,7 +33,7 @@ fn fullness(count: u64, requests: u32) -> u64 {
 
 /// The store's windows as they stand, at most `max_bytes` encoded: the fullest buckets first
 /// (a client at its limit is what a restart must not forget), the rest left out and counted.
-pub(super) fn gather(store: &MemoryStore, max_bytes: usize) -> (Snapshot, Saved) {
+pub(super) fn take_snapshot(store: &MemoryStore, max_bytes: usize) -> (Snapshot, Saved) {
     let now = store.now_us();
     let arenas = store.arenas.load();
     let mut names: Vec<&str> = arenas.keys().map(|k| &**k).collect();

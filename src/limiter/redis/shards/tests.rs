@@ -36,7 +36,7 @@ fn a_dead_master_fails_only_its_own_slots() {
     shards.map.load().as_ref().unwrap().masters[0].went_down(&refused);
     assert!(shards.pass(0).is_err() && shards.pass(5460).is_err());
     assert!(
-        shards.check(0).is_none(),
+        shards.probe_owner(0).is_none(),
         "no PING asked for a master down already"
     );
     assert!(shards.pass(5461).is_ok() && shards.pass(16383).is_ok());
