@@ -296,28 +296,36 @@ fn ci_runs_the_test_command_the_readme_gives() {
         ".ci/run must end by running the README's test command"
     );
     let script = read(command);
-    // Run as a line of its own, with its status kept for later (`check || rc=$?`), or in a
-    // background subshell whose status is waited for (`(check 2>&1 | tee log) &`).
+    // Run as a line of its own, with its status kept for later (`check || rc=$?`), or in the
+    // background (`(check 2>&1 | tee log) &`, `check >"$logs/name" 2>&1 &`), its status waited
+    // for and failing the run.
     let runs = |check: &str| {
         script.lines().map(str::trim).any(|l| {
             l == check
                 || l.starts_with(&format!("{check} || "))
                 || l.starts_with(&format!("({check} 2>&1 | tee "))
+                || l.starts_with(&format!("{check} >\"$logs/"))
         })
     };
+    for job in ["tests", "chaos", "gate"] {
+        assert!(
+            script.contains(&format!("wait \"${job}_pid\" || {job}_rc=$?"))
+                && script.contains(&format!("[ \"${job}_rc\" -ne 0 ]")),
+            "{command} does not fail on its background job {job}"
+        );
+    }
     for check in [
         "cargo fmt --all -- --check",
-        "RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps",
-        "cargo clippy --lib --bins --features bench-switches -- -D warnings",
         "cargo test --no-run",
         "cargo test",
         "scripts/instruction-gate",
     ] {
         assert!(runs(check), "{command} does not run `{check}`");
     }
-    // Clippy's check of every target (`cargo clippy --all-targets -- -D warnings`) is made by
-    // the test build itself: slidegate's crates are compiled by clippy-driver with warnings
-    // denied, through the workspace wrapper the script exports before building.
+    // Clippy's check of every target (`cargo clippy --all-targets -- -D warnings`), rustdoc's
+    // of the library and clippy's of the bench-switches build are made by the test build
+    // itself, through the workspace wrapper the script exports before building (what the
+    // wrapper checks: the two tests below).
     assert!(
         script
             .lines()
@@ -329,9 +337,25 @@ fn ci_runs_the_test_command_the_readme_gives() {
     assert!(
         wrapper
             .lines()
-            .any(|l| l.trim() == "exec clippy-driver \"$@\" -D warnings"),
+            .any(|l| l.trim() == "clippy-driver \"$@\" -D warnings || exit"),
         "scripts/lib/rustc-with-clippy does not run clippy-driver with warnings denied"
     );
+}
+
+/// Runs scripts/test's workspace wrapper as cargo does (`<wrapper> <rustc> <rustc's arguments>`)
+/// on `src`, written into `dir`; `args` are the unit's own (crate name and type, externs).
+fn through_the_wrapper(dir: &Path, file: &str, src: &str, args: &[&str]) -> std::process::Output {
+    let path = dir.join(file);
+    std::fs::write(&path, src).unwrap();
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/lib/rustc-with-clippy"))
+        .arg("rustc")
+        .args(["--edition", "2021"])
+        .args(args)
+        .arg("--out-dir")
+        .arg(dir)
+        .arg(&path)
+        .output()
+        .unwrap()
 }
 
 /// The wrapper scripts/test builds with is clippy with warnings denied: a crate with a clippy
@@ -340,18 +364,8 @@ fn ci_runs_the_test_command_the_readme_gives() {
 #[test]
 fn the_test_build_fails_on_a_clippy_warning() {
     let dir = tempfile::tempdir().unwrap();
-    let compile = |body: &str| {
-        let src = dir.path().join("lib.rs");
-        std::fs::write(&src, body).unwrap();
-        // Cargo runs a workspace wrapper as `<wrapper> <rustc> <rustc's arguments>`.
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/lib/rustc-with-clippy"))
-            .arg("rustc")
-            .args(["--edition", "2021", "--crate-type", "lib", "--out-dir"])
-            .arg(dir.path())
-            .arg(&src)
-            .output()
-            .unwrap()
-    };
+    let compile =
+        |body: &str| through_the_wrapper(dir.path(), "lib.rs", body, &["--crate-type", "lib"]);
     let warned = compile("pub fn one() -> u32 {\n    return 1;\n}\n");
     let said = String::from_utf8_lossy(&warned.stderr);
     assert!(
@@ -365,6 +379,71 @@ fn the_test_build_fails_on_a_clippy_warning() {
         "a clean crate failed: {}",
         String::from_utf8_lossy(&clean.stderr)
     );
+}
+
+/// The same build checks what `RUSTDOCFLAGS="-D warnings" cargo doc --no-deps` and `cargo clippy
+/// --lib --features bench-switches -- -D warnings` would, without their second check of the
+/// dependency tree: a library named slidegate with a broken doc link, or with a clippy warning
+/// only its bench-switches build compiles, fails when its binary is built, naming the lint; the
+/// clean library passes both.
+#[test]
+fn the_test_build_checks_the_library_s_docs_and_its_bench_switches_build() {
+    let build = |lib: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let features = ["--check-cfg", "cfg(feature, values(\"bench-switches\"))"];
+        let lib_args = [
+            &["--crate-name", "slidegate", "--crate-type", "lib"][..],
+            &features,
+        ]
+        .concat();
+        let compiled = through_the_wrapper(dir.path(), "lib.rs", lib, &lib_args);
+        assert!(
+            compiled.status.success(),
+            "the library did not compile: {}",
+            String::from_utf8_lossy(&compiled.stderr)
+        );
+        let rlib = format!(
+            "slidegate={}",
+            dir.path().join("libslidegate.rlib").display()
+        );
+        let bin_args = [
+            &[
+                "--crate-name",
+                "slidegate",
+                "--crate-type",
+                "bin",
+                "--extern",
+                &rlib,
+            ][..],
+            &features,
+        ]
+        .concat();
+        let bin = through_the_wrapper(
+            dir.path(),
+            "main.rs",
+            "fn main() {\n    slidegate::one();\n}\n",
+            &bin_args,
+        );
+        (
+            bin.status.success(),
+            String::from_utf8_lossy(&bin.stderr).into_owned(),
+        )
+    };
+    let (ok, said) = build("/// One, as [`Nowhere`] says.\npub fn one() -> u32 {\n    1\n}\n");
+    assert!(
+        !ok && said.contains("rustdoc::broken_intra_doc_links"),
+        "a broken doc link did not fail the build: {said}"
+    );
+    let switched = "pub fn one() -> u32 {\n    two()\n}\n\
+                    #[cfg(feature = \"bench-switches\")]\nfn two() -> u32 {\n    return 2;\n}\n\
+                    #[cfg(not(feature = \"bench-switches\"))]\nfn two() -> u32 {\n    2\n}\n";
+    let (ok, said) = build(switched);
+    assert!(
+        !ok && said.contains("clippy::needless_return") && said.contains("bench-switches"),
+        "a warning in the bench-switches build did not fail the build: {said}"
+    );
+    let (ok, said) = build("/// One, as [`two`] is two.\npub fn one() -> u32 {\n    two()\n}\n\n/// Two.\npub fn two() -> u32 {\n    2\n}\n");
+    assert!(ok, "a clean library failed: {said}");
 }
 
 /// On a machine without the tools the tests need and no way to install them (here: a PATH

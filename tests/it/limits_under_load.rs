@@ -107,6 +107,7 @@ fn fastrand_key() -> u64 {
 
 #[test]
 fn bursts_on_one_proxy_admit_exactly_the_limit() {
+    let _heavy = common::heavy::heavy();
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
@@ -123,6 +124,7 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
 /// the limit.
 #[test]
 fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
+    let _heavy = common::heavy::heavy();
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
@@ -137,6 +139,7 @@ fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
+    let _heavy = common::heavy::heavy();
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
@@ -151,6 +154,7 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_a_cluster_admit_exactly_the_limit() {
+    let _heavy = common::heavy::heavy();
     let _heavy = heavy();
     let cluster = shared_cluster();
     let upstream = Upstream::start();
@@ -166,6 +170,7 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
 /// clients: a client sending every 50 ms during the flood gets its own limit's answers.
 #[test]
 fn a_flood_on_a_deny_route_gives_another_client_no_503() {
+    let _heavy = common::heavy::heavy();
     let _heavy = heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();

@@ -29,14 +29,15 @@ fn route(path: &str, header: &str, limits: &str) -> String {
     format!("path_prefix = \"{path}\"\nkey = \"header:{header}\"\non_error = \"allow\"\nlimits = [{limits}]")
 }
 
-/// Row 3. Two routes (3 per hour, and 2 per 30 minutes in 1-minute slots), limited clients
+/// Row 3. Two routes (2 per hour, and 2 per 30 minutes in 1-minute slots), limited clients
 /// that send one request per round, and between rounds a flood of one-request made-up keys
 /// that pushes thousands of buckets through the route's arena, so the idle limited clients are
 /// evicted. Before issue 32 each came back with a fresh quota (one admitted per round).
 #[test]
 fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
-    /// One more round than the largest quota: a fresh quota after an eviction shows as 4 of 3.
-    const ROUNDS: usize = 5;
+    let _heavy = common::heavy::heavy();
+    /// One more round than the largest quota: a fresh quota after an eviction shows as 3 of 2.
+    const ROUNDS: usize = 3;
     /// Evictions a round's flood must cause on its route: twice what its arena holds (~1,000
     /// such buckets: 1 MB shared by 4 limited routes, 2 of them idle), so the idle limited
     /// clients are evicted between their requests.
@@ -47,8 +48,8 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
         (
             "/a",
             "X-Api-Key",
-            "{ requests = 3, window = \"1h\" }",
-            3,
+            "{ requests = 2, window = \"1h\" }",
+            2,
             vec!["alice", "carol"],
         ),
         (
@@ -204,21 +205,22 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
 /// clients landed in the full arena's shared overflow bucket and got 0.
 #[test]
 fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limited() {
+    let _heavy = common::heavy::heavy();
     let up = Upstream::start();
     let routes = [
         Flooded {
             path: "/a",
             header: "X-Api-Key",
-            requests: 10,
+            requests: 5,
             window: "1m",
-            at_least: 8,
+            at_least: 4,
         },
         Flooded {
             path: "/f",
             header: "X-Token",
-            requests: 6,
+            requests: 4,
             window: "45s",
-            at_least: 5,
+            at_least: 3,
         },
     ];
     let mut config = ConfigBuilder::new()

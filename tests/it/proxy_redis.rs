@@ -223,11 +223,13 @@ async fn three_proxies_one_redis(deny_cache: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_proxies_one_redis_admit_exactly_the_limit() {
+    let _heavy = common::heavy::heavy();
     three_proxies_one_redis(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_proxies_one_redis_admit_exactly_the_limit_without_deny_cache() {
+    let _heavy = common::heavy::heavy();
     three_proxies_one_redis(false).await;
 }
 
@@ -489,6 +491,7 @@ async fn fault_phase(name: &str, proxy: &Proxy, up: &Upstream, duration: Duratio
 /// same port, all under traffic through one proxy that is never restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_faults_under_traffic_are_bounded_and_recover() {
+    let _heavy = common::heavy::heavy();
     const EXACT: u32 = 7;
     const EXACT_CLIENTS: usize = 60;
     let _heavy = HEAVY.lock().await;

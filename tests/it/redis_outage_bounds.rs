@@ -31,6 +31,7 @@ async fn status(proxy: &Proxy, path: &str, headers: &[(&str, &str)]) -> u16 {
 /// that queue on a route of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overloaded_proxy_sheds_and_never_opens_a_limit() {
+    let _heavy = common::heavy::heavy();
     const VICTIM_LIMIT: usize = 7;
     let _heavy = HEAVY.lock().await;
     let redis = RedisServer::start();

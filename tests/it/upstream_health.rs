@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::common::cli::check_config;
 use crate::common::config::{assert_invalid, ConfigBuilder};
 use crate::common::control::poll_until;
+use crate::common::heavy::heavy;
 use crate::common::http::get;
 use crate::common::kept::Kept;
 use crate::common::proxy::Proxy;
@@ -452,6 +453,7 @@ fn the_defaults_are_nginx_s_and_the_health_keys_are_accepted() {
 /// request answered 200 by the two up, none sent to the dead one, no failed connect.
 #[test]
 fn an_h2_burst_never_reaches_a_dead_server() {
+    let _heavy = heavy();
     use crate::common::load::{h2load, Burst};
     use crate::common::proxy::ProxyOptions;
     let (mut servers, config) = three(CHECKED);

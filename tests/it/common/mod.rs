@@ -18,6 +18,7 @@ pub mod fetch;
 pub mod flood;
 pub mod grpc;
 pub mod h2frames;
+pub mod heavy;
 pub mod http;
 pub mod kept;
 pub mod load;
