@@ -2,12 +2,14 @@
 //! (scripts/test: twice as many), because most tests spend their time waiting on windows,
 //! faults and timeouts; a test that drives a proxy at full speed (an h2load burst, a key
 //! flood, an overload) or that holds a latency bound under load takes a permit first, so at
-//! most [`PERMITS`] of those run at once, as when the suite ran one test per core.
+//! most one of those runs per core, as when the suite ran one test per core.
 
 use std::sync::{Condvar, Mutex, PoisonError};
 
-/// Heavy tests running at once: one per core of the 2-core machine the suite is sized for.
-pub const PERMITS: usize = 2;
+/// Heavy tests running at once: one per core.
+fn permits() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
 
 static TAKEN: Mutex<usize> = Mutex::new(0);
 static FREED: Condvar = Condvar::new();
@@ -20,7 +22,7 @@ pub struct Heavy(());
 /// Waits for a permit.
 pub fn heavy() -> Heavy {
     let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
-    while *taken >= PERMITS {
+    while *taken >= permits() {
         taken = FREED.wait(taken).unwrap_or_else(PoisonError::into_inner);
     }
     *taken += 1;
