@@ -46,7 +46,10 @@ pub struct BurstResult {
 }
 
 /// Run `burst` over h2c (prior knowledge) against `addr` and parse the summary. Panics with
-/// h2load's output if it cannot run. Bounded: every request has a 10 s timeout.
+/// h2load's output if it cannot run. Bounded: a connection is given up after 30 s, or 30 s
+/// without an answer (h2load's `-T` and `-N`). A burst of 4,000 requests on 300 connections
+/// took up to 12 s of the debug build beside the rest of the suite, and 10 s cut 258 of them
+/// once: the tests bound what a burst admits, not how fast a loaded debug build is.
 pub fn h2load(addr: SocketAddr, burst: &Burst) -> BurstResult {
     run_h2load(addr, burst, &format!("-n{}", burst.requests), &[])
 }
@@ -83,7 +86,7 @@ fn run_h2load(addr: SocketAddr, burst: &Burst, amount: &str, more_paths: &[Strin
     cmd.arg(amount)
         .arg(format!("-c{}", burst.connections))
         .arg(format!("-m{}", burst.streams))
-        .args(["-t", "1", "-T", "10", "-N", "10"]);
+        .args(["-t", "1", "-T", "30", "-N", "30"]);
     for h in &burst.headers {
         cmd.arg("-H").arg(h);
     }
