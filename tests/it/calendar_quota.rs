@@ -333,7 +333,7 @@ async fn redis_resets_at_midnight_before_a_25_hour_day_across_two_proxies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_resets_at_midnight_before_a_25_hour_day_across_two_proxies() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     autumn_midnight("cluster").await;
 }
 

@@ -62,7 +62,7 @@ fn api_key(i: usize) -> String {
 /// up and its counters agree. (20 000 took 40-100 s of the debug build and proved nothing more.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_distinct_keys_are_each_limited_on_their_own() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     const KEYS: usize = 10_000;
     const WORKERS: usize = 16;
     let up = Upstream::start();
@@ -149,7 +149,7 @@ async fn ten_thousand_distinct_keys_are_each_limited_on_their_own() {
 /// passed a sweep leaves nothing behind.
 #[test]
 fn a_flood_of_one_off_keys_is_all_swept_after_its_window() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     const KEYS: usize = 250_000;
     const THREADS: usize = 2;
     let window = Duration::from_millis(200);

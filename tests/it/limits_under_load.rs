@@ -15,7 +15,7 @@ use common::redis::{shared_cluster, RedisServer};
 use common::upstream::Upstream;
 
 /// One burst at a time: each one saturates both cores.
-static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The limit every burst is measured against.
 const LIMIT: u64 = 10;
@@ -23,8 +23,8 @@ const LIMIT: u64 = 10;
 /// Connections per burst (× 10 streams each), as the issue asks.
 const CONNECTIONS: [usize; 3] = [1, 100, 300];
 
-fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A route keyed by `X-K`, LIMIT per minute, with `on_error` (store default when empty).
@@ -107,8 +107,9 @@ fn fastrand_key() -> u64 {
 
 #[test]
 fn bursts_on_one_proxy_admit_exactly_the_limit() {
-    let _heavy = common::heavy::heavy();
-    let _heavy = heavy();
+    let _alone = alone();
+    // This module's lock first: a test waiting for it holds no permit.
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -124,8 +125,9 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
 /// the limit.
 #[test]
 fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
-    let _heavy = common::heavy::heavy();
-    let _heavy = heavy();
+    let _alone = alone();
+    // This module's lock first: a test waiting for it holds no permit.
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let opts = ProxyOptions {
@@ -139,8 +141,9 @@ fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
-    let _heavy = common::heavy::heavy();
-    let _heavy = heavy();
+    let _alone = alone();
+    // This module's lock first: a test waiting for it holds no permit.
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -154,8 +157,9 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_a_cluster_admit_exactly_the_limit() {
-    let _heavy = common::heavy::heavy();
-    let _heavy = heavy();
+    let _alone = alone();
+    // This module's lock first: a test waiting for it holds no permit.
+    let _permit = common::heavy::heavy();
     let cluster = shared_cluster();
     let upstream = Upstream::start();
     let store = cluster.own_store();
@@ -170,8 +174,9 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
 /// clients: a client sending every 50 ms during the flood gets its own limit's answers.
 #[test]
 fn a_flood_on_a_deny_route_gives_another_client_no_503() {
-    let _heavy = common::heavy::heavy();
-    let _heavy = heavy();
+    let _alone = alone();
+    // This module's lock first: a test waiting for it holds no permit.
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -228,7 +233,7 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
 /// exactly, without a restart.
 #[test]
 fn a_frozen_redis_falls_back_to_local_logs_and_recovers() {
-    let _heavy = heavy();
+    let _alone = alone();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     // Long enough that an answer which waited one timeout stands well apart from one that

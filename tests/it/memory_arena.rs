@@ -77,7 +77,7 @@ fn flood_round(addr: SocketAddr, round: usize) -> BTreeMap<u16, usize> {
 
 #[test]
 fn a_key_rotation_flood_fills_its_arena_and_no_limit_opens() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let up = Upstream::start();
     let route = |path: &str, header: &str| {
         format!(

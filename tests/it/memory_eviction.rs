@@ -35,7 +35,7 @@ fn route(path: &str, header: &str, limits: &str) -> String {
 /// evicted. Before issue 32 each came back with a fresh quota (one admitted per round).
 #[test]
 fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     /// One more round than the largest quota: a fresh quota after an eviction shows as 3 of 2.
     const ROUNDS: usize = 3;
     /// Evictions a round's flood must cause on its route: twice what its arena holds (~1,000
@@ -205,7 +205,7 @@ fn newcomers_during_a_flood(proxy: &Proxy, r: &Flooded, name: &str) -> Vec<usize
 /// clients landed in the full arena's shared overflow bucket and got 0.
 #[test]
 fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limited() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let up = Upstream::start();
     let routes = [
         Flooded {

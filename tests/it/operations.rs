@@ -648,7 +648,7 @@ struct LoopStats {
 /// sockets to B and exits 0; clients hammering the port throughout see no failed request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_hands_the_sockets_over_without_a_failed_request() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let up = Upstream::start();
     // A grace period long enough that the old process never cuts a request it accepted, even on
     // a loaded 2-core machine: the assertion is about the handover, not about the drain bound.

@@ -220,7 +220,7 @@ fn summarised(log: &str) -> u64 {
 /// counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_client_noise_is_counted_and_the_log_stays_bounded() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let ca = TestCa::new("slidegate test CA");
     let up = Upstream::start();
     let redis = RedisServer::start();

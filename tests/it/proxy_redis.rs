@@ -9,7 +9,7 @@
 //! - proxies whose clocks are an hour apart (libfaketime) share one window exactly;
 //! - the local deny cache is exact across proxies and saves Redis calls.
 //!
-//! The flood and fault tests take [`HEAVY`] so that their latency measurements are not made while
+//! The flood and fault tests take [`ALONE`] so that their latency measurements are not made while
 //! another test of this file floods the (2-core) machine.
 
 use crate::common;
@@ -28,7 +28,7 @@ use common::redis::{shared_cluster, RedisServer};
 use common::upstream::Upstream;
 
 /// Serializes the tests that flood the machine or measure latencies.
-static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How long a proxy may take to see a (re)started Redis. `maintain` runs once a second.
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -157,7 +157,7 @@ fn percentiles(samples: &[Duration]) -> (Duration, Duration, Duration) {
 async fn three_proxies_one_redis(deny_cache: bool) {
     const CLIENTS: usize = 3000;
     const LIMIT: usize = 10;
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let redis = RedisServer::start();
     let up = Upstream::start();
     // A generous timeout and fail-closed: a slow decision on a flooded machine must show up
@@ -223,13 +223,13 @@ async fn three_proxies_one_redis(deny_cache: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_proxies_one_redis_admit_exactly_the_limit() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     three_proxies_one_redis(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_proxies_one_redis_admit_exactly_the_limit_without_deny_cache() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     three_proxies_one_redis(false).await;
 }
 
@@ -491,10 +491,10 @@ async fn fault_phase(name: &str, proxy: &Proxy, up: &Upstream, duration: Duratio
 /// same port, all under traffic through one proxy that is never restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_faults_under_traffic_are_bounded_and_recover() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     const EXACT: u32 = 7;
     const EXACT_CLIENTS: usize = 60;
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let mut redis = RedisServer::start();
     let up = Upstream::start();
     let big = 1_000_000;
@@ -832,7 +832,7 @@ async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {
     const WORKERS: usize = 6;
     /// Bound on the time from a slot freeing to a flood request being admitted through it.
     const SLACK: Duration = Duration::from_millis(300);
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let redis = RedisServer::start();
     let up = Upstream::start();
     let toml = ConfigBuilder::new()
@@ -953,7 +953,7 @@ async fn deny_cache_is_exact_across_proxies_and_saves_redis_calls() {
 /// the restart), the next request is decided by the new, empty Redis and admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_cache_is_dropped_when_redis_restarts_empty() {
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let mut redis = RedisServer::start();
     let up = Upstream::start();
     let proxy = Proxy::start(

@@ -133,7 +133,7 @@ fn error_counts(proxy: &Proxy) -> HashMap<&'static str, u64> {
 
 #[test]
 fn a_dead_master_fails_only_its_own_clients() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let mut cluster = RedisCluster::start(3);
     let upstream = Upstream::start();
     let groups = clients_per_master(&cluster);

@@ -20,7 +20,7 @@ use common::redis::RedisServer;
 use common::upstream::Upstream;
 
 /// The flood test would starve the outage test's proxies of CPU: one at a time.
-static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn status(proxy: &Proxy, path: &str, headers: &[(&str, &str)]) -> u16 {
     send(proxy.addr(), "GET", path, headers).await.status
@@ -31,9 +31,9 @@ async fn status(proxy: &Proxy, path: &str, headers: &[(&str, &str)]) -> u16 {
 /// that queue on a route of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overloaded_proxy_sheds_and_never_opens_a_limit() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     const VICTIM_LIMIT: usize = 7;
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let redis = RedisServer::start();
     // 150 ms each way: Redis answers at most about 4 calls of 64 per 300 ms, far below what the
     // flood sends, so the queue of 4096 fills within a second or two.
@@ -132,7 +132,7 @@ async fn an_overloaded_proxy_sheds_and_never_opens_a_limit() {
 /// Row 5, on two shapes of limit: a log and a slotted one with a second, longer limit.
 #[tokio::test]
 async fn an_outage_mid_window_admits_at_most_proxies_times_the_limit() {
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let mut redis = RedisServer::start();
     let upstream = Upstream::start();
     let toml = ConfigBuilder::new()
@@ -192,7 +192,7 @@ async fn an_outage_mid_window_admits_at_most_proxies_times_the_limit() {
 /// per client (before: one proxy, 20 of 20 by Redis and then 20 more for new clients).
 #[tokio::test]
 async fn a_shared_bucket_seen_full_stays_full_for_new_clients_in_an_outage() {
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let mut redis = RedisServer::start();
     let upstream = Upstream::start();
     let toml = ConfigBuilder::new()
@@ -262,7 +262,7 @@ async fn a_shared_bucket_seen_full_stays_full_for_new_clients_in_an_outage() {
 async fn a_key_flood_before_an_outage_never_forgets_a_client_at_its_limit() {
     const VICTIMS: usize = 20;
     const LIMIT: usize = 5;
-    let _heavy = HEAVY.lock().await;
+    let _alone = ALONE.lock().await;
     let mut redis = RedisServer::start();
     let upstream = Upstream::start();
     let toml = ConfigBuilder::new()

@@ -18,9 +18,9 @@ const MARGIN_MS: i64 = 1000;
 
 /// Serializes the CPU- and memory-heavy tests of this file, so that one does not inflate the
 /// other's measurements.
-fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The script's reply, decoded.
@@ -645,7 +645,7 @@ return 1
 fn memory_per_entry_list_vs_seed_zset_at_100k() {
     const N: usize = 100_000;
     const BATCH: usize = 1000;
-    let _heavy = heavy();
+    let _alone = alone();
     let redis = RedisServer::start();
     let mut conn = redis.connection();
 
@@ -747,7 +747,7 @@ type Scenario = (&'static str, usize, &'static [(u32, u64)]);
 /// assert on it only when asked to.
 fn measure_cpu_per_call() -> Vec<(&'static str, usize, f64, f64)> {
     const CALLS: usize = 10_000;
-    let _heavy = heavy();
+    let _alone = alone();
     let redis = RedisServer::start();
     let mut conn = redis.connection();
     let sha = Script::new(SCRIPT_SOURCE).load(&mut conn).unwrap();

@@ -470,7 +470,7 @@ async fn a_plans_windows_survive_a_restart_with_a_state_file() {
 /// 3: the plan read and the decision hold under concurrency.
 #[test]
 fn a_burst_on_two_proxies_gets_exactly_the_clients_plan() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     use common::load::{h2load_each, Burst};
     common::require_tool("h2load", "nghttp2-client");
     let up = Upstream::start();

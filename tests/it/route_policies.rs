@@ -320,7 +320,7 @@ fn an_unreadable_deny_body_stops_the_start() {
 /// answer admits exactly its limit (1) and answers the other 3999 with its `403`.
 #[test]
 fn exempt_and_deny_answer_hold_under_an_h2_burst() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     for store in ["backend = \"memory\"".to_string(), redis.store_toml()] {
         let (up, ca, dir) = (

@@ -99,7 +99,7 @@ async fn successes_give_their_admission_back_on_the_redis_store() {
 
 #[test]
 fn failed_logins_are_exact_under_an_h2_burst() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     // A store timeout well above a debug build's queueing under this burst: the local log
     // (on_error = "local") never has to decide, so the count is the shared store's alone.

@@ -104,7 +104,7 @@ fn burst(key: &str) -> Burst {
 
 #[test]
 fn an_h2_burst_gets_exactly_the_limit_through_slots() {
-    let _heavy = common::heavy::heavy();
+    let _permit = common::heavy::heavy();
     let redis = RedisServer::start();
     for store in ["backend = \"memory\"".to_string(), redis.store_toml()] {
         let (up, ca) = (Upstream::start(), TestCa::new("ca"));

@@ -494,7 +494,7 @@ mod reservations {
     /// reservation its own full bucket then gives back.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_flooding_client_never_refuses_others_on_the_shared_limit() {
-        let _heavy = common::heavy::heavy();
+        let _permit = common::heavy::heavy();
         const PROBES: usize = 120;
         let (up, ca) = (Upstream::start(), TestCa::new("ca"));
         let toml = ConfigBuilder::new()

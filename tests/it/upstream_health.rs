@@ -453,7 +453,7 @@ fn the_defaults_are_nginx_s_and_the_health_keys_are_accepted() {
 /// request answered 200 by the two up, none sent to the dead one, no failed connect.
 #[test]
 fn an_h2_burst_never_reaches_a_dead_server() {
-    let _heavy = heavy();
+    let _permit = heavy();
     use crate::common::load::{h2load, Burst};
     use crate::common::proxy::ProxyOptions;
     let (mut servers, config) = three(CHECKED);
