@@ -162,12 +162,18 @@ async fn latency_is_about_one_round_trip(rtt: Duration) {
     let remote = store_through(&server, Some(&proxy)).await;
     let mut report = Vec::new();
     for (callers, rounds) in [(1, 40), (64, 20), (256, 8)] {
-        // Back to back, a few times: other processes on the machine only ever add latency, so
-        // the least disturbed p50 of each is the one to compare.
-        let (mut near, mut far) = (Duration::MAX, Duration::MAX);
+        // Back to back, a few times: other processes on the machine only ever add latency, and
+        // the two of one round share the machine's state, so the round whose hop added least is
+        // the least disturbed one (the least of each side, taken apart, could pair a quiet
+        // loopback round with a busy one through the hop: it failed once beside the suite). A
+        // hop that costs more shows in every round; the machine's noise, in some.
+        let (mut near, mut far) = (Duration::ZERO, Duration::MAX);
         for _ in 0..ROUNDS {
-            near = near.min(p50(&mut decisions(&local, callers, rounds, "l").await));
-            far = far.min(p50(&mut decisions(&remote, callers, rounds, "r").await));
+            let n = p50(&mut decisions(&local, callers, rounds, "l").await);
+            let f = p50(&mut decisions(&remote, callers, rounds, "r").await);
+            if f.saturating_sub(n) < far.saturating_sub(near) {
+                (near, far) = (n, f);
+            }
         }
         let added = far.saturating_sub(near);
         let ratio = added.as_secs_f64() / ping.as_secs_f64();
@@ -204,12 +210,14 @@ static ONE_MEASUREMENT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_latency_is_about_one_round_trip_at_1ms() {
     let _alone = ONE_MEASUREMENT_AT_A_TIME.lock().await;
+    let _permit = common::heavy::heavy();
     latency_is_about_one_round_trip(Duration::from_millis(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_latency_is_about_one_round_trip_at_5ms() {
     let _alone = ONE_MEASUREMENT_AT_A_TIME.lock().await;
+    let _permit = common::heavy::heavy();
     latency_is_about_one_round_trip(Duration::from_millis(5)).await;
 }
 
