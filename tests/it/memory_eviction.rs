@@ -211,16 +211,16 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
         Flooded {
             path: "/a",
             header: "X-Api-Key",
-            requests: 5,
+            requests: 10,
             window: "1m",
-            at_least: 4,
+            at_least: 8,
         },
         Flooded {
             path: "/f",
             header: "X-Token",
-            requests: 4,
+            requests: 6,
             window: "45s",
-            at_least: 3,
+            at_least: 5,
         },
     ];
     let mut config = ConfigBuilder::new()
