@@ -30,8 +30,8 @@ fn route(path: &str, header: &str, limits: &str) -> String {
 }
 
 /// Row 3. Two routes (2 per hour, and 2 per 30 minutes in 1-minute slots), limited clients
-/// that send one request per round, and between rounds a flood of one-request made-up keys
-/// that pushes thousands of buckets through the route's arena, so the idle limited clients are
+/// that send one request per round, and between rounds a flood of made-up keys (as heavy as
+/// the clients) that pushes thousands of buckets through the route's arena, so the idle limited clients are
 /// evicted. Before issue 32 each came back with a fresh quota (one admitted per round).
 #[test]
 fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
@@ -77,7 +77,10 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
             for &name in clients {
                 *admitted.entry(name).or_default() += usize::from(c.get(name) == 200);
             }
-            // Flood until this route's arena evicted EVICT buckets (bounded).
+            // Flood until this route's arena evicted EVICT buckets (bounded). Eviction takes
+            // the lightest bucket first: the made-up keys count as much as the limited
+            // clients (1, then 2), so those compete on idleness and go.
+            let per_key = (round as u32 + 1).min(2);
             let before = evictions(&proxy);
             for chunk in 0.. {
                 assert!(
@@ -90,7 +93,7 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
                     &format!("made-up-{round}"),
                     chunk * CHUNK,
                     CHUNK,
-                    1,
+                    per_key,
                 );
                 flooded += CHUNK;
                 if evictions(&proxy) >= before + EVICT {
@@ -234,13 +237,20 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
     let proxy = Proxy::start(&config.build());
     for (i, r) in routes.iter().enumerate() {
         let got = newcomers_during_a_flood(&proxy, r, &format!("r{i}"));
-        for (j, n) in got.iter().enumerate() {
-            assert!(
-                (r.at_least..=r.requests as usize).contains(n),
-                "r{i} new client {j}: {n} of {} admitted ({got:?})",
-                r.requests
-            );
-        }
+        assert!(
+            got.iter().all(|&n| n <= r.requests as usize),
+            "r{i}: {got:?}"
+        );
+        // A new client whose four summary cells all hold a quota key's count is refused
+        // (about 1 in 150 here: `a_one_request_rotation_flood_evicts_its_own_keys_before_new_
+        // clients`); the overflow bucket this replaced refused half of them.
+        let short = got.iter().filter(|&&n| n < r.at_least).count();
+        assert!(
+            short <= 1,
+            "r{i}: {short} new clients short of {} of {} ({got:?})",
+            r.at_least,
+            r.requests
+        );
     }
     assert_eq!(overflows(&proxy, "r0") + overflows(&proxy, "r1"), 0);
 }

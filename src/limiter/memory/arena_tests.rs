@@ -23,9 +23,13 @@ fn at(arena: &Arena, key: u64, limits: &[Limit], t: u64) -> (bool, Placed, u64) 
     (v.admitted, placed, evicted)
 }
 
-/// Flood keys `from..from + n`, one request each at `t`; how many buckets that evicted.
-fn flood(arena: &Arena, from: u64, n: u64, limits: &[Limit], t: u64) -> u64 {
-    (from..from + n).map(|k| at(arena, k, limits, t).2).sum()
+/// Flood keys `from..from + n`, `per_key` requests each at `t`; how many buckets that
+/// evicted. Eviction takes the lightest bucket first (`shard::Weight`): a flood evicts a
+/// client that counts more than one request only with keys that do too.
+fn flood(arena: &Arena, (from, n, per_key): (u64, u64, u32), limits: &[Limit], t: u64) -> u64 {
+    (from..from + n)
+        .map(|k| (0..per_key).map(|_| at(arena, k, limits, t).2).sum::<u64>())
+        .sum()
 }
 
 #[test]
@@ -37,8 +41,11 @@ fn a_client_evicted_mid_window_comes_back_to_its_count_not_a_fresh_quota() {
     for round in 0..8u64 {
         let t = 1 + round * 60_000_000;
         admitted += u32::from(at(&arena, 1, &limits, t).0);
-        // Several times what the shard holds, so the flood evicts it whichever it samples.
-        assert!(flood(&arena, 1000 + round * 1000, 400, &limits, t + 1) > 0);
+        // Several times what the shard holds, so the flood evicts it whichever it samples;
+        // its keys count as much as the client (the lightest goes first) and no more (a
+        // colliding heavier key would hold the client back).
+        let per_key = (round as u32 + 1).min(2);
+        assert!(flood(&arena, (1000 + round * 1000, 400, per_key), &limits, t + 1) > 0);
         assert!(
             arena.lock(0).position(1).is_none(),
             "round {round}: not evicted"
@@ -67,7 +74,7 @@ fn a_slotted_client_evicted_at_its_limit_stays_at_it_until_its_slot_leaves() {
     assert!(at(&arena, 1, &limits, t0).0);
     assert!(at(&arena, 1, &limits, t0 + 1).0);
     assert!(!at(&arena, 1, &limits, t0 + 2).0);
-    flood(&arena, 1000, 200, &limits, t0 + 3);
+    flood(&arena, (1000, 200, 2), &limits, t0 + 3);
     assert!(arena.lock(0).position(1).is_none(), "not evicted");
     // Slot 5 (5 s ..6 s) leaves at 6 s + 60 s, exactly as if never evicted.
     assert!(!at(&arena, 1, &limits, 65_999_999).0);
@@ -142,8 +149,8 @@ fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
     assert!(!at(&arena, 1, &limits, 13).0);
 }
 
-/// Issue 52 row 13: a bucket holding leases is never evicted, whatever a flood of one-request
-/// keys pushes through its shard (the summary keeps counts, not leases: an evicted lease could
+/// Issue 52 row 13: a bucket holding leases is never evicted, whatever a flood of keys (each
+/// counting more than it) pushes through its shard (the summary keeps counts, not leases: an evicted lease could
 /// not be renewed or given back, and lapsed while its request ran).
 #[test]
 fn a_bucket_holding_leases_is_never_evicted() {
@@ -160,7 +167,7 @@ fn a_bucket_holding_leases_is_never_evicted() {
     }
     // The oldest bucket of its shard, and a flood many times the shard's size (of requests
     // whose leases were given back: only the request limit counts them).
-    assert!(flood(&arena, 1000, 2000, &limits[1..], 10) > 0);
+    assert!(flood(&arena, (1000, 2000, 4), &limits[1..], 10) > 0);
     assert!(
         arena.lock(0).position(1).is_some(),
         "evicted while holding leases"
@@ -173,7 +180,7 @@ fn a_bucket_holding_leases_is_never_evicted() {
         let t = if i == 0 { 20 } else { *t };
         arena.refund(1, &limits[..1], t);
     }
-    assert!(flood(&arena, 5000, 2000, &limits[1..], 30) > 0);
+    assert!(flood(&arena, (5000, 2000, 4), &limits[1..], 30) > 0);
     assert!(
         arena.lock(0).position(1).is_none(),
         "a bucket without leases is evicted"
