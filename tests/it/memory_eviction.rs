@@ -214,16 +214,16 @@ fn new_clients_get_their_quota_during_a_rotation_flood_and_the_flood_stays_limit
         Flooded {
             path: "/a",
             header: "X-Api-Key",
-            requests: 10,
+            requests: 5,
             window: "1m",
-            at_least: 8,
+            at_least: 4,
         },
         Flooded {
             path: "/f",
             header: "X-Token",
-            requests: 6,
+            requests: 4,
             window: "45s",
-            at_least: 5,
+            at_least: 3,
         },
     ];
     let mut config = ConfigBuilder::new()
