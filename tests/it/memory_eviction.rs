@@ -78,8 +78,8 @@ fn clients_evicted_between_their_requests_never_get_a_fresh_quota() {
                 *admitted.entry(name).or_default() += usize::from(c.get(name) == 200);
             }
             // Flood until this route's arena evicted EVICT buckets (bounded). Eviction takes
-            // the lightest bucket first: the made-up keys count as much as the limited
-            // clients (1, then 2), so those compete on idleness and go.
+            // first the bucket that leaves the least in the summary: the made-up keys count as
+            // much as the limited clients (1, then 2), so those compete on idleness and go.
             let per_key = (round as u32 + 1).min(2);
             let before = evictions(&proxy);
             for chunk in 0.. {

@@ -24,8 +24,9 @@ fn at(arena: &Arena, key: u64, limits: &[Limit], t: u64) -> (bool, Placed, u64) 
 }
 
 /// Flood keys `from..from + n`, `per_key` requests each at `t`; how many buckets that
-/// evicted. Eviction takes the lightest bucket first (`shard::Weight`): a flood evicts a
-/// client that counts more than one request only with keys that do too.
+/// evicted. Eviction takes the bucket that leaves the least in the summary first
+/// (`shard::Trace`): a flood evicts a client that counts more than one request only with keys
+/// that do too.
 fn flood(arena: &Arena, (from, n, per_key): (u64, u64, u32), limits: &[Limit], t: u64) -> u64 {
     (from..from + n)
         .map(|k| (0..per_key).map(|_| at(arena, k, limits, t).2).sum::<u64>())
@@ -42,8 +43,8 @@ fn a_client_evicted_mid_window_comes_back_to_its_count_not_a_fresh_quota() {
         let t = 1 + round * 60_000_000;
         admitted += u32::from(at(&arena, 1, &limits, t).0);
         // Several times what the shard holds, so the flood evicts it whichever it samples;
-        // its keys count as much as the client (the lightest goes first) and no more (a
-        // colliding heavier key would hold the client back).
+        // its keys count as much as the client (the bucket that leaves the least goes first,
+        // `shard::Trace`) and no more (a colliding heavier key would hold the client back).
         let per_key = (round as u32 + 1).min(2);
         assert!(flood(&arena, (1000 + round * 1000, 400, per_key), &limits, t + 1) > 0);
         assert!(
@@ -150,8 +151,8 @@ fn a_lone_client_that_cannot_grow_goes_into_the_summary_itself() {
 }
 
 /// Issue 52 row 13: a bucket holding leases is never evicted, whatever a flood of keys (each
-/// counting more than it) pushes through its shard (the summary keeps counts, not leases: an evicted lease could
-/// not be renewed or given back, and lapsed while its request ran).
+/// counting more than it) pushes through its shard (the summary keeps counts, not leases: an
+/// evicted lease could not be renewed or given back, and lapsed while its request ran).
 #[test]
 fn a_bucket_holding_leases_is_never_evicted() {
     let arena = arena(64);

@@ -34,7 +34,7 @@
 //! request that needs more than is left first evicts other buckets of the same arena: sample
 //! up to [`EVICTION_SAMPLES`] buckets, drop their expired entries, and evict one that counts
 //! nothing any more, else one that counts a single request, else the one idle longest
-//! (`shard::Weight`).
+//! (`shard::Trace`).
 //!
 //! **Summary.** Eviction never under-counts (issue 32): what an evicted bucket still counts
 //! goes into its shard's summary, a count-min style sketch that keeps, per hashed cell (four
