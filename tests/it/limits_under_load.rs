@@ -27,6 +27,13 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// This module's lock, then a heavy-test permit: in that order, so that a test waiting for the
+/// lock holds no permit.
+fn alone_with_permit() -> (std::sync::MutexGuard<'static, ()>, common::heavy::Heavy) {
+    let alone = alone();
+    (alone, common::heavy::heavy())
+}
+
 /// A route keyed by `X-K`, LIMIT per minute, with `on_error` (store default when empty).
 fn config(store: &str, upstream: &Upstream, on_error: &str) -> String {
     let on_error = if on_error.is_empty() {
@@ -107,9 +114,7 @@ fn fastrand_key() -> u64 {
 
 #[test]
 fn bursts_on_one_proxy_admit_exactly_the_limit() {
-    let _alone = alone();
-    // This module's lock first: a test waiting for it holds no permit.
-    let _permit = common::heavy::heavy();
+    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -125,9 +130,7 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
 /// the limit.
 #[test]
 fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
-    let _alone = alone();
-    // This module's lock first: a test waiting for it holds no permit.
-    let _permit = common::heavy::heavy();
+    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let opts = ProxyOptions {
@@ -141,9 +144,7 @@ fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
-    let _alone = alone();
-    // This module's lock first: a test waiting for it holds no permit.
-    let _permit = common::heavy::heavy();
+    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -157,9 +158,7 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
 
 #[test]
 fn bursts_on_a_cluster_admit_exactly_the_limit() {
-    let _alone = alone();
-    // This module's lock first: a test waiting for it holds no permit.
-    let _permit = common::heavy::heavy();
+    let _alone = alone_with_permit();
     let cluster = shared_cluster();
     let upstream = Upstream::start();
     let store = cluster.own_store();
@@ -174,9 +173,7 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
 /// clients: a client sending every 50 ms during the flood gets its own limit's answers.
 #[test]
 fn a_flood_on_a_deny_route_gives_another_client_no_503() {
-    let _alone = alone();
-    // This module's lock first: a test waiting for it holds no permit.
-    let _permit = common::heavy::heavy();
+    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
