@@ -10,9 +10,6 @@
 # runtime was checked on. Bump them deliberately (and add an @sha256 digest where your registry
 # mirror allows resolving one: a tag can still be re-pushed, a digest cannot).
 FROM rust:1.95.0-bookworm AS builder
-RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake \
- && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, so source edits don't rebuild them.
 COPY Cargo.toml Cargo.lock ./
