@@ -12,7 +12,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::config::assert_invalid;
-use common::fake_clock::{self, REDIS_ARGS};
+use common::fake_clock;
 use common::fetch::{fetch_with, url, Seen};
 use common::proxy::{ConfigBuilder, Proxy};
 use common::ratelimit::parse_ratelimit;
@@ -47,7 +47,7 @@ impl Backend {
     fn start(kind: &str, env: &[(String, String)]) -> Backend {
         match kind {
             "memory" => Backend::Memory,
-            "redis" => Backend::Redis(RedisServer::start_env(&REDIS_ARGS, env)),
+            "redis" => Backend::Redis(RedisServer::start_env(&[], env)),
             _ => Backend::Cluster(RedisCluster::start_env(3, env)),
         }
     }
@@ -274,7 +274,7 @@ async fn redis_counts_in_its_own_period_when_the_proxy_clock_is_ahead() {
     let proxy_env = fake_clock::env(AUTUMN_MIDNIGHT_MS - lead.as_millis() as i64 + 10_000);
     let midnight = Instant::now() + lead;
     let (up, ca) = (Upstream::start(), TestCa::new("ca"));
-    let backend = Backend::Redis(RedisServer::start_env(&REDIS_ARGS, &redis_env));
+    let backend = Backend::Redis(RedisServer::start_env(&[], &redis_env));
     let proxy = proxies(&up, &ca, &backend, &proxy_env, 1).remove(0);
     let left = midnight.saturating_duration_since(Instant::now());
     assert!(

@@ -2,14 +2,19 @@
 //! compiled once per test process with `cc` and loaded with `LD_PRELOAD`, moves
 //! `CLOCK_REALTIME`, `gettimeofday` and `time` by a fixed offset, so the process starts at the
 //! instant a test names (just before a calendar boundary, on a day clocks change) and runs at
-//! the real pace. Redis needs `jemalloc-bg-thread no` under it ([`REDIS_ARGS`]).
+//! the real pace. Redis needs `jemalloc-bg-thread no` under it ([`REDIS_ARGS`], which the
+//! Redis fixtures add).
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Arguments a `redis-server` under the faked clock needs.
+/// Arguments a `redis-server` under the faked clock needs, added by `RedisServer::start_env`
+/// and `RedisCluster::start_env`: jemalloc's background thread sleeps in timed waits on a
+/// `CLOCK_REALTIME` deadline, which a clock faked into the past puts behind the real one, so
+/// every wait returned at once: each Cluster node (which lacked the flag) spun half a core in
+/// `futex`, 22 s of system CPU in one 15 s calendar test.
 pub const REDIS_ARGS: [&str; 2] = ["--jemalloc-bg-thread", "no"];
 
 /// The shared object, built at the first call (panics with the compiler's output on failure).

@@ -97,9 +97,16 @@ impl RedisServer {
         Self::start_with_env(cluster_bus, extra, &[])
     }
 
-    /// [`RedisServer::start_with`] with `env` in the server's environment.
+    /// [`RedisServer::start_with`] with `env` in the server's environment: a faked clock,
+    /// which also needs [`super::fake_clock::REDIS_ARGS`] (added here, for every node of a
+    /// Cluster too).
     fn start_with_env(cluster_bus: bool, extra: &[&str], env: &[(String, String)]) -> RedisServer {
         require_tool("redis-server", "redis-server");
+        let faked: &[&str] = if env.is_empty() {
+            &[]
+        } else {
+            &super::fake_clock::REDIS_ARGS
+        };
         let mut last_error = String::new();
         // A port can still be grabbed by another process between our probe and redis' bind;
         // then try another one.
@@ -110,7 +117,7 @@ impl RedisServer {
                     .prefix("slidegate-redis-")
                     .tempdir()
                     .expect("create temp dir"),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
+                extra: extra.iter().chain(faked).map(|s| s.to_string()).collect(),
                 env: env.to_vec(),
                 child: None,
             };
