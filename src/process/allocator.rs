@@ -78,6 +78,9 @@ mod tests {
     #[test]
     fn every_block_is_aligned_as_its_layout_asks() {
         let sizes = (1..=4096).chain([65_536, 1 << 20, 3 << 20]);
+        // Compared with `==` (libc's memcmp): a byte-by-byte loop at the test build's
+        // opt-level 0 made this test 17 s of the unit tests' 31.
+        let zeros = vec![0u8; 3 << 20];
         for size in sizes {
             for align in (0..=12).map(|b| 1usize << b) {
                 let layout = Layout::from_size_align(size, align).unwrap();
@@ -94,7 +97,10 @@ mod tests {
                         (z as usize).is_multiple_of(align),
                         "zeroed {layout:?}: {z:?}"
                     );
-                    assert!((0..size).all(|i| *z.add(i) == 0), "zeroed {layout:?}");
+                    assert!(
+                        std::slice::from_raw_parts(z, size) == &zeros[..size],
+                        "zeroed {layout:?}"
+                    );
                     Allocator.dealloc(z, layout);
                 }
             }
