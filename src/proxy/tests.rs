@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::SlideGate;
 use crate::config::Config;
+use crate::limiter::algo::clock::FakeClock;
 use crate::limiter::memory::MemoryStore;
 use crate::metrics::Decision;
 use crate::routes::Rules;
@@ -60,8 +61,11 @@ pub(super) fn rules(file: &str, rest: &str) -> Arc<ArcSwap<Rules>> {
     ))
 }
 
+/// On a clock that stands still, so a window's `t` and `Retry-After` are exact however long
+/// a loaded machine takes between two requests (`t=59` once, beside the integration tests).
 fn gate() -> SlideGate {
-    SlideGate::new(rules("hooks.toml", RULES), Arc::new(MemoryStore::new()))
+    let store = MemoryStore::new().with_clock(FakeClock::at(1_000_000));
+    SlideGate::new(rules("hooks.toml", RULES), Arc::new(store))
 }
 
 /// An HTTP/1 request the hook lets through: the mock stream fails the test on any write.
