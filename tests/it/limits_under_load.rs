@@ -28,7 +28,8 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// This module's lock, then a heavy-test permit: in that order, so that a test waiting for the
-/// lock holds no permit.
+/// lock holds no permit. Taken once the test's Redis, Cluster and proxies are up, so that one
+/// test's start-up (a shared Cluster's: 4 s alone, 10 s in the suite) holds no other's burst.
 fn alone_with_permit() -> (std::sync::MutexGuard<'static, ()>, common::heavy::Heavy) {
     let alone = alone();
     (alone, common::heavy::heavy())
@@ -114,7 +115,6 @@ fn fastrand_key() -> u64 {
 
 #[test]
 fn bursts_on_one_proxy_admit_exactly_the_limit() {
-    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -122,6 +122,7 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
         &config(&store, &upstream, ""),
         ProxyOptions::h2c_two_threads(),
     );
+    let _alone = alone_with_permit();
     exact_under_bursts(&[&proxy], "one proxy");
 }
 
@@ -130,7 +131,6 @@ fn bursts_on_one_proxy_admit_exactly_the_limit() {
 /// the limit.
 #[test]
 fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
-    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let opts = ProxyOptions {
@@ -139,12 +139,12 @@ fn bursts_without_forwarding_headers_or_request_ids_admit_exactly_the_limit() {
     };
     let proxy = Proxy::start_with(&config(&redis.store_toml(), &upstream, ""), opts);
     common::admin::wait_readyz(&proxy, 200, Duration::from_secs(10));
+    let _alone = alone_with_permit();
     exact_under_bursts(&[&proxy], "no forwarding headers, no request id");
 }
 
 #[test]
 fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
-    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -153,12 +153,12 @@ fn bursts_on_two_proxies_sharing_redis_admit_exactly_the_limit() {
         start_ready(&toml, ProxyOptions::h2c_two_threads()),
         start_ready(&toml, ProxyOptions::h2c_two_threads()),
     );
+    let _alone = alone_with_permit();
     exact_under_bursts(&[&a, &b], "two proxies");
 }
 
 #[test]
 fn bursts_on_a_cluster_admit_exactly_the_limit() {
-    let _alone = alone_with_permit();
     let cluster = shared_cluster();
     let upstream = Upstream::start();
     let store = cluster.own_store();
@@ -166,6 +166,7 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
         &config(&store, &upstream, ""),
         ProxyOptions::h2c_two_threads(),
     );
+    let _alone = alone_with_permit();
     exact_under_bursts(&[&proxy], "cluster");
 }
 
@@ -173,7 +174,6 @@ fn bursts_on_a_cluster_admit_exactly_the_limit() {
 /// clients: a client sending every 50 ms during the flood gets its own limit's answers.
 #[test]
 fn a_flood_on_a_deny_route_gives_another_client_no_503() {
-    let _alone = alone_with_permit();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let store = redis.store_toml();
@@ -181,6 +181,7 @@ fn a_flood_on_a_deny_route_gives_another_client_no_503() {
         &config(&store, &upstream, "deny"),
         ProxyOptions::h2c_two_threads(),
     );
+    let _alone = alone_with_permit();
     let addr = proxy.addr();
     let done = std::sync::atomic::AtomicBool::new(false);
     let (flood, polite) = std::thread::scope(|s| {
