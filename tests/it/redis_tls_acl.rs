@@ -188,8 +188,9 @@ async fn an_acl_user_with_exactly_the_listed_commands_decides_and_inspects() {
     reset(&proxy, "api", "127.0.0.1").await;
     assert_eq!(statuses(&proxy, 1).await, [200]);
     // A fold of the top limited clients (every 2 s) wrote the denial and `/api/v1/top` read
-    // it back: waited for by what it shows, not by the fold counter, since a fold that began
-    // before the denial counts it only in the next one (seen at 8 test threads on 2 cores).
+    // it back: waited for by what it shows, not by the fold counter, which a fold run between
+    // the two admitted requests and the denial already raised (the denial then goes in the
+    // next fold; `{"clients":[]}` after one fold, once, at 8 test threads on 2 cores).
     let mut top = String::new();
     let shown = poll_until(Duration::from_secs(10), || {
         let (status, body) = proxy.admin_get("/api/v1/top?route=api");
