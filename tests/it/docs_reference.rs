@@ -305,11 +305,9 @@ fn ci_runs_the_test_command_the_readme_gives() {
                 || l.starts_with(&format!("{check} || "))
                 || l.starts_with(&format!("({check} 2>&1 | tee "))
                 || l.starts_with(&format!("{check} >\"$logs/"))
-                || l.starts_with(&format!("({check} && "))
-                || l.contains(&format!(" && {check}) >\"$logs/"))
         })
     };
-    for job in ["tests", "unit", "chaos", "gate"] {
+    for job in ["tests", "chaos", "gate"] {
         assert!(
             script.contains(&format!("wait \"${job}_pid\" || {job}_rc=$?"))
                 && script.contains(&format!("[ \"${job}_rc\" -ne 0 ]")),
@@ -319,9 +317,7 @@ fn ci_runs_the_test_command_the_readme_gives() {
     for check in [
         "cargo fmt --all -- --check",
         "cargo test --no-run",
-        "cargo test --test '*'",
-        "cargo test --lib --bins",
-        "cargo test --doc",
+        "cargo test",
         "scripts/instruction-gate",
     ] {
         assert!(runs(check), "{command} does not run `{check}`");

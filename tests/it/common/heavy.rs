@@ -1,5 +1,5 @@
 //! A bound on the tests that load the machine. The suite runs more test threads than cores
-//! (scripts/test: three times as many), because most tests spend their time waiting on windows,
+//! (scripts/test: twice as many), because most tests spend their time waiting on windows,
 //! faults and timeouts; a test that drives a proxy at full speed (an h2load burst, a key
 //! flood, an overload) or that holds a latency bound under load takes a permit first, so at
 //! most one of those runs per core, as when the suite ran one test per core.
