@@ -182,7 +182,9 @@ async fn a_lease_is_given_back_on_completion_client_abort_and_upstream_failure()
         for _ in 0..N + 2 {
             assert_eq!(get(proxy, &ca, protocol, &who, 0).await, 200, "{who}");
         }
-        // N held, the next denied: Retry-After 1, qu = concurrent-requests.
+        // N held, the next denied: Retry-After 1, qu = concurrent-requests. Held 3 s, so none
+        // ends before the next is decided (at 800 ms one had, once, on a loaded machine: the
+        // next was admitted with r=0).
         let held: Vec<_> = (0..N)
             .map(|_| {
                 let (proxy_addr, ca_pem, who) =
@@ -192,7 +194,7 @@ async fn a_lease_is_given_back_on_completion_client_abort_and_upstream_failure()
                     let _ = client
                         .get(&proxy_addr)
                         .header("x-client", who)
-                        .header(DELAY_HEADER, "800")
+                        .header(DELAY_HEADER, "3000")
                         .send()
                         .await;
                 })
