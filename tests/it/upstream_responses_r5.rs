@@ -159,7 +159,14 @@ fn interim_heads_carry_no_fields_and_skip_http10_clients() {
     }
     let last = heads[3].to_ascii_lowercase();
     assert!(last.contains("\r\nratelimit: \"lim-60s\";r="), "{last}");
-    assert!(!last.contains("forged") && !last.contains("999"), "{last}");
+    // Field by field: a random `x-request-id` may hold "999" (clean-clone CI run of c9b1f77).
+    for line in last.lines().skip(1) {
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.trim();
+        let forged = value.contains("forged") || value.contains("=999") || value == "999";
+        assert!(!forged && value != "1000", "{line} in {last}");
+        assert!(!FORGED_ONLY.contains(&name), "{line} in {last}");
+    }
 
     // HTTP/1.0 (RFC 9110 §15.2), with or without an `Expect` it must ignore.
     for extra in ["", "Expect: 100-continue\r\n"] {
