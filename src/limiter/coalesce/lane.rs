@@ -75,6 +75,9 @@ pub(crate) struct Lane {
     /// ended (the sender may still run, see [`Lane::retire`]).
     idle: bool,
     pending: Vec<Pending>,
+    /// A decision that arrived with calls in flight will ring the bell (an [`Arrival::Defer`]):
+    /// later arrivals ride on that ring. Cleared by the ring, or by a batch taking what queued.
+    ring_deferred: bool,
     /// Busy periods ended so far: a denial learned in an earlier one no longer answers here
     /// unless a deny cache keeps denials (see [`KnownDenials::outlives_lanes`]).
     epoch: u64,
@@ -89,6 +92,7 @@ impl Lane {
             in_flight: 0,
             idle: true,
             pending: Vec::new(),
+            ring_deferred: false,
             epoch: 0,
         }
     }
@@ -134,16 +138,26 @@ impl Lane {
         if !self.sending {
             self.sending = true;
             Arrival::Start
-        } else if self.in_flight < self.bounds.window {
+        } else if self.in_flight >= self.bounds.window || self.ring_deferred {
+            Arrival::Queued
+        } else if self.in_flight == 0 {
             Arrival::Send
         } else {
-            Arrival::Queued
+            self.ring_deferred = true;
+            Arrival::Defer
         }
+    }
+
+    /// The deferred ring is due: true if it still is (no batch took what queued meanwhile),
+    /// and then it is no longer deferred.
+    pub(crate) fn ring_now(&mut self) -> bool {
+        std::mem::take(&mut self.ring_deferred)
     }
 
     /// Take every queued decision (to fail them: a call ran out its deadline). Calls in flight
     /// and the sender carry on.
     pub(crate) fn take_queued(&mut self) -> Vec<Pending> {
+        self.ring_deferred = false;
         std::mem::take(&mut self.pending)
     }
 
@@ -151,6 +165,12 @@ impl Lane {
     #[cfg(test)]
     pub(crate) fn is_sending(&self) -> bool {
         self.sending
+    }
+
+    /// Decisions queued.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.pending.len()
     }
 
     /// Calls in flight.
@@ -195,6 +215,7 @@ impl Lane {
             return Next::Idle;
         }
         self.idle = false;
+        self.ring_deferred = false;
         self.in_flight += 1;
         let n = self.pending.len().min(self.bounds.max_batch);
         Next::Send(self.pending.drain(..n).collect())
@@ -227,6 +248,7 @@ impl Lane {
     pub(crate) fn release(&mut self) -> Vec<Pending> {
         self.sending = false;
         self.in_flight = 0;
+        self.ring_deferred = false;
         self.idle = true;
         self.epoch += 1;
         std::mem::take(&mut self.pending)

@@ -74,11 +74,15 @@ pub(crate) enum Arrival {
     Known(Verdict),
     /// Queued on an idle lane: the caller starts the lane's sender.
     Start,
-    /// Queued while the sender runs and the window has room: the caller rings the lane's
-    /// bell, so the sender sends it now.
+    /// Queued while the sender runs, nothing is in flight and the window has room: the caller
+    /// rings the lane's bell, so the sender sends it now.
     Send,
-    /// Queued while the window is full: it goes in the next call, when one returns. The
-    /// verdict comes through the channel.
+    /// Queued while calls are in flight and the window has room, and no ring is deferred yet:
+    /// the caller rings the bell once its worker has run the other tasks it had ready
+    /// ([`sender::decide`]), so what arrives in one pass of the worker goes as one call.
+    Defer,
+    /// Queued while the window is full (it goes in the next call, when one returns), or while
+    /// a ring is deferred (it goes with that ring). The verdict comes through the channel.
     Queued,
     /// The queue is full: answer at once.
     Overloaded,

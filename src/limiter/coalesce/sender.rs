@@ -12,8 +12,13 @@
 //! **sender**, a task the backend spawns ([`Backend::spawn`]: Redis's own I/O thread), that
 //! keeps up to [`WINDOW`] calls in flight (the state machine is in `lane.rs`):
 //! - lane idle: the request queues its decision and starts the sender, which sends it at once;
-//! - fewer than [`WINDOW`] calls in flight: the request queues its decision and rings the
-//!   sender's bell; the sender sends what queued, at once;
+//! - nothing in flight: the request queues its decision and rings the sender's bell; the sender
+//!   sends what queued, at once;
+//! - fewer than [`WINDOW`] calls in flight: the request queues its decision; the first to do so
+//!   rings the bell once its worker has run the other tasks it had ready ([`Arrival::Defer`]),
+//!   and the sender sends everything that queued meanwhile as one call. Ringing at once woke
+//!   the store's thread for each request (a system call of several µs when it slept, and a
+//!   call to Redis each); deferred, a worker's pass over its ready requests costs one;
 //! - [`WINDOW`] calls in flight: the request queues its decision. When a call returns, the
 //!   sender sends what queued meanwhile as one call.
 //!
@@ -188,6 +193,17 @@ pub(crate) async fn decide<B: Backend>(
         Arrival::Overloaded => return Err(StoreError::Overloaded(MAX_PENDING)),
         Arrival::Queued => {}
         Arrival::Send => coalescer.lanes.bell(lane).notify_one(),
+        Arrival::Defer => {
+            // Ring once this worker has run what else it had ready: a ring wakes the store's
+            // thread (a system call when it sleeps), and the decisions queued meanwhile, on any
+            // worker, go with this one. Tokio runs a yielded task after the tasks already
+            // queued, and at the latest at its next look at I/O (every 61 tasks), so under a
+            // flood the wait stays short. Rung on drop, so a request dropped here (its client
+            // gone) does not strand what queued behind its ring.
+            let ring = DeferredRing { coalescer, lane };
+            tokio::task::yield_now().await;
+            drop(ring);
+        }
         Arrival::Start => {
             // The guard exists before the task first runs: a task dropped unpolled releases
             // the lane too.
@@ -265,6 +281,21 @@ async fn send_batch<B: Backend>(
     // waiters when it was learned, and later arrivals at once.
     if denied {
         lane.answer_known(known, under);
+    }
+}
+
+/// A deferred ring ([`Arrival::Defer`]), rung when dropped unless a batch took what queued.
+struct DeferredRing<'a> {
+    coalescer: &'a Coalescer,
+    lane: usize,
+}
+
+impl Drop for DeferredRing<'_> {
+    fn drop(&mut self) {
+        let due = self.coalescer.lanes.get(self.lane).ring_now();
+        if due {
+            self.coalescer.lanes.bell(self.lane).notify_one();
+        }
     }
 }
 

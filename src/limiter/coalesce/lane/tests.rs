@@ -181,27 +181,73 @@ fn a_decision_is_sent_at_once_while_the_window_has_room() {
     let (mut lane, known) = (lane(), known());
     let _rx = queue(&mut lane, "r:0");
     assert_eq!(buckets(lane.next_batch()), ["r:0"]);
-    // Every later arrival finds room until `window` calls are in flight.
-    for i in 1..BOUNDS.window {
-        let bucket = format!("r:{i}");
+    lane.returned();
+    assert!(matches!(lane.next_batch(), Next::Idle));
+    // Nothing in flight: the arrival rings at once.
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:1", &LIMITS),
+        Arrival::Send
+    ));
+    assert_eq!(buckets(lane.next_batch()), ["r:1"]);
+    // Calls in flight and room in the window: the first arrival defers the ring, the others
+    // ride on it, and all go in one call when it rings.
+    for round in 2..=BOUNDS.window {
+        let first = format!("r:{round}-0");
         assert!(matches!(
-            arrive(&mut lane, &known, &bucket, &LIMITS),
-            Arrival::Send
+            arrive(&mut lane, &known, &first, &LIMITS),
+            Arrival::Defer
         ));
-        assert_eq!(buckets(lane.next_batch()), [bucket]);
+        let riders = [format!("r:{round}-1"), format!("r:{round}-2")];
+        for bucket in &riders {
+            assert!(matches!(
+                arrive(&mut lane, &known, bucket, &LIMITS),
+                Arrival::Queued
+            ));
+        }
+        assert!(lane.ring_now(), "the deferred ring is due");
+        assert!(!lane.ring_now(), "once");
+        assert_eq!(
+            buckets(lane.next_batch()),
+            [first, riders[0].clone(), riders[1].clone()]
+        );
     }
     assert_eq!(lane.in_flight(), BOUNDS.window);
-    // A full window: the next ones queue, and go out together when one call returns.
+    // A full window: the next ones queue without a ring, and go out together when one call
+    // returns.
     for bucket in ["r:a", "r:b", "r:c"] {
         assert!(matches!(
             arrive(&mut lane, &known, bucket, &LIMITS),
             Arrival::Queued
         ));
     }
+    assert!(!lane.ring_now());
     assert!(matches!(lane.next_batch(), Next::Wait));
     lane.returned();
     assert_eq!(buckets(lane.next_batch()), ["r:a", "r:b", "r:c"]);
     assert_eq!(lane.in_flight(), BOUNDS.window);
+}
+
+#[test]
+fn a_deferred_ring_is_not_due_once_a_batch_took_what_it_was_for() {
+    let (mut lane, known) = (lane(), known());
+    let _rx = queue(&mut lane, "r:0");
+    assert_eq!(buckets(lane.next_batch()), ["r:0"]);
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:1", &LIMITS),
+        Arrival::Defer
+    ));
+    // A call returned before the ring: the sender sends what queued.
+    lane.returned();
+    assert_eq!(buckets(lane.next_batch()), ["r:1"]);
+    assert!(!lane.ring_now(), "nothing left for the ring to send");
+    // The next arrival with a call in flight defers a ring of its own.
+    assert!(matches!(
+        arrive(&mut lane, &known, "r:2", &LIMITS),
+        Arrival::Defer
+    ));
+    // Failing the queue (a call ran out its deadline) cancels the ring too.
+    assert_eq!(lane.take_queued().len(), 1);
+    assert!(!lane.ring_now());
 }
 
 #[test]

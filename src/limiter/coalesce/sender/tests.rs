@@ -331,3 +331,51 @@ async fn a_busy_lane_keeps_one_sender_and_an_idle_one_ends_after_a_deadline() {
         "the next request started one again"
     );
 }
+
+/// With a call in flight, the first arrival defers the bell and those after it ride on it: one
+/// call carries them all. A request dropped while its ring is deferred (its client gone) rings
+/// as it goes, so what rode on its ring is still sent.
+#[tokio::test(flavor = "current_thread")]
+async fn arrivals_behind_a_call_in_flight_share_one_ring_even_when_its_ringer_is_dropped() {
+    let fake = Fake::new();
+    let frozen = tokio::spawn({
+        let fake = fake.clone();
+        async move { decide(&fake, &Buckets::one("frozen"), &LIMITS).await }
+    });
+    while fake.calls().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let riders = |names: &'static [&'static str]| {
+        names
+            .iter()
+            .map(|name| {
+                let fake = fake.clone();
+                tokio::spawn(async move { decide(&fake, &Buckets::one(name), &LIMITS).await })
+            })
+            .collect::<Vec<_>>()
+    };
+    for rider in riders(&["c0", "c1", "c2"]) {
+        assert!(rider.await.unwrap().unwrap().admitted);
+    }
+    assert_eq!(fake.calls(), [vec!["frozen"], vec!["c0", "c1", "c2"]]);
+
+    let ringer = Buckets::one("gone-early");
+    let mut ringer = Box::pin(decide(&fake, &ringer, &LIMITS));
+    let polled = std::future::poll_fn(|cx| Poll::Ready(ringer.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "its ring deferred");
+    let rider = riders(&["c3"]).pop().unwrap();
+    while fake.coalescer.lanes.get(0).queued() < 2 {
+        tokio::task::yield_now().await;
+    }
+    drop(ringer);
+    let rider = tokio::time::timeout(Duration::from_secs(1), rider)
+        .await
+        .expect("the ring went with the dropped request");
+    assert!(rider.unwrap().unwrap().admitted);
+    assert_eq!(
+        fake.calls().last().unwrap(),
+        &["c3"],
+        "the dropped one not decided"
+    );
+    frozen.abort();
+}
