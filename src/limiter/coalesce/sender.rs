@@ -17,8 +17,9 @@
 //! - fewer than [`WINDOW`] calls in flight: the request queues its decision; the first to do so
 //!   rings the bell once its worker has run the other tasks it had ready ([`Arrival::Defer`]),
 //!   and the sender sends everything that queued meanwhile as one call. Ringing at once woke
-//!   the store's thread for each request (a system call of several µs when it slept, and a
-//!   call to Redis each); deferred, a worker's pass over its ready requests costs one;
+//!   the store's thread for each such request (a system call of several µs when it slept),
+//!   often for a call of its own; deferred, a worker's pass over its ready requests costs one
+//!   (docs/benchmarks.md: Redis calls per request 0.24 -> 0.18 at 64 connections);
 //! - [`WINDOW`] calls in flight: the request queues its decision. When a call returns, the
 //!   sender sends what queued meanwhile as one call.
 //!
