@@ -261,10 +261,8 @@ async fn a_call_that_fails_otherwise_leaves_the_queue_to_its_own_call() {
 
 const SHORT: Duration = Duration::from_millis(50);
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_call_never_answered_fails_on_the_senders_timer() {
-    let fake = Fake::with_deadline(SHORT);
-    let started = Instant::now();
+/// A decision whose call the backend never answers, sent: the lane has a call in flight.
+async fn frozen_call(fake: &Arc<Fake>) -> tokio::task::JoinHandle<Checked> {
     let frozen = tokio::spawn({
         let fake = fake.clone();
         async move { decide(&fake, &Buckets::one("frozen"), &LIMITS).await }
@@ -272,6 +270,14 @@ async fn a_call_never_answered_fails_on_the_senders_timer() {
     while fake.calls().is_empty() {
         tokio::task::yield_now().await;
     }
+    frozen
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_never_answered_fails_on_the_senders_timer() {
+    let fake = Fake::with_deadline(SHORT);
+    let started = Instant::now();
+    let frozen = frozen_call(&fake).await;
     // Another call, sent while the first hangs, is answered: not failed with it.
     let cold = decide(&fake, &Buckets::one("cold"), &LIMITS).await;
     assert!(cold.unwrap().admitted);
@@ -338,13 +344,7 @@ async fn a_busy_lane_keeps_one_sender_and_an_idle_one_ends_after_a_deadline() {
 #[tokio::test(flavor = "current_thread")]
 async fn arrivals_behind_a_call_in_flight_share_one_ring_even_when_its_ringer_is_dropped() {
     let fake = Fake::new();
-    let frozen = tokio::spawn({
-        let fake = fake.clone();
-        async move { decide(&fake, &Buckets::one("frozen"), &LIMITS).await }
-    });
-    while fake.calls().is_empty() {
-        tokio::task::yield_now().await;
-    }
+    let frozen = frozen_call(&fake).await;
     let riders = |names: &'static [&'static str]| {
         names
             .iter()
