@@ -15,11 +15,12 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
 
 use crate::common::cli::check_config;
 use crate::common::config::{assert_invalid, ConfigBuilder};
@@ -41,49 +42,21 @@ struct Counts {
 struct Switch {
     addr: SocketAddr,
     counts: Arc<Counts>,
-    running: Option<(Arc<AtomicBool>, JoinHandle<OwnedFd>)>,
+    running: Option<(Arc<AtomicBool>, JoinHandle<Socket>)>,
     /// While stopped, the port bound without listening ([`hold_port`]).
-    held: Option<OwnedFd>,
+    held: Option<Socket>,
 }
 
 /// Bind `addr` without listening: connects to it are refused, as to a dead server, and no test
 /// running beside this one can be given the port (a clean-clone run once had 4 requests for a
 /// stopped server answered `200` by some other test's server on its reused port).
-fn hold_port(addr: SocketAddr) -> OwnedFd {
-    let SocketAddr::V4(v4) = addr else {
-        panic!("{addr}: loopback IPv4 only")
-    };
-    // SAFETY: plain socket calls on a descriptor this function owns from its creation.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let fd = OwnedFd::from_raw_fd(fd);
-        let one: libc::c_int = 1;
-        let len = std::mem::size_of_val(&one) as libc::socklen_t;
-        let set = libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&raw const one).cast(),
-            len,
-        );
-        assert_eq!(set, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*v4.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let bound = libc::bind(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            (&raw const sin).cast(),
-            std::mem::size_of_val(&sin) as libc::socklen_t,
-        );
-        assert_eq!(bound, 0, "bind {addr}: {}", std::io::Error::last_os_error());
-        fd
-    }
+fn hold_port(addr: SocketAddr) -> Socket {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket.set_reuse_address(true).expect("SO_REUSEADDR");
+    socket
+        .bind(&addr.into())
+        .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    socket
 }
 
 impl Switch {
