@@ -206,12 +206,14 @@ fn entries_are_integer_microseconds_in_order() {
     assert!(list[0] >= before && list[49] <= after);
 }
 
+/// Every split of a list into an expired prefix and entries in the window, decided by a call of
+/// `batch` decisions of that one list (a busy client's batch): the first decision finds the
+/// prefix (one LRANGE of up to 16 entries after the head, bisected in memory, then LINDEX probes
+/// for longer prefixes) and trims exactly it; the next ones push theirs.
 #[test]
 fn expired_prefix_is_trimmed_exactly_at_every_split() {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
-    let key = "t:{r:c}:60000";
-    let window_us = 60_000_000i64;
     let cases = [
         (1, 0),
         (1, 1),
@@ -225,6 +227,14 @@ fn expired_prefix_is_trimmed_exactly_at_every_split() {
         (10, 5),
         (10, 9),
         (10, 10),
+        (40, 6),
+        (40, 7),
+        (40, 8),
+        (40, 16),
+        (40, 17),
+        (40, 18),
+        (40, 19),
+        (40, 39),
         (1000, 1),
         (1000, 2),
         (1000, 3),
@@ -237,50 +247,51 @@ fn expired_prefix_is_trimmed_exactly_at_every_split() {
         (1000, 999),
         (1000, 1000),
     ];
-    for (total, expired) in cases {
-        let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
-        let t = redis_time(&mut conn);
-        let list: Vec<i64> = (0..total)
-            .map(|i| {
-                if i < expired {
-                    t - 2 * window_us + i // long gone
-                } else {
-                    t - window_us / 2 + i // well inside the window
-                }
-            })
-            .collect();
-        for chunk in list.chunks(500) {
-            let _: () = redis::cmd("RPUSH")
-                .arg(key)
-                .arg(chunk)
-                .query(&mut conn)
-                .unwrap();
+    // 1 and 2 read 2 entries in one range, 6 six, 16 and 20 sixteen.
+    for batch in [1, 2, 6, 16, 20] {
+        for (total, expired) in cases {
+            trims_exactly(&mut conn, total, expired, batch);
         }
-        let requests = total as u32 + 1;
-        let t0 = redis_time(&mut conn);
-        let reply = eval(&mut conn, &[key], &[(requests, 60_000)]);
-        let t1 = redis_time(&mut conn);
-        assert!(reply.admitted, "case {total}/{expired}");
-        let kept = (total - expired) as usize;
-        let now_list = entries(&mut conn, key);
-        assert_eq!(now_list.len(), kept + 1, "case {total}/{expired}");
-        assert_eq!(
-            &now_list[..kept],
-            &list[expired as usize..],
-            "case {total}/{expired}"
-        );
-        let (remaining, reset) = reply.states[0];
-        assert_eq!(
-            remaining,
-            requests as i64 - kept as i64 - 1,
-            "case {total}/{expired}"
-        );
-        let oldest = now_list[0];
-        assert!(
-            reset >= oldest + window_us - t1 && reset <= oldest + window_us - t0,
-            "case {total}/{expired}: reset {reset}"
-        );
     }
+}
+
+fn trims_exactly(conn: &mut Connection, total: i64, expired: i64, batch: usize) {
+    let key = "t:{r:c}:60000";
+    let window_us = 60_000_000i64;
+    let case = format!("case {total}/{expired}, {batch} a call");
+    let _: () = redis::cmd("DEL").arg(key).query(conn).unwrap();
+    let t = redis_time(conn);
+    let list: Vec<i64> = (0..total)
+        .map(|i| {
+            if i < expired {
+                t - 2 * window_us + i // long gone
+            } else {
+                t - window_us / 2 + i // well inside the window
+            }
+        })
+        .collect();
+    for chunk in list.chunks(500) {
+        let _: () = redis::cmd("RPUSH").arg(key).arg(chunk).query(conn).unwrap();
+    }
+    let requests = (total + batch as i64) as u32;
+    let keys: &[&str] = &[key];
+    let limits = &[(requests, 60_000)][..];
+    let t0 = redis_time(conn);
+    let reply = integers(eval_batch(conn, &vec![(keys, limits); batch]));
+    let t1 = redis_time(conn);
+    assert_eq!(reply.len(), 3 * batch, "{case}: {reply:?}");
+    assert!(reply.chunks(3).all(|d| d[0] > 0), "{case}: {reply:?}");
+    let kept = (total - expired) as usize;
+    let now_list = entries(conn, key);
+    assert_eq!(now_list.len(), kept + batch, "{case}");
+    assert_eq!(&now_list[..kept], &list[expired as usize..], "{case}");
+    let (remaining, reset) = (reply[1], reply[2]);
+    assert_eq!(remaining, requests as i64 - kept as i64 - 1, "{case}");
+    let oldest = now_list[0];
+    assert!(
+        reset >= oldest + window_us - t1 && reset <= oldest + window_us - t0,
+        "{case}: reset {reset}"
+    );
 }
 
 #[test]

@@ -237,10 +237,13 @@ fn a_hot_bucket_admits_exactly_its_limit_in_one_call_and_reads_it_once() {
     let admitted = raw.chunks(3).filter(|d| d[0] > 0).count();
     assert_eq!(admitted, 100);
     // Read once, by the first decision; every later one is answered from what it wrote, and
-    // their entries go in with one RPUSH at the end of the call.
+    // every entry of the call, the first's included, goes in with one RPUSH at its end.
     assert_eq!(calls_of(&mut conn, "llen"), 1);
-    assert_eq!(calls_of(&mut conn, "rpush"), 2);
+    assert_eq!(calls_of(&mut conn, "rpush"), 1);
     assert_eq!(length(&mut conn, &hot), 100);
+    // The list did not exist: its TTL, held back too, was set after the RPUSH created it.
+    let ttl: i64 = redis::cmd("PTTL").arg(&hot).query(&mut conn).unwrap();
+    assert!(ttl > 0, "PTTL {ttl}");
     let remaining: Vec<i64> = raw.chunks(3).take(101).map(|d| d[1]).collect();
     let counted_down: Vec<i64> = (0..100).rev().chain([0]).collect();
     assert_eq!(remaining, counted_down);

@@ -29,9 +29,12 @@ TTL
                         end
                     end
                     local m = seen and seen[key]
-                    if m then
-                        -- Read from memory (see REPEATS): the entry is held back, appended with
-                        -- the others of this key at the end of the call.
+                    local hold = m or (pending and keys[k0 + n + i] == key)
+                    if hold then
+                        -- Read from memory, or followed by a decision on the same key (see
+                        -- REPEATS): the entry is held back, appended with the others of this key
+                        -- at the end of the call, one RPUSH for all of them. (Not otherwise: a
+                        -- held entry costs a table.)
                         local held = pending[key]
                         if held == nil then
                             pending[key] = { now_s }
@@ -56,7 +59,13 @@ TTL
                         refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
                     end
                     if refresh then
-                        call('PEXPIRE', key, math.ceil(w / 1000) + TTL_MARGIN_MS)
+                        local ttl = math.ceil(w / 1000) + TTL_MARGIN_MS
+                        if hold then
+                            -- After the held-back RPUSH, which may be what creates the key.
+                            writes[#writes + 1] = { 'PEXPIRE', key, ttl }
+                        else
+                            call('PEXPIRE', key, ttl)
+                        end
                     end
                     -- The oldest entry in the window after this push.
                     h = h or now
