@@ -24,8 +24,8 @@ TTL
                         elseif e == 1 then
                             call('LPOP', key)
                         else
-                            -- '-1', not -1: a Lua number argument costs Redis a float formatting.
-                            call('LTRIM', key, e, '-1')
+                            -- Strings: a Lua number argument costs Redis a float formatting.
+                            call('LTRIM', key, string.format('%d', e), '-1')
                         end
                     end
                     local m = seen and seen[key]
@@ -59,7 +59,9 @@ TTL
                         refresh = time + call('PTTL', key) * 1000 - w - TTL_MARGIN_MS * 1000 < epoch
                     end
                     if refresh then
-                        local ttl = math.ceil(w / 1000) + TTL_MARGIN_MS
+                        -- A string: a Lua number argument costs Redis a float formatting (sent
+                        -- by every list's first push).
+                        local ttl = string.format('%d', math.ceil(w / 1000) + TTL_MARGIN_MS)
                         if hold then
                             -- After the held-back RPUSH, which may be what creates the key.
                             writes[#writes + 1] = { 'PEXPIRE', key, ttl }
