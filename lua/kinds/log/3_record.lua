@@ -71,10 +71,12 @@ TTL
                     end
                     -- The oldest entry in the window after this push.
                     h = h or now
-                    if seen then
+                    if hold then
                         -- What the list holds now, for a later decision of this call on it (the
                         -- decision's keys are distinct: validation gives no two limits of a
-                        -- route one key).
+                        -- route one key). Only with its entry held back: a list pushed to at once
+                        -- is read from Redis by a later decision, as in a call of its own (a
+                        -- batch of distinct clients fills no tables).
                         if m == nil then
                             m = #known + 1
                             seen[key] = m
