@@ -18,9 +18,11 @@ COST  (TIME apart, see the head) The sequence, per decision and list:
                           window is in an earlier TTL epoch (windows of 500 ms and more)
     PEXPIRE               at most twice a second (see TTL)
   A later decision of the same call on a list this call admitted into reads nothing (REPEATS in
-  the head): its length, head and newest entry are known from the admission. In a batch every
-  entry is held back, so a client's admissions in one call cost one RPUSH between them (and a
-  call of 6 that evicts nothing 146k -> 143k instructions). Repeats right
+  the head): its length, head and newest entry are known from the admission. An entry is held
+  back when the next decision is on the same list or the list is remembered (a run's first
+  included), so a client's admissions in one call cost one RPUSH between them (a call of 6 that
+  evicts nothing: 146k -> 143k instructions); otherwise it is pushed at once and nothing is
+  remembered (a later decision on that list reads Redis, as in a call of its own). Repeats right
   after an admission (RUNS in the head) are counted, not decided: the list admits until it holds
   `requests`, every answer's reset is when the oldest entry in the window leaves.
   Steady state, one limit evicting one entry per decision: TIME LLEN LINDEX 0 LINDEX 1 LPOP RPUSH
