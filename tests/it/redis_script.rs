@@ -208,8 +208,9 @@ fn entries_are_integer_microseconds_in_order() {
 
 /// Every split of a list into an expired prefix and entries in the window, decided by a call of
 /// `batch` decisions of that one list (a busy client's batch): the first decision finds the
-/// prefix (one LRANGE of up to 16 entries after the head, bisected in memory, then LINDEX probes
-/// for longer prefixes) and trims exactly it; the next ones push theirs.
+/// prefix (the first two entries, then one LRANGE of the next 2 to 16, the run's length, bisected
+/// in memory, then LINDEX probes for longer prefixes) and trims exactly it; the next ones push
+/// theirs.
 #[test]
 fn expired_prefix_is_trimmed_exactly_at_every_split() {
     let redis = RedisServer::start();
